@@ -1,0 +1,124 @@
+// Grouped-query attention whose mask is structured data (DESIGN.md §2).
+//
+// Visible(q, k) = valid(k) AND window(q_pos - k_pos)
+//                 AND ((k_pos <= q_pos if causal else true) OR (q_block >= 0 AND q_block == k_block))
+//                 AND dense mask allows it.
+// A query row with no visible key yields zeros. Scores: s = (q.k) * scale, then softcap
+// c*tanh(s/c) if c > 0, then the additive dense bias, then softmax in f32, then P.V.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/dtype.h"
+#include "tessera/status.h"
+#include "tessera/thread_pool.h"
+
+namespace tessera {
+
+class Arena;
+
+// Largest head_dim (for Q/K and for V) the kernels accept.
+inline constexpr int64_t kMaxHeadDim = 512;
+
+// A read-only [batch, heads, seq, dim] view; the innermost dim is contiguous, the other three
+// have arbitrary element strides (a KV cache with capacity > seq, or ONNX's [B, S, H*D]).
+struct HeadsView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t batch = 0, heads = 0, seq = 0, dim = 0;
+  int64_t stride_batch = 0, stride_head = 0, stride_seq = 0;  // in elements
+
+  // Contiguous [batch, heads, seq, dim].
+  static HeadsView Dense(const void* data, DType dtype, int64_t batch, int64_t heads, int64_t seq,
+                         int64_t dim) {
+    return {data, dtype, batch, heads, seq, dim, heads * seq * dim, seq * dim, dim};
+  }
+  const char* At(int64_t b, int64_t h, int64_t s) const {
+    return static_cast<const char*>(data) +
+           (b * stride_batch + h * stride_head + s * stride_seq) * static_cast<int64_t>(DTypeSize(dtype));
+  }
+};
+
+// The writable f32 output view [batch, heads, seq, dim].
+struct OutView {
+  float* data = nullptr;
+  int64_t batch = 0, heads = 0, seq = 0, dim = 0;
+  int64_t stride_batch = 0, stride_head = 0, stride_seq = 0;  // in elements
+
+  static OutView Dense(float* data, int64_t batch, int64_t heads, int64_t seq, int64_t dim) {
+    return {data, batch, heads, seq, dim, heads * seq * dim, seq * dim, dim};
+  }
+  float* At(int64_t b, int64_t h, int64_t s) const {
+    return data + b * stride_batch + h * stride_head + s * stride_seq;
+  }
+};
+
+// Optional dense mask for interop and as a baseline. Logical shape [B, Hq, S_q, S_kv];
+// a stride of 0 broadcasts that dimension.
+struct DenseMask {
+  enum class Kind { kNone, kAdditive /* float, -inf = masked */, kBool /* uint8, nonzero = attend */ };
+  Kind kind = Kind::kNone;
+  const void* data = nullptr;
+  int64_t stride_batch = 0, stride_head = 0, stride_q = 0, stride_k = 1;  // in elements
+
+  bool present() const { return kind != Kind::kNone; }
+};
+
+// The mask as structured data. All arrays are contiguous and row-major per batch row.
+struct MaskSpec {
+  const int32_t* q_pos = nullptr;     // [B, S_q]  absolute query positions (required)
+  const int32_t* k_pos = nullptr;     // [B, S_kv] absolute key positions, any order (required)
+  const int32_t* kv_valid = nullptr;  // [B] key slots [0, kv_valid[b]) hold data; null = all S_kv
+  bool causal = true;
+  int32_t window_left = -1;   // keys at most this many positions before the query; -1 = unbounded
+  int32_t window_right = -1;  // keys at most this many positions after the query; -1 = unbounded
+  const int32_t* q_block = nullptr;  // [B, S_q] block id, -1 = in no block; null = no blocks
+  const int32_t* k_block = nullptr;  // [B, S_kv] block id, -1 = in no block; null = no blocks
+  DenseMask dense;
+};
+
+struct AttentionParams {
+  HeadsView q;  // [B, Hq, S_q, D] f32
+  HeadsView k;  // [B, Hkv, S_kv, D] f32 | bf16 | f16
+  HeadsView v;  // [B, Hkv, S_kv, Dv] same dtype as k
+  OutView out;  // [B, Hq, S_q, Dv] f32
+  MaskSpec mask;
+  float scale = 1.0f;    // multiplies q.k
+  float softcap = 0.0f;  // 0 = off
+};
+
+enum class AttentionKernel { kAuto, kReference, kPrefill, kDecode };
+const char* AttentionKernelName(AttentionKernel k);
+
+// What the caller provides: threads and a scratch arena (grown on first use for a shape, then
+// reused, so steady-state calls allocate nothing).
+struct AttentionContext {
+  ThreadPool* pool = nullptr;  // null = run on the calling thread
+  Arena* scratch = nullptr;    // required for the tiled kernels
+};
+
+// Checks every shape, dtype, pointer and value the kernels rely on. Messages name the offending
+// argument and value.
+Status ValidateAttention(const AttentionParams& p);
+
+// The kernel kAuto would pick for these params.
+AttentionKernel ChooseAttentionKernel(const AttentionParams& p);
+
+// Validates, then runs the requested kernel (kAuto: dispatch picks one).
+Status Attention(const AttentionParams& p, AttentionContext& ctx,
+                 AttentionKernel kernel = AttentionKernel::kAuto);
+
+// How the prefill kernel's plan classifies the (query block, key tile) pairs of these params:
+// empty tiles are skipped, full tiles run without per-element mask work.
+struct TileCensus {
+  int64_t empty = 0, full = 0, partial = 0;
+};
+TileCensus CensusPrefillTiles(const AttentionParams& p);
+
+// Materializes the mask of `mask` as a dense additive bias out[b][0][i][j]: 0 where visible (plus
+// the additive dense bias when present) and `masked_value` elsewhere (-inf, or a dtype minimum for
+// runtimes that want finite values). out is [B, 1, S_q, S_kv] f32, contiguous.
+Status AttentionBias(const MaskSpec& mask, int64_t batch, int64_t s_q, int64_t s_kv, float masked_value,
+                     float* out);
+
+}  // namespace tessera

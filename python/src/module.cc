@@ -1,0 +1,10 @@
+// The `tessera._tessera` extension module: thin wrappers, argument defaults live in Python.
+#include <pybind11/pybind11.h>
+
+#include "bindings.h"
+
+PYBIND11_MODULE(_tessera, m) {
+  m.doc() = "Tessera: structured-mask attention for hybrid-attention multimodal decoders";
+  tessera::py_bind::BindAttention(m);
+  tessera::py_bind::BindOnnx(m.def_submodule("onnx", "ONNX-operator semantics on Tessera kernels"));
+}

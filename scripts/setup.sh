@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs everything Tessera needs on a fresh machine of this project's kind and builds the
+# release preset. Idempotent and quick when nothing changed.
+#   scripts/setup.sh            Debian packages, .venv with python/requirements.txt, release build
+#   scripts/setup.sh --peers    also python/requirements-peers.txt (torch + transformers)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+want_peers=0
+for arg in "$@"; do
+  case "$arg" in
+    --peers) want_peers=1 ;;
+    *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[setup] %s\n' "$*"; }
+
+# --- Debian packages -----------------------------------------------------------------------------
+debs=(cmake ninja-build g++ libgtest-dev python3-venv)
+missing=()
+for p in "${debs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# --- Python virtual environment ------------------------------------------------------------------
+py="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$py" -m venv .venv
+fi
+install_reqs() {  # $1 = requirements file; reinstalls only when the file changed
+  local req="$1" stamp=".venv/.stamp-$(basename "$1")"
+  if ! cmp -s "$req" "$stamp" 2>/dev/null; then
+    log "pip install -r $req"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+    cp "$req" "$stamp"
+  fi
+}
+install_reqs python/requirements.txt
+if [ "$want_peers" -eq 1 ]; then install_reqs python/requirements-peers.txt; fi
+# `import tessera` resolves to python/tessera, where the build drops the extension module.
+site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$root/python" > "$site/tessera-dev.pth"
+
+# --- Build ---------------------------------------------------------------------------------------
+log "building (release preset)"
+cmake --preset release -DPython3_EXECUTABLE="$root/.venv/bin/python" \
+  -Dpybind11_DIR="$(.venv/bin/python -m pybind11 --cmakedir)" >/dev/null
+cmake --build --preset release -- -j"$(nproc)" | grep -vE '^\[[0-9]+/[0-9]+\]' || true
+test -x build/release/tessera

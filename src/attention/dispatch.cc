@@ -1,0 +1,50 @@
+// Public entry: validate, choose a kernel, reserve scratch (first call for a shape only), run.
+#include <string>
+
+#include "attention/kernels.h"
+#include "core/aligned_buffer.h"
+#include "tessera/attention.h"
+
+namespace tessera {
+
+const char* AttentionKernelName(AttentionKernel k) {
+  switch (k) {
+    case AttentionKernel::kAuto: return "auto";
+    case AttentionKernel::kReference: return "reference";
+    case AttentionKernel::kPrefill: return "prefill";
+    case AttentionKernel::kDecode: return "decode";
+  }
+  return "?";
+}
+
+// Every input ValidateAttention() accepts is supported by all three kernels (head_dim up to
+// kMaxHeadDim, any strides, any mask), so dispatch is a pure cost choice: the split-K decode
+// kernel when one query row per head must spread the keys over threads, the tiled kernel
+// otherwise. The reference kernel runs only on request.
+AttentionKernel ChooseAttentionKernel(const AttentionParams& p) {
+  return p.q.seq == 1 ? AttentionKernel::kDecode : AttentionKernel::kPrefill;
+}
+
+Status Attention(const AttentionParams& p, AttentionContext& ctx, AttentionKernel kernel) {
+  TESSERA_RETURN_IF_ERROR(ValidateAttention(p));
+  if (kernel == AttentionKernel::kAuto) kernel = ChooseAttentionKernel(p);
+  if (p.q.seq == 0) return Status::Ok();
+  if (kernel == AttentionKernel::kReference) {
+    attn::ReferenceAttention(p);
+    return Status::Ok();
+  }
+  if (ctx.scratch == nullptr) return InvalidArgument("Attention: context has no scratch arena");
+  const int threads = ctx.pool ? ctx.pool->num_threads() : 1;
+  const size_t need = kernel == AttentionKernel::kDecode ? attn::DecodeScratchBytes(p, threads)
+                                                         : attn::PrefillScratchBytes(p, threads);
+  ctx.scratch->Reserve(need);
+  ctx.scratch->Reset();
+  if (kernel == AttentionKernel::kDecode) {
+    attn::DecodeAttention(p, ctx.pool, *ctx.scratch);
+  } else {
+    attn::PrefillAttention(p, ctx.pool, *ctx.scratch);
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera

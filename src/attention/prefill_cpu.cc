@@ -1,0 +1,111 @@
+// Prefill: work items are (batch row, KV group, query block). Each item walks the key tiles of
+// its row, skipping tiles the range arithmetic proves empty, so cost follows visible pairs.
+#include <algorithm>
+
+#include "attention/kernels.h"
+#include "attention/tile_kernel.h"
+
+namespace tessera::attn {
+namespace {
+
+struct Plan {
+  int64_t group, n_q_block, q_blocks, k_tiles;
+};
+
+Plan MakePlan(const AttentionParams& p) {
+  Plan plan;
+  plan.group = p.q.heads / p.k.heads;
+  plan.n_q_block = std::clamp<int64_t>(kRowsPerBlock / plan.group, 1, std::max<int64_t>(1, p.q.seq));
+  plan.q_blocks = (p.q.seq + plan.n_q_block - 1) / plan.n_q_block;
+  plan.k_tiles = (p.k.seq + kTileK - 1) / kTileK;
+  return plan;
+}
+
+}  // namespace
+
+size_t PrefillScratchBytes(const AttentionParams& p, int num_threads) {
+  const Plan plan = MakePlan(p);
+  const int64_t B = p.q.batch;
+  return Arena::Bytes<RangeSummary>(B * plan.q_blocks) + Arena::Bytes<RangeSummary>(B * plan.k_tiles) +
+         Arena::Bytes<float>(num_threads * GroupTileKernel::ScratchFloats(p, plan.group * plan.n_q_block));
+}
+
+void PrefillAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch) {
+  const Plan plan = MakePlan(p);
+  const MaskSpec& m = p.mask;
+  const int64_t B = p.q.batch, Hkv = p.k.heads, S_q = p.q.seq, S_kv = p.k.seq;
+  const int threads = pool ? pool->num_threads() : 1;
+
+  // Range summaries, computed once per call: O(S_q + S_kv), never O(S_q * S_kv).
+  RangeSummary* q_sum = scratch.Take<RangeSummary>(B * plan.q_blocks);  // [B, q_blocks]
+  RangeSummary* k_sum = scratch.Take<RangeSummary>(B * plan.k_tiles);   // [B, k_tiles], valid keys only
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t qb = 0; qb < plan.q_blocks; ++qb) {
+      const int64_t i0 = qb * plan.n_q_block, n = std::min(plan.n_q_block, S_q - i0);
+      q_sum[b * plan.q_blocks + qb] =
+          Summarize(m.q_pos + b * S_q + i0, m.q_block ? m.q_block + b * S_q + i0 : nullptr, n);
+    }
+    const int64_t valid = KvValid(m, b, S_kv);
+    for (int64_t kt = 0; kt < plan.k_tiles; ++kt) {
+      const int64_t j0 = kt * kTileK, n = std::clamp<int64_t>(valid - j0, 0, kTileK);
+      k_sum[b * plan.k_tiles + kt] =
+          Summarize(m.k_pos + b * S_kv + j0, m.k_block ? m.k_block + b * S_kv + j0 : nullptr, n);
+    }
+  }
+
+  const int64_t max_rows = plan.group * plan.n_q_block;
+  const int64_t per_thread = GroupTileKernel::ScratchFloats(p, max_rows);
+  float* thread_scratch = scratch.Take<float>(threads * per_thread);  // [threads, per_thread]
+
+  auto run = [&](int64_t item, int thread) {
+    const int64_t qb = item % plan.q_blocks, g = (item / plan.q_blocks) % Hkv, b = item / (plan.q_blocks * Hkv);
+    const int64_t i0 = qb * plan.n_q_block, n_q = std::min(plan.n_q_block, S_q - i0);
+    GroupTileKernel kern(p, max_rows, thread_scratch + thread * per_thread);
+    kern.Begin(b, g, i0, n_q);
+    const int64_t valid = KvValid(m, b, S_kv);
+    const RangeSummary& qs = q_sum[b * plan.q_blocks + qb];
+    for (int64_t kt = 0; kt * kTileK < valid; ++kt) {
+      const int64_t j0 = kt * kTileK, j1 = std::min(j0 + kTileK, valid);
+      kern.ConsumeTile(j0, j1, ClassifyTile(m, qs, k_sum[b * plan.k_tiles + kt], /*all_keys_valid=*/true));
+    }
+    kern.WriteOutput();
+  };
+  const int64_t items = B * Hkv * plan.q_blocks;
+  if (pool) {
+    pool->ParallelFor(items, run);
+  } else {
+    for (int64_t i = 0; i < items; ++i) run(i, 0);
+  }
+}
+
+}  // namespace tessera::attn
+
+namespace tessera {
+
+TileCensus CensusPrefillTiles(const AttentionParams& p) {
+  using namespace attn;
+  const Plan plan = MakePlan(p);
+  const MaskSpec& m = p.mask;
+  const int64_t S_q = p.q.seq, S_kv = p.k.seq;
+  TileCensus census;
+  for (int64_t b = 0; b < p.q.batch; ++b) {
+    const int64_t valid = KvValid(m, b, S_kv);
+    for (int64_t qb = 0; qb < plan.q_blocks; ++qb) {
+      const int64_t i0 = qb * plan.n_q_block, n = std::min(plan.n_q_block, S_q - i0);
+      const RangeSummary qs = Summarize(m.q_pos + b * S_q + i0, m.q_block ? m.q_block + b * S_q + i0 : nullptr, n);
+      for (int64_t kt = 0; kt < plan.k_tiles; ++kt) {
+        const int64_t j0 = kt * kTileK, nk = std::clamp<int64_t>(valid - j0, 0, kTileK);
+        const RangeSummary ks =
+            Summarize(m.k_pos + b * S_kv + j0, m.k_block ? m.k_block + b * S_kv + j0 : nullptr, nk);
+        switch (ClassifyTile(m, qs, ks, true)) {
+          case TileClass::kEmpty: ++census.empty; break;
+          case TileClass::kFull: ++census.full; break;
+          case TileClass::kPartial: ++census.partial; break;
+        }
+      }
+    }
+  }
+  return census;
+}
+
+}  // namespace tessera

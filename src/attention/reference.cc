@@ -1,0 +1,62 @@
+// The executable specification: one query row at a time, every key evaluated with the full
+// predicate, double accumulation. Slow on purpose; every fast kernel is tested against it.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention/kernels.h"
+#include "attention/mask.h"
+
+namespace tessera::attn {
+
+void ReferenceAttention(const AttentionParams& p) {
+  const MaskSpec& m = p.mask;
+  const int64_t B = p.q.batch, Hq = p.q.heads, S_q = p.q.seq, D = p.q.dim;
+  const int64_t Hkv = p.k.heads, S_kv = p.k.seq, Dv = p.v.dim;
+  const int64_t group = Hq / Hkv;
+  std::vector<float> k_row(D), v_row(Dv);
+  std::vector<double> scores(S_kv), acc(Dv);
+  std::vector<char> visible(S_kv);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t valid = KvValid(m, b, S_kv);
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < S_q; ++i) {
+        const float* q = reinterpret_cast<const float*>(p.q.At(b, h, i));
+        const int32_t qp = m.q_pos[b * S_q + i];
+        const int32_t qb = m.q_block ? m.q_block[b * S_q + i] : -1;
+        double max_s = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < S_kv; ++j) {
+          visible[j] = 0;
+          if (j >= valid) continue;
+          const int32_t kb = m.k_block ? m.k_block[b * S_kv + j] : -1;
+          if (!StructuredVisible(m, qp, qb, m.k_pos[b * S_kv + j], kb)) continue;
+          const double bias = DenseTerm(m.dense, b, h, i, j);
+          if (bias == -std::numeric_limits<double>::infinity()) continue;
+          DecodeToF32(p.k.dtype, p.k.At(b, g, j), k_row.data(), D);
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d) s += static_cast<double>(q[d]) * k_row[d];
+          s *= p.scale;
+          if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+          s += bias;
+          scores[j] = s;
+          visible[j] = 1;
+          max_s = std::max(max_s, s);
+        }
+        double denom = 0;
+        for (int64_t d = 0; d < Dv; ++d) acc[d] = 0;
+        for (int64_t j = 0; j < S_kv; ++j) {
+          if (!visible[j]) continue;
+          const double w = std::exp(scores[j] - max_s);
+          denom += w;
+          DecodeToF32(p.v.dtype, p.v.At(b, g, j), v_row.data(), Dv);
+          for (int64_t d = 0; d < Dv; ++d) acc[d] += w * v_row[d];
+        }
+        float* out = p.out.At(b, h, i);
+        for (int64_t d = 0; d < Dv; ++d) out[d] = denom > 0 ? static_cast<float>(acc[d] / denom) : 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace tessera::attn

@@ -1,0 +1,161 @@
+#include "attention/tile_kernel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace tessera::attn {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Eight independent partial sums so the compiler can vectorize without reassociation flags.
+inline float Dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    for (int u = 0; u < 8; ++u) acc[u] += a[d + u] * b[d + u];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; d < n; ++d) s += a[d] * b[d];
+  return s;
+}
+
+inline void Axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t d = 0; d < n; ++d) y[d] += a * x[d];
+}
+
+inline void Scale(float* y, float a, int64_t n) {
+  for (int64_t d = 0; d < n; ++d) y[d] *= a;
+}
+
+}  // namespace
+
+// Sub-buffers are rounded to 16 floats so each starts on a 64-byte boundary.
+inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
+
+int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_rows) {
+  const int64_t D = p.q.dim, Dv = p.v.dim;
+  return Pad16(max_rows * D) + Pad16(kTileK * D) + Pad16(kTileK * Dv) + Pad16(max_rows * kTileK) +
+         Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
+}
+
+GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch)
+    : p_(p), group_(p.q.heads / p.k.heads), D_(p.q.dim), Dv_(p.v.dim) {
+  float* next = scratch;
+  auto take = [&next](int64_t n) {
+    float* out = next;
+    next += Pad16(n);
+    return out;
+  };
+  q_ = take(max_rows * D_);
+  kf_ = take(kTileK * D_);
+  vf_ = take(kTileK * Dv_);
+  s_ = take(max_rows * kTileK);
+  o_ = take(max_rows * Dv_);
+  m_ = take(max_rows);
+  l_ = take(max_rows);
+}
+
+void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
+  b_ = b, g_ = g, i0_ = i0, n_q_ = n_q, rows_ = group_ * n_q;
+  valid_ = KvValid(p_.mask, b, p_.k.seq);
+  for (int64_t r = 0; r < rows_; ++r) {
+    const int64_t h = g * group_ + r / n_q, i = i0 + r % n_q;
+    const float* src = reinterpret_cast<const float*>(p_.q.At(b, h, i));
+    float* dst = q_ + r * D_;
+    for (int64_t d = 0; d < D_; ++d) dst[d] = src[d] * p_.scale;
+    std::fill(o_ + r * Dv_, o_ + (r + 1) * Dv_, 0.0f);
+    m_[r] = kNegInf;
+    l_[r] = 0.0f;
+  }
+}
+
+void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
+  if (cls == TileClass::kEmpty) return;
+  const int64_t n = j1 - j0;
+  // Row pointers of this tile's K and V in f32: direct for f32 storage, decoded otherwise.
+  const float* k_rows[kTileK];
+  const float* v_rows[kTileK];
+  for (int64_t t = 0; t < n; ++t) {
+    if (p_.k.dtype == DType::kF32) {
+      k_rows[t] = reinterpret_cast<const float*>(p_.k.At(b_, g_, j0 + t));
+      v_rows[t] = reinterpret_cast<const float*>(p_.v.At(b_, g_, j0 + t));
+    } else {
+      DecodeToF32(p_.k.dtype, p_.k.At(b_, g_, j0 + t), kf_ + t * D_, D_);
+      DecodeToF32(p_.v.dtype, p_.v.At(b_, g_, j0 + t), vf_ + t * Dv_, Dv_);
+      k_rows[t] = kf_ + t * D_;
+      v_rows[t] = vf_ + t * Dv_;
+    }
+  }
+  const MaskSpec& m = p_.mask;
+  const float cap = p_.softcap;
+  for (int64_t r = 0; r < rows_; ++r) {
+    float* s = s_ + r * kTileK;
+    const float* q = q_ + r * D_;
+    for (int64_t t = 0; t < n; ++t) s[t] = Dot(q, k_rows[t], D_);
+    if (cap > 0)
+      for (int64_t t = 0; t < n; ++t) s[t] = cap * std::tanh(s[t] / cap);
+    if (cls == TileClass::kPartial) {
+      const int64_t h = g_ * group_ + r / n_q_, i = i0_ + r % n_q_;
+      const int64_t S_q = p_.q.seq, S_kv = p_.k.seq;
+      const int32_t qp = m.q_pos[b_ * S_q + i];
+      const int32_t qb = m.q_block ? m.q_block[b_ * S_q + i] : -1;
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t j = j0 + t;
+        const int32_t kb = m.k_block ? m.k_block[b_ * S_kv + j] : -1;
+        if (j >= valid_ || !StructuredVisible(m, qp, qb, m.k_pos[b_ * S_kv + j], kb)) {
+          s[t] = kNegInf;
+        } else if (m.dense.present()) {
+          s[t] += DenseTerm(m.dense, b_, h, i, j);
+        }
+      }
+    }
+    float tile_max = kNegInf;
+    for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
+    if (tile_max == kNegInf) continue;  // nothing visible to this row in this tile
+    const float m_new = std::max(m_[r], tile_max);
+    float* o = o_ + r * Dv_;
+    if (m_[r] != m_new) {
+      const float alpha = std::exp(m_[r] - m_new);  // 0 when m_[r] is -inf
+      l_[r] *= alpha;
+      Scale(o, alpha, Dv_);
+      m_[r] = m_new;
+    }
+    float l = l_[r];
+    for (int64_t t = 0; t < n; ++t) {
+      if (s[t] == kNegInf) continue;
+      const float w = std::exp(s[t] - m_new);
+      l += w;
+      Axpy(o, w, v_rows[t], Dv_);
+    }
+    l_[r] = l;
+  }
+}
+
+void GroupTileKernel::WriteOutput() const {
+  for (int64_t r = 0; r < rows_; ++r) {
+    const int64_t h = g_ * group_ + r / n_q_, i = i0_ + r % n_q_;
+    float* dst = p_.out.At(b_, h, i);
+    const float* o = o_ + r * Dv_;
+    const float inv = l_[r] > 0 ? 1.0f / l_[r] : 0.0f;
+    for (int64_t d = 0; d < Dv_; ++d) dst[d] = o[d] * inv;
+  }
+}
+
+void MergePartials(const float* const* o_parts, const float* m_parts, const float* l_parts, int n, int64_t Dv,
+                   float* out) {
+  float m_all = kNegInf;
+  for (int s = 0; s < n; ++s) m_all = std::max(m_all, m_parts[s]);
+  std::fill(out, out + Dv, 0.0f);
+  if (m_all == kNegInf) return;  // no split saw a visible key: zeros
+  float l_all = 0;
+  for (int s = 0; s < n; ++s) {
+    if (m_parts[s] == kNegInf) continue;
+    const float w = std::exp(m_parts[s] - m_all);
+    l_all += w * l_parts[s];
+    Axpy(out, w, o_parts[s], Dv);
+  }
+  Scale(out, 1.0f / l_all, Dv);
+}
+
+}  // namespace tessera::attn

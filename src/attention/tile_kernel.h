@@ -1,0 +1,54 @@
+// The inner engine shared by the prefill and decode kernels: a block of query rows (all query
+// heads of one KV group x a run of query positions) consumes key tiles with an online softmax.
+// Each K/V tile is decoded to f32 once and used by every query head of the group.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/mask.h"
+#include "core/aligned_buffer.h"
+#include "tessera/attention.h"
+
+namespace tessera::attn {
+
+inline constexpr int64_t kTileK = 64;         // keys per tile
+inline constexpr int64_t kRowsPerBlock = 64;  // target query rows (heads x positions) per block
+
+class GroupTileKernel {
+ public:
+  // Works in `scratch`, ScratchFloats(p, max_rows) floats (64-byte aligned) owned by the caller,
+  // for at most `max_rows` query rows. Construction is free; no allocation happens here.
+  GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch);
+  static int64_t ScratchFloats(const AttentionParams& p, int64_t max_rows);
+
+  // Loads queries [i0, i0 + n_q) of all query heads of KV group g in batch row b and resets the
+  // softmax state. Row r is query head g*group + r / n_q at position i0 + r % n_q.
+  void Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q);
+  // Consumes keys [j0, j1) (a tile, j1 - j0 <= kTileK) with the given classification.
+  void ConsumeTile(int64_t j0, int64_t j1, TileClass cls);
+  // Writes normalized rows to p.out (zeros for rows that saw no visible key).
+  void WriteOutput() const;
+  // Unnormalized state for a log-sum-exp merge: o [rows, Dv], m [rows], l [rows].
+  const float* o() const { return o_; }
+  const float* m() const { return m_; }
+  const float* l() const { return l_; }
+  int64_t rows() const { return rows_; }
+
+ private:
+  const AttentionParams& p_;
+  int64_t group_, D_, Dv_;
+  int64_t b_ = 0, g_ = 0, i0_ = 0, n_q_ = 0, rows_ = 0, valid_ = 0;
+  float* q_;   // [max_rows, D]  queries times scale
+  float* kf_;  // [kTileK, D]    decoded K tile (unused for f32 K)
+  float* vf_;  // [kTileK, Dv]   decoded V tile (unused for f32 V)
+  float* s_;   // [max_rows, kTileK] scores of the current tile
+  float* o_;   // [max_rows, Dv] unnormalized output accumulator
+  float* m_;   // [max_rows]     running max
+  float* l_;   // [max_rows]     running denominator
+};
+
+// Merges partial softmax states (from disjoint key ranges) of one row: o_s [n][Dv], m_s[n], l_s[n].
+void MergePartials(const float* const* o_parts, const float* m_parts, const float* l_parts, int n, int64_t Dv,
+                   float* out);
+
+}  // namespace tessera::attn

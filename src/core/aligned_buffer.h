@@ -1,0 +1,83 @@
+// Owned, 64-byte-aligned, zero-initialized storage. Allocation happens at construction or
+// Resize() only, never inside a kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "tessera/check.h"
+
+namespace tessera {
+
+class AlignedBuffer {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes) { Resize(bytes); }
+  ~AlignedBuffer() { std::free(data_); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  AlignedBuffer(AlignedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+
+  // Grows to at least `bytes` (contents are not preserved); never shrinks.
+  void Reserve(size_t bytes) {
+    if (bytes > size_) Resize(bytes);
+  }
+  void Resize(size_t bytes) {
+    std::free(data_);
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    data_ = rounded ? std::aligned_alloc(kAlignment, rounded) : nullptr;
+    TESSERA_CHECK(rounded == 0 || data_ != nullptr, "out of memory");
+    if (data_) std::memset(data_, 0, rounded);
+    size_ = rounded;
+  }
+
+  void* data() { return data_; }
+  const void* data() const { return data_; }
+  size_t size() const { return size_; }
+  template <typename T>
+  T* as() { return static_cast<T*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Bump allocator over one AlignedBuffer: a kernel call takes its scratch from here and the
+// caller resets it between calls. Sizing happens at plan time (Reserve), not inside kernels.
+class Arena {
+ public:
+  void Reserve(size_t bytes) { buffer_.Reserve(bytes); }
+  void Reset() { used_ = 0; }
+  size_t capacity() const { return buffer_.size(); }
+
+  template <typename T>
+  T* Take(size_t count) {
+    size_t bytes = (count * sizeof(T) + AlignedBuffer::kAlignment - 1) / AlignedBuffer::kAlignment *
+                   AlignedBuffer::kAlignment;
+    TESSERA_CHECK(used_ + bytes <= buffer_.size(), "arena overflow: plan reserved too little scratch");
+    T* p = reinterpret_cast<T*>(static_cast<char*>(buffer_.data()) + used_);
+    used_ += bytes;
+    return p;
+  }
+  // Bytes Take<T>(count) will consume, for planning.
+  template <typename T>
+  static size_t Bytes(size_t count) {
+    return (count * sizeof(T) + AlignedBuffer::kAlignment - 1) / AlignedBuffer::kAlignment *
+           AlignedBuffer::kAlignment;
+  }
+
+ private:
+  AlignedBuffer buffer_;
+  size_t used_ = 0;
+};
+
+}  // namespace tessera
