@@ -1,0 +1,5 @@
+import os
+import sys
+
+# Tests import the in-tree package (python/tessera) even without the .venv .pth file.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
