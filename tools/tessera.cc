@@ -4,12 +4,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kv/reference_configs.h"
 #include "tessera/attention.h"
 
 namespace {
@@ -120,12 +124,58 @@ int Demo() {
   return failures ? 1 : 0;
 }
 
-void Usage() { std::printf("usage: tessera demo\n"); }
+// KV memory of the reference model shapes at one or more context lengths.
+int KvMemory(int argc, char** argv) {
+  std::vector<int64_t> contexts;
+  int64_t max_chunk = 256;
+  bool per_layer = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--max-chunk" && i + 1 < argc) {
+      max_chunk = std::atoll(argv[++i]);
+    } else if (a == "--per-layer") {
+      per_layer = true;
+    } else {
+      const long long ctx = std::atoll(a.c_str());
+      if (ctx <= 0) {
+        std::fprintf(stderr, "kv-memory: '%s' is not a context length\n", a.c_str());
+        return 2;
+      }
+      contexts.push_back(ctx);
+    }
+  }
+  if (contexts.empty()) contexts = {4096, 8192, 32768, 131072};
+  std::printf("KV cache memory, bf16, batch 1, ring chunk %lld (ring slots = window - 1 + chunk)\n\n",
+              static_cast<long long>(max_chunk));
+  std::printf("%-34s %10s %12s %12s\n", "model shape", "context", "MiB", "GiB");
+  for (int64_t ctx : contexts) {
+    for (int m = 0; m < 2; ++m) {
+      const kv::KvCacheConfig cfg = m == 0 ? kv::Gemma4_12BCache(ctx, std::min(max_chunk, ctx))
+                                           : kv::Gemma3_12BCache(ctx, std::min(max_chunk, ctx));
+      StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(cfg);
+      if (!plan.ok()) {
+        std::fprintf(stderr, "kv-memory: %s\n", plan.status().message().c_str());
+        return 1;
+      }
+      std::printf("%-34s %10lld %12.1f %12.3f\n", m == 0 ? "Gemma-4-12B (40 ring + 8 global)" : "Gemma-3-12B (40 ring + 8 global)",
+                  static_cast<long long>(ctx), plan.value().total_bytes / 1048576.0,
+                  plan.value().total_bytes / 1073741824.0);
+      if (per_layer) std::printf("%s\n", plan.value().Format().c_str());
+    }
+  }
+  return 0;
+}
+
+void Usage() {
+  std::printf("usage: tessera demo\n"
+              "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]\n");
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "demo") == 0) return Demo();
+  if (argc >= 2 && std::strcmp(argv[1], "kv-memory") == 0) return KvMemory(argc - 2, argv + 2);
   Usage();
   return argc >= 2 && std::strcmp(argv[1], "--help") == 0 ? 0 : 2;
 }

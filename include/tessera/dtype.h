@@ -39,4 +39,7 @@ void DecodeToF32(DType t, const void* src, float* dst, size_t n);
 // Encodes n f32 values into type `t` (rounding to nearest even).
 void EncodeFromF32(DType t, const float* src, void* dst, size_t n);
 
+// Converts n elements between any two types (through f32; exact when widening).
+void ConvertDType(DType from, const void* src, DType to, void* dst, size_t n);
+
 }  // namespace tessera

@@ -1,5 +1,9 @@
 // The executable specification: one query row at a time, every key evaluated with the full
 // predicate, double accumulation. Slow on purpose; every fast kernel is tested against it.
+// Visible keys are accumulated in (position, slot) order, so the result does not depend on where
+// a cache stores its keys: a ring store and a dense store holding the same tokens give bit-identical
+// outputs, which the KV cache property tests rely on.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -17,6 +21,7 @@ void ReferenceAttention(const AttentionParams& p) {
   std::vector<float> k_row(D), v_row(Dv);
   std::vector<double> scores(S_kv), acc(Dv);
   std::vector<char> visible(S_kv);
+  std::vector<int64_t> order;  // visible key slots sorted by position
   for (int64_t b = 0; b < B; ++b) {
     const int64_t valid = KvValid(m, b, S_kv);
     for (int64_t h = 0; h < Hq; ++h) {
@@ -43,10 +48,14 @@ void ReferenceAttention(const AttentionParams& p) {
           visible[j] = 1;
           max_s = std::max(max_s, s);
         }
+        order.clear();
+        for (int64_t j = 0; j < S_kv; ++j)
+          if (visible[j]) order.push_back(j);
+        const int32_t* kp = m.k_pos + b * S_kv;
+        std::sort(order.begin(), order.end(), [kp](int64_t x, int64_t y) { return kp[x] != kp[y] ? kp[x] < kp[y] : x < y; });
         double denom = 0;
         for (int64_t d = 0; d < Dv; ++d) acc[d] = 0;
-        for (int64_t j = 0; j < S_kv; ++j) {
-          if (!visible[j]) continue;
+        for (int64_t j : order) {
           const double w = std::exp(scores[j] - max_s);
           denom += w;
           DecodeToF32(p.v.dtype, p.v.At(b, g, j), v_row.data(), Dv);

@@ -49,7 +49,7 @@ Status ValidateAttention(const AttentionParams& p) {
                            std::to_string(p.k.dim));
   if (p.v.seq != S_kv)
     return InvalidArgument("Attention: k has " + std::to_string(S_kv) + " keys but v has " + std::to_string(p.v.seq));
-  if (p.out.data == nullptr || p.out.batch != B || p.out.heads != p.q.heads || p.out.seq != p.q.seq ||
+  if ((p.out.data == nullptr && p.q.seq > 0) || p.out.batch != B || p.out.heads != p.q.heads || p.out.seq != p.q.seq ||
       p.out.dim != p.v.dim)
     return InvalidArgument("Attention: out must be [" + std::to_string(B) + ", " + std::to_string(p.q.heads) +
                            ", " + std::to_string(p.q.seq) + ", " + std::to_string(p.v.dim) + "]");

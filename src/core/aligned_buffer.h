@@ -45,6 +45,8 @@ class AlignedBuffer {
   size_t size() const { return size_; }
   template <typename T>
   T* as() { return static_cast<T*>(data_); }
+  template <typename T>
+  const T* as() const { return static_cast<const T*>(data_); }
 
  private:
   void* data_ = nullptr;

@@ -1,5 +1,6 @@
 #include "tessera/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tessera {
@@ -96,6 +97,22 @@ void EncodeFromF32(DType t, const float* src, void* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
       return;
     }
+  }
+}
+
+void ConvertDType(DType from, const void* src, DType to, void* dst, size_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, n * DTypeSize(from));
+    return;
+  }
+  constexpr size_t kChunk = 256;  // stack staging: no allocation
+  float staging[kChunk];
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (size_t i = 0; i < n; i += kChunk) {
+    const size_t m = std::min(kChunk, n - i);
+    DecodeToF32(from, s + i * DTypeSize(from), staging, m);
+    EncodeFromF32(to, staging, d + i * DTypeSize(to), m);
   }
 }
 

@@ -1,0 +1,49 @@
+#include "kv/dense_store.h"
+
+#include <limits>
+#include <string>
+
+namespace tessera::kv {
+
+namespace {
+constexpr int32_t kNone = std::numeric_limits<int32_t>::min();
+}
+
+DenseStore::DenseStore(const KvGeometry& g, int64_t capacity)
+    : buf_(g, capacity), valid_(g.batch, 0), last_pos_(g.batch, kNone) {}
+
+Status DenseStore::Append(const KvAppend& in) {
+  TESSERA_RETURN_IF_ERROR(CheckAppend("DenseStore", buf_.geometry(), in, last_pos_.data()));
+  const int64_t B = buf_.geometry().batch, S = in.k.seq;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = in.count ? in.count[b] : S;
+    if (valid_[b] + n > capacity())
+      return OutOfRange("DenseStore::Append: row " + std::to_string(b) + " holds " + std::to_string(valid_[b]) +
+                        " tokens; appending " + std::to_string(n) + " exceeds capacity " + std::to_string(capacity()));
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = in.count ? in.count[b] : S;
+    for (int64_t i = 0; i < n; ++i) buf_.Write(in, b, i, valid_[b] + i);
+    valid_[b] += static_cast<int32_t>(n);
+    if (n > 0) last_pos_[b] = in.pos[b * S + n - 1];
+  }
+  return Status::Ok();
+}
+
+Status DenseStore::CanRewind(int64_t b, int64_t n) const {
+  if (b < 0 || b >= buf_.geometry().batch) return InvalidArgument("DenseStore::Rewind: row " + std::to_string(b) + " out of range");
+  if (n < 0 || n > valid_[b])
+    return OutOfRange("DenseStore::Rewind: row " + std::to_string(b) + " holds " + std::to_string(valid_[b]) +
+                      " tokens, cannot drop " + std::to_string(n));
+  return Status::Ok();
+}
+
+Status DenseStore::Rewind(int64_t b, int64_t n) {
+  TESSERA_RETURN_IF_ERROR(CanRewind(b, n));
+  for (int64_t t = valid_[b] - n; t < valid_[b]; ++t) buf_.Clear(b, t);
+  valid_[b] -= static_cast<int32_t>(n);
+  last_pos_[b] = valid_[b] > 0 ? buf_.pos(b, valid_[b] - 1) : kNone;
+  return Status::Ok();
+}
+
+}  // namespace tessera::kv
