@@ -13,7 +13,7 @@ std::string ProblemConfig::Describe() const {
   std::ostringstream s;
   s << "B=" << batch << " Hq=" << hq << " Hkv=" << hkv << " S_q=" << s_q << " S_kv=" << s_kv << " D=" << d
     << " Dv=" << dv << " kv=" << DTypeName(kv_dtype) << " causal=" << causal << " window=(" << window_left << ","
-    << window_right << ") blocks=" << blocks << " padding=" << padding << " ring=" << ring
+    << window_right << ") blocks=" << blocks << " blocks_ignore_window=" << blocks_ignore_window << " padding=" << padding << " ring=" << ring
     << " random_q_pos=" << random_q_pos << " dense=" << dense << " scale=" << scale << " softcap=" << softcap
     << " strided=" << strided_kv;
   return s.str();
@@ -32,6 +32,7 @@ ProblemConfig RandomMaskConfig(std::mt19937& rng, int64_t batch, int64_t hq, int
     c.window_right = c.causal ? 0 : uniform(-1, 40);
   }
   c.blocks = coin(0.5);
+  c.blocks_ignore_window = c.blocks && coin(0.3);
   c.padding = coin(0.4);
   c.ring = coin(0.3);
   c.random_q_pos = coin(0.15);
@@ -141,6 +142,7 @@ AttentionParams Problem::Params(std::vector<float>& out) const {
   if (c.blocks) {
     p.mask.q_block = q_blk_.data();
     p.mask.k_block = k_blk_.data();
+    p.mask.blocks_ignore_window = c.blocks_ignore_window;
   }
   if (c.dense == 1 || c.dense == 2) {
     p.mask.dense.kind = DenseMask::Kind::kAdditive;

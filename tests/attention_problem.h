@@ -19,6 +19,7 @@ struct ProblemConfig {
   bool causal = true;
   int32_t window_left = -1, window_right = -1;
   bool blocks = false;          // image blocks crossing tile edges
+  bool blocks_ignore_window = false;
   bool padding = false;         // per-row kv_valid < s_kv (including 0 for some row)
   bool ring = false;            // keys stored out of position order (slot = pos mod s_kv)
   bool random_q_pos = false;    // query positions drawn at random instead of bottom-right

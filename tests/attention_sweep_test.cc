@@ -121,7 +121,7 @@ TEST(AttentionDecode, LongContextAllFeatures) {
 // Each mask feature alone at a shape with several tiles in both directions.
 TEST(AttentionMasks, EachFeatureAlone) {
   ThreadPool pool(2);
-  for (int feature = 0; feature < 10; ++feature) {
+  for (int feature = 0; feature < 11; ++feature) {
     ProblemConfig c;
     c.batch = 3, c.hq = 4, c.hkv = 2, c.s_q = 150, c.s_kv = 300, c.d = 64, c.dv = 48;
     switch (feature) {
@@ -135,6 +135,7 @@ TEST(AttentionMasks, EachFeatureAlone) {
       case 7: c.dense = 2; break;
       case 8: c.dense = 3, c.blocks = true; break;
       case 9: c.random_q_pos = true, c.softcap = 2.0f, c.scale = 1.0f; break;
+      case 10: c.blocks = true, c.blocks_ignore_window = true, c.window_left = 20, c.window_right = 0; break;
     }
     Problem problem(c, 77 + feature);
     SCOPED_TRACE(c.Describe());
@@ -156,6 +157,22 @@ TEST(AttentionMasks, InvisibleKeysAreNeverRead) {
     problem.PoisonInvisibleKeys();
     SCOPED_TRACE(c.Describe());
     ExpectMatches(problem, RunReference(problem), {AttentionKernel::kPrefill, AttentionKernel::kDecode}, &pool);
+  }
+}
+
+// Scratch planning must cover what the kernels take for every shape, including the tiniest (each
+// Take() rounds to 64 bytes), on a fresh arena: an undersized plan aborts with "arena overflow".
+TEST(AttentionScratch, FreshArenaSufficesForTinyShapes) {
+  for (int64_t dv : {1, 3, 8, 17}) {
+    for (int64_t hq : {1, 2, 4}) {
+      for (int threads : {1, 2, 3}) {
+        ProblemConfig c;
+        c.batch = 1, c.hq = hq, c.hkv = 1, c.s_q = 1, c.s_kv = 1 + dv, c.d = 8, c.dv = dv;
+        Problem problem(c, 5);
+        ThreadPool pool(threads);
+        ExpectMatches(problem, RunReference(problem), {AttentionKernel::kDecode, AttentionKernel::kPrefill}, &pool);
+      }
+    }
   }
 }
 

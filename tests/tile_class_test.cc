@@ -31,6 +31,7 @@ TEST(TileClass, SoundOnRandomTiles) {
     m.causal = u(0, 4) != 0;
     m.window_left = u(0, 2) ? u(0, 12) : -1;
     m.window_right = u(0, 2) ? u(0, 12) : -1;
+    m.blocks_ignore_window = u(0, 2) == 0;
     Tile q, k;
     const int nq = u(1, 6), nk = u(1, 6), base = u(0, 20);
     const int max_blk = u(0, 2);  // 0: blocks {-1, 0}; larger: several images

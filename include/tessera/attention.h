@@ -3,6 +3,9 @@
 // Visible(q, k) = valid(k) AND window(q_pos - k_pos)
 //                 AND ((k_pos <= q_pos if causal else true) OR (q_block >= 0 AND q_block == k_block))
 //                 AND dense mask allows it.
+// With blocks_ignore_window (transformers' gemma4_unified "vision" sliding layers) the block term
+// bypasses the window instead:
+//   Visible(q, k) = valid(k) AND ((window AND causal-part) OR same block) AND dense.
 // A query row with no visible key yields zeros. Scores: s = (q.k) * scale, then softcap
 // c*tanh(s/c) if c > 0, then the additive dense bias, then softmax in f32, then P.V.
 #pragma once
@@ -74,6 +77,7 @@ struct MaskSpec {
   int32_t window_right = -1;  // keys at most this many positions after the query; -1 = unbounded
   const int32_t* q_block = nullptr;  // [B, S_q] block id, -1 = in no block; null = no blocks
   const int32_t* k_block = nullptr;  // [B, S_kv] block id, -1 = in no block; null = no blocks
+  bool blocks_ignore_window = false;  // same-block pairs are visible even outside the window
   DenseMask dense;
 };
 

@@ -25,7 +25,8 @@ void CheckLen(const char* name, const py::array& a, int64_t want) {
 }
 
 // Fills `m` from the arrays (which must outlive it).
-MaskSpec BuildMask(const MaskArrays& a, int64_t B, int64_t S_q, int64_t S_kv, bool causal, int32_t wl, int32_t wr) {
+MaskSpec BuildMask(const MaskArrays& a, int64_t B, int64_t S_q, int64_t S_kv, bool causal, int32_t wl, int32_t wr,
+                   bool blocks_ignore_window) {
   CheckLen("q_pos", a.q_pos, B * S_q);
   CheckLen("k_pos", a.k_pos, B * S_kv);
   CheckLen("kv_valid", a.kv_valid, B);
@@ -42,6 +43,7 @@ MaskSpec BuildMask(const MaskArrays& a, int64_t B, int64_t S_q, int64_t S_kv, bo
     m.q_block = a.q_block.data();
     m.k_block = a.k_block.data();
   }
+  m.blocks_ignore_window = blocks_ignore_window;
   if (a.bias.ndim() == 4) {
     const bool is_bool = a.bias.dtype().is(py::dtype::of<bool>());
     const bool is_f32 = a.bias.dtype().is(py::dtype::of<float>());
@@ -85,7 +87,7 @@ AttentionKernel ParseKernel(const std::string& name) {
 }
 
 py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32Array& v, const MaskArrays& arrays,
-                                bool causal, int32_t wl, int32_t wr, float scale, float softcap,
+                                bool causal, int32_t wl, int32_t wr, bool biw, float scale, float softcap,
                                 const std::string& kv_dtype, const std::string& kernel, int threads) {
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4)
     throw py::value_error("q, k, v must be 4-D [B, H, S, D]");
@@ -93,7 +95,7 @@ py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32A
   if (!ParseDType(kv_dtype, &dt)) throw py::value_error("unknown kv_dtype '" + kv_dtype + "' (f32, bf16, f16)");
   const int64_t B = q.shape(0), Hq = q.shape(1), S_q = q.shape(2);
   const int64_t S_kv = k.shape(2), Dv = v.shape(3);
-  MaskSpec mask = BuildMask(arrays, B, S_q, S_kv, causal, wl, wr);
+  MaskSpec mask = BuildMask(arrays, B, S_q, S_kv, causal, wl, wr, biw);
   StoredKv ks = Store(k, dt), vs = Store(v, dt);
   py::array_t<float> out({B, Hq, S_q, Dv});
   AttentionParams p;
@@ -104,11 +106,12 @@ py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32A
   p.mask = mask;
   p.scale = scale;
   p.softcap = softcap;
-  AttentionContext ctx{Runtime().Pool(threads), &Runtime().scratch};
   const AttentionKernel kern = ParseKernel(kernel);
   Status st;
   {
     py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(Runtime().mu);
+    AttentionContext ctx{Runtime().Pool(threads), &Runtime().scratch};
     st = Attention(p, ctx, kern);
   }
   ThrowIfError(st);
@@ -116,10 +119,10 @@ py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32A
 }
 
 py::array_t<float> AttentionBiasRaw(int64_t B, int64_t S_q, int64_t S_kv, const MaskArrays& arrays, bool causal,
-                                    int32_t wl, int32_t wr, float masked_value) {
+                                    int32_t wl, int32_t wr, bool biw, float masked_value) {
   if (arrays.bias.ndim() == 4 && arrays.bias.shape(1) != 1)
     throw py::value_error("attention_bias: bias must broadcast with a head dimension of 1");
-  MaskSpec mask = BuildMask(arrays, B, S_q, S_kv, causal, wl, wr);
+  MaskSpec mask = BuildMask(arrays, B, S_q, S_kv, causal, wl, wr, biw);
   py::array_t<float> out({B, int64_t{1}, S_q, S_kv});
   ThrowIfError(AttentionBias(mask, B, S_q, S_kv, masked_value, out.mutable_data()));
   return out;
@@ -136,17 +139,18 @@ void BindAttention(py::module_& m) {
   m.def(
       "_attention",
       [](const F32Array& q, const F32Array& k, const F32Array& v, const I32Array& q_pos, const I32Array& k_pos,
-         const I32Array& kv_valid, bool causal, int32_t wl, int32_t wr, const I32Array& q_block,
+         const I32Array& kv_valid, bool causal, int32_t wl, int32_t wr, bool biw, const I32Array& q_block,
          const I32Array& k_block, const py::array& bias, float scale, float softcap, const std::string& kv_dtype,
          const std::string& kernel, int threads) {
         MaskArrays a{q_pos, k_pos, kv_valid, q_block, k_block, bias};
-        return AttentionRaw(q, k, v, a, causal, wl, wr, scale, softcap, kv_dtype, kernel, threads);
+        return AttentionRaw(q, k, v, a, causal, wl, wr, biw, scale, softcap, kv_dtype, kernel, threads);
       });
   m.def("_attention_bias", [](int64_t B, int64_t S_q, int64_t S_kv, const I32Array& q_pos, const I32Array& k_pos,
-                              const I32Array& kv_valid, bool causal, int32_t wl, int32_t wr, const I32Array& q_block,
-                              const I32Array& k_block, const py::array& bias, float masked_value) {
+                              const I32Array& kv_valid, bool causal, int32_t wl, int32_t wr, bool biw,
+                              const I32Array& q_block, const I32Array& k_block, const py::array& bias,
+                              float masked_value) {
     MaskArrays a{q_pos, k_pos, kv_valid, q_block, k_block, bias};
-    return AttentionBiasRaw(B, S_q, S_kv, a, causal, wl, wr, masked_value);
+    return AttentionBiasRaw(B, S_q, S_kv, a, causal, wl, wr, biw, masked_value);
   });
   m.def("_f32_to_bf16_bits", [](const F32Array& x) {
     py::array_t<uint16_t> out(x.size());

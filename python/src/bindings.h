@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 
 #include "core/aligned_buffer.h"
@@ -26,9 +27,11 @@ inline void ThrowIfError(const Status& s) {
 
 // Execution resources of the Python front end: one pool per thread count, one scratch arena.
 // The C++ API takes these explicitly; Python callers get them implicitly.
+// Calls that use `scratch` hold `mu` (the GIL is released while kernels run).
 struct PyRuntime {
   std::map<int, std::unique_ptr<ThreadPool>> pools;
   Arena scratch;
+  std::mutex mu;
   ThreadPool* Pool(int threads) {
     if (threads <= 0) threads = DefaultThreadCount();
     auto& slot = pools[threads];

@@ -8,6 +8,8 @@ Mask arguments (shared by `attention` and `attention_bias`), per DESIGN.md secti
   causal; window=(left, right) in keys before/after the query, -1 = unbounded
       (HF sliding_window=W is window=(W-1, 0));
   q_block [B, S_q] / k_block [B, S_kv]: block ids, -1 = no block (image tokens of one image share one);
+  blocks_ignore_window: same-block pairs are visible even outside the window, i.e.
+      (window AND causal) OR block instead of window AND (causal OR block) (gemma4_unified sliding layers);
   bias: float32 additive or bool (True = attend), broadcastable to [B, Hq, S_q, S_kv].
 """
 from __future__ import annotations
@@ -77,8 +79,8 @@ def _window(window):
 
 
 def attention(q, k, v, *, q_pos=None, k_pos=None, kv_valid=None, causal=True, window=(-1, -1),
-              q_block=None, k_block=None, bias=None, scale=None, softcap=0.0, kv_dtype="f32",
-              kernel="auto", num_threads=0):
+              q_block=None, k_block=None, blocks_ignore_window=False, bias=None, scale=None, softcap=0.0,
+              kv_dtype="f32", kernel="auto", num_threads=0):
     """Grouped-query attention with a structured mask; returns [B, Hq, S_q, Dv] float32.
 
     K/V are stored in `kv_dtype` (f32, bf16, f16; rounded to nearest even) and computed in f32.
@@ -96,16 +98,19 @@ def attention(q, k, v, *, q_pos=None, k_pos=None, kv_valid=None, causal=True, wi
     arrays = _mask_arrays(B, Hq, S_q, S_kv, q_pos, k_pos, kv_valid, q_block, k_block, bias, Hq)
     wl, wr = _window(window)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    return _tessera._attention(q, k, v, arrays[0], arrays[1], arrays[2], bool(causal), wl, wr, arrays[3],
+    return _tessera._attention(q, k, v, arrays[0], arrays[1], arrays[2], bool(causal), wl, wr,
+                               bool(blocks_ignore_window), arrays[3],
                                arrays[4], arrays[5], scale, float(softcap), str(kv_dtype), str(kernel),
                                int(num_threads))
 
 
 def attention_bias(batch, s_q, s_kv, *, q_pos=None, k_pos=None, kv_valid=None, causal=True,
-                   window=(-1, -1), q_block=None, k_block=None, bias=None, masked_value=-np.inf):
+                   window=(-1, -1), q_block=None, k_block=None, blocks_ignore_window=False, bias=None,
+                   masked_value=-np.inf):
     """The same mask as a dense additive float32 bias [B, 1, S_q, S_kv]: 0 where visible (plus
     `bias` if given), `masked_value` elsewhere (-inf, or e.g. np.finfo(np.float32).min)."""
     arrays = _mask_arrays(int(batch), 1, int(s_q), int(s_kv), q_pos, k_pos, kv_valid, q_block, k_block, bias, 1)
     wl, wr = _window(window)
     return _tessera._attention_bias(int(batch), int(s_q), int(s_kv), arrays[0], arrays[1], arrays[2],
-                                    bool(causal), wl, wr, arrays[3], arrays[4], arrays[5], float(masked_value))
+                                    bool(causal), wl, wr, bool(blocks_ignore_window), arrays[3], arrays[4],
+                                    arrays[5], float(masked_value))

@@ -26,7 +26,8 @@ size_t DecodeScratchBytes(const AttentionParams& p, int num_threads) {
   const int64_t splits = SplitCount(p, num_threads);
   const int64_t rows = (p.q.heads / p.k.heads) * p.q.seq;
   const int64_t items = p.q.batch * p.k.heads * splits;
-  return Arena::Bytes<RangeSummary>(1) + Arena::Bytes<float>(items * rows * (p.v.dim + 2)) +
+  // One term per Take() in DecodeAttention, each rounded the same way.
+  return Arena::Bytes<float>(items * rows * p.v.dim) + 2 * Arena::Bytes<float>(items * rows) +
          Arena::Bytes<float>(num_threads * GroupTileKernel::ScratchFloats(p, rows));
 }
 

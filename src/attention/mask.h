@@ -19,10 +19,11 @@ inline int64_t KvValid(const MaskSpec& m, int64_t b, int64_t s_kv) {
 // given the query's position and block. Key validity is checked by the caller.
 inline bool StructuredVisible(const MaskSpec& m, int32_t qp, int32_t qb, int32_t kp, int32_t kb) {
   const int64_t d = static_cast<int64_t>(qp) - kp;  // > 0: key before the query
-  if (m.window_left >= 0 && d > m.window_left) return false;
-  if (m.window_right >= 0 && -d > m.window_right) return false;
-  if (!m.causal || d >= 0) return true;
-  return qb >= 0 && qb == kb;
+  const bool in_window = (m.window_left < 0 || d <= m.window_left) && (m.window_right < 0 || -d <= m.window_right);
+  const bool causal_ok = !m.causal || d >= 0;
+  const bool same_block = qb >= 0 && qb == kb;
+  if (m.blocks_ignore_window) return (in_window && causal_ok) || same_block;
+  return in_window && (causal_ok || same_block);
 }
 
 // Dense-mask contribution for (b, h, i, j): the additive value, or -inf where masked.
@@ -70,19 +71,24 @@ enum class TileClass { kEmpty, kFull, kPartial };
 inline TileClass ClassifyTile(const MaskSpec& m, const RangeSummary& q, const RangeSummary& k,
                               bool all_keys_valid) {
   if (k.empty() || q.empty()) return TileClass::kEmpty;
-  // Window: every pair out of range on one side.
-  if (m.window_left >= 0 && static_cast<int64_t>(q.pos_min) - k.pos_max > m.window_left) return TileClass::kEmpty;
-  if (m.window_right >= 0 && static_cast<int64_t>(k.pos_min) - q.pos_max > m.window_right) return TileClass::kEmpty;
+  // "possible": some pair may satisfy the term; "always": every pair does.
+  const bool window_possible =
+      (m.window_left < 0 || static_cast<int64_t>(q.pos_min) - k.pos_max <= m.window_left) &&
+      (m.window_right < 0 || static_cast<int64_t>(k.pos_min) - q.pos_max <= m.window_right);
   const bool causal_possible = !m.causal || k.pos_min <= q.pos_max;
   const bool block_possible = q.blk_max >= 0 && k.blk_max >= 0 && q.blk_min <= k.blk_max && k.blk_min <= q.blk_max;
-  if (!causal_possible && !block_possible) return TileClass::kEmpty;
+  const bool possible = m.blocks_ignore_window ? (window_possible && causal_possible) || block_possible
+                                               : window_possible && (causal_possible || block_possible);
+  if (!possible) return TileClass::kEmpty;
   if (m.dense.present() || !all_keys_valid) return TileClass::kPartial;
   const bool window_always =
       (m.window_left < 0 || static_cast<int64_t>(q.pos_max) - k.pos_min <= m.window_left) &&
       (m.window_right < 0 || static_cast<int64_t>(k.pos_max) - q.pos_min <= m.window_right);
   const bool causal_always = !m.causal || k.pos_max <= q.pos_min;
   const bool block_always = q.all_in_one_block && k.all_in_one_block && q.blk_min == k.blk_min;
-  return window_always && (causal_always || block_always) ? TileClass::kFull : TileClass::kPartial;
+  const bool always = m.blocks_ignore_window ? (window_always && causal_always) || block_always
+                                             : window_always && (causal_always || block_always);
+  return always ? TileClass::kFull : TileClass::kPartial;
 }
 
 }  // namespace tessera::attn

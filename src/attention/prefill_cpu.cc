@@ -26,6 +26,7 @@ Plan MakePlan(const AttentionParams& p) {
 size_t PrefillScratchBytes(const AttentionParams& p, int num_threads) {
   const Plan plan = MakePlan(p);
   const int64_t B = p.q.batch;
+  // One term per Take() in PrefillAttention, each rounded the same way.
   return Arena::Bytes<RangeSummary>(B * plan.q_blocks) + Arena::Bytes<RangeSummary>(B * plan.k_tiles) +
          Arena::Bytes<float>(num_threads * GroupTileKernel::ScratchFloats(p, plan.group * plan.n_q_block));
 }

@@ -1,0 +1,73 @@
+// The ONNX `Attention` operator, opsets 23 and 24, on tessera::Attention.
+//
+// Semantics follow the ONNX specification and its reference implementation
+// (onnx/reference/ops/op_attention.py); onnxruntime's CPU kernel agrees wherever it accepts the
+// input. The node maps onto one structured-mask call:
+//   present = concat(past, new K/V) along the sequence; keys j = 0 .. T-1, T = P + S_kv, k_pos = j.
+//   is_causal: query i has position offset + i and sees keys j <= offset + i, where
+//     offset = P (past_key given), nonpad_kv_seqlen[b] - S_q (opset 24 external cache), else 0
+//     (top-left even when S_q < S_kv). A negative offset leaves leading rows with no key.
+//   nonpad_kv_seqlen[b]: keys >= nonpad[b] are invisible (kv_valid).
+//   attn_mask: bool (true = attend) or float (added after softcap), broadcast right-aligned to
+//     [B, Hq, S_q, L] with strides 0 on broadcast dims. A mask with L < T key columns is padded
+//     with -inf / false by ONNX, i.e. keys >= L are invisible (kv_valid = min(nonpad, L)).
+//   scores = (q.k) * scale, scale default 1/sqrt(D); softcap c > 0: c*tanh(s/c); softmax in f32.
+//   A query row with no visible key yields zeros.
+//   GQA: query head h reads KV head h / (Hq / Hkv).
+// qk_matmul_output is not produced (Unimplemented).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "onnx/op_context.h"
+#include "onnx/tensor_ref.h"
+#include "tessera/status.h"
+
+namespace tessera::onnx {
+
+struct AttentionInputs {
+  TensorRef q;  // [B, Hq, S_q, D] or [B, S_q, Hq*D] f32
+  TensorRef k;  // [B, Hkv, S_kv, D] or [B, S_kv, Hkv*D] f32 (same rank as q)
+  TensorRef v;  // [B, Hkv, S_kv, Dv] or [B, S_kv, Hkv*Dv] f32 (same rank as q)
+  std::optional<TensorRef> attn_mask;         // broadcastable to [B, Hq, S_q, L], L <= T; bool or f32
+  std::optional<TensorRef> past_key;          // [B, Hkv, P, D] f32
+  std::optional<TensorRef> past_value;        // [B, Hkv, P, Dv] f32
+  std::optional<TensorRef> nonpad_kv_seqlen;  // [B] int64, opset 24 only, not with past_key
+};
+
+struct AttentionAttrs {
+  int opset = 24;                      // 23 or 24
+  int64_t is_causal = 0;               // 0 or 1
+  std::optional<int64_t> q_num_heads;  // required for 3-D inputs; must match the shape for 4-D
+  std::optional<int64_t> kv_num_heads;
+  std::optional<float> scale;  // absent = 1/sqrt(D)
+  float softcap = 0.0f;        // 0 = off; must be >= 0
+  int64_t qk_matmul_output_mode = 0;
+};
+
+// Output shapes of a node; present_* also when the node does not request them.
+struct AttentionShapes {
+  std::vector<int64_t> y;              // [B, Hq, S_q, Dv] or [B, S_q, Hq*Dv]
+  std::vector<int64_t> present_key;    // [B, Hkv, T, D]
+  std::vector<int64_t> present_value;  // [B, Hkv, T, Dv]
+};
+
+struct AttentionOutputs {
+  MutableTensorRef y;                            // AttentionShapes::y, f32
+  std::optional<MutableTensorRef> present_key;   // AttentionShapes::present_key, f32; required with past_key
+  std::optional<MutableTensorRef> present_value; // AttentionShapes::present_value, f32; required with past_value
+  bool qk_matmul_output = false;                 // requesting it returns Unimplemented
+};
+
+// Validates the inputs and attributes (everything that does not need output buffers) and
+// returns the output shapes.
+StatusOr<AttentionShapes> InferAttentionShapes(const AttentionInputs& in, const AttentionAttrs& attrs);
+
+// Runs the node. Every bad input returns InvalidArgument naming the operator, the argument and
+// the value. Output buffers must not overlap the inputs.
+Status Attention(const AttentionInputs& in, const AttentionAttrs& attrs, const AttentionOutputs& out,
+                 OpContext& ctx);
+
+}  // namespace tessera::onnx
