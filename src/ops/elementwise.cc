@@ -1,0 +1,50 @@
+#include "ops/elementwise.h"
+
+#include <cmath>
+
+namespace tessera::ops {
+
+void RmsNorm(const float* x, int64_t x_stride, const float* w, float offset, float eps, int64_t n, int64_t d, float* y,
+             int64_t y_stride) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * x_stride;
+    float* yr = y + r * y_stride;
+    float ss = 0.0f;  // f32 accumulation, as torch's pow(2).mean() in float32
+    for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+    for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * (w ? offset + w[i] : 1.0f);
+  }
+}
+
+void Rope(float* x, int64_t n, int64_t heads, int64_t d, int64_t x_stride, int64_t head_stride, const int32_t* pos,
+          const float* inv_freq, float attention_scaling) {
+  const int64_t half = d / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // torch computes freqs = pos * inv_freq in f32, then cos/sin in f32.
+      const float angle = static_cast<float>(pos[t]) * inv_freq[i];
+      const float c = std::cos(angle) * attention_scaling, s = std::sin(angle) * attention_scaling;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x + t * x_stride + h * head_stride;
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void GeGlu(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float gelu = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+    out[i] = gelu * up[i];
+  }
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+}  // namespace tessera::ops

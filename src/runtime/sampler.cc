@@ -1,0 +1,58 @@
+#include "runtime/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+namespace tessera::runtime {
+
+Status ValidateSampling(const SamplingParams& p) {
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+    return InvalidArgument("Sampler: temperature " + std::to_string(p.temperature) + " must be finite and >= 0");
+  if (p.top_k < 0) return InvalidArgument("Sampler: top_k " + std::to_string(p.top_k) + " must be >= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    return InvalidArgument("Sampler: top_p " + std::to_string(p.top_p) + " must be in (0, 1]");
+  return Status::Ok();
+}
+
+Sampler::Sampler(const SamplingParams& params, int64_t vocab)
+    : p_(params), rng_(params.seed), order_(vocab), probs_(vocab) {}
+
+int32_t Sampler::Sample(const float* logits) {
+  const int64_t V = static_cast<int64_t>(order_.size());
+  if (p_.temperature == 0.0f) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
+  std::iota(order_.begin(), order_.end(), 0);
+  const int64_t k = p_.top_k > 0 ? std::min(p_.top_k, V) : V;
+  auto by_logit = [logits](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; };
+  std::partial_sort(order_.begin(), order_.begin() + k, order_.end(), by_logit);
+  const float mx = logits[order_[0]];
+  double total = 0;
+  for (int64_t i = 0; i < k; ++i) total += probs_[i] = std::exp((logits[order_[i]] - mx) / p_.temperature);
+  int64_t keep = k;
+  if (p_.top_p < 1.0f) {
+    double cum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      cum += probs_[i] / total;
+      if (cum >= p_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (int64_t i = 0; i < keep; ++i) kept += probs_[i];
+  double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
+  for (int64_t i = 0; i < keep; ++i) {
+    u -= probs_[i];
+    if (u < 0) return order_[i];
+  }
+  return order_[keep - 1];
+}
+
+}  // namespace tessera::runtime

@@ -1,0 +1,36 @@
+// Next-token choice from a logits row: greedy, or temperature / top-k / top-p sampling with a
+// seeded generator (one per session, passed explicitly: runs are reproducible).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "tessera/status.h"
+
+namespace tessera::runtime {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy (argmax, lowest id on ties)
+  int64_t top_k = 0;         // 0 = off
+  float top_p = 1.0f;        // 1 = off; keep the smallest set whose probability reaches top_p
+  uint64_t seed = 0;
+};
+
+Status ValidateSampling(const SamplingParams& p);
+
+class Sampler {
+ public:
+  // `vocab` bounds the scratch it allocates once here.
+  Sampler(const SamplingParams& params, int64_t vocab);
+  // Picks a token from logits [vocab] f32 (not modified).
+  int32_t Sample(const float* logits);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<int32_t> order_;  // [vocab] candidate ids
+  std::vector<float> probs_;    // [vocab]
+};
+
+}  // namespace tessera::runtime

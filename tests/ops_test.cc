@@ -1,0 +1,115 @@
+// Ops against plain references: Linear vs double-accumulating loops for every weight dtype;
+// RMSNorm, RoPE, GeGLU against formulas evaluated in double; the sampler's statistics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "ops/elementwise.h"
+#include "ops/linear.h"
+#include "runtime/sampler.h"
+
+namespace tessera {
+namespace {
+
+TEST(Linear, MatchesReferenceForAllWeightDtypes) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  ThreadPool pool(3);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (auto [n, in, out] : {std::tuple{1, 7, 5}, {3, 64, 33}, {17, 1030, 40}, {2, 513, 129}}) {
+      std::vector<float> wf(out * in), x(n * (in + 3)), y(n * out), ref(n * out);
+      for (float& v : wf) v = nd(rng);
+      for (float& v : x) v = nd(rng);
+      std::vector<uint8_t> w(wf.size() * DTypeSize(dt));
+      EncodeFromF32(dt, wf.data(), w.data(), wf.size());
+      const ops::WeightView wv{w.data(), dt, out, in};
+      ops::Linear(wv, x.data(), n, in + 3, y.data(), out, &pool);
+      ops::LinearReference(wv, x.data(), n, in + 3, ref.data(), out);
+      // f32 accumulation of `in` products of N(0,1) values vs double: ~sqrt(in) * 6e-8 * |terms|.
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 2e-5 * std::sqrt(double(in)) * 4) << i;
+    }
+  }
+}
+
+TEST(Elementwise, RmsNormMatchesFormula) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  const int64_t n = 3, d = 37;
+  std::vector<float> x(n * d), w(d), y(n * d);
+  for (float& v : x) v = nd(rng);
+  for (float& v : w) v = nd(rng);
+  for (float offset : {0.0f, 1.0f}) {
+    ops::RmsNorm(x.data(), d, w.data(), offset, 1e-6f, n, d, y.data(), d);
+    for (int64_t r = 0; r < n; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < d; ++i) ss += double(x[r * d + i]) * x[r * d + i];
+      const double inv = 1.0 / std::sqrt(ss / d + 1e-6);
+      for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(y[r * d + i], x[r * d + i] * inv * (offset + w[i]), 1e-5);
+    }
+  }
+  ops::RmsNorm(x.data(), d, nullptr, 0.0f, 1e-6f, n, d, y.data(), d);  // weightless
+  double ss = 0;
+  for (int64_t i = 0; i < d; ++i) ss += double(x[i]) * x[i];
+  EXPECT_NEAR(y[5], x[5] / std::sqrt(ss / d + 1e-6), 1e-5);
+}
+
+TEST(Elementwise, RopeRotatesHalvesByPositionTimesFrequency) {
+  const int64_t d = 8, heads = 2;
+  std::vector<float> x(heads * d), orig;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.1f * (i + 1);
+  orig = x;
+  const float inv_freq[4] = {1.0f, 0.1f, 0.01f, 0.0f};  // a zero frequency leaves its pair unchanged
+  const int32_t pos[1] = {7};
+  ops::Rope(x.data(), 1, heads, d, heads * d, d, pos, inv_freq, 1.0f);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < 4; ++i) {
+      const double a = orig[h * d + i], b = orig[h * d + i + 4], t = 7.0 * inv_freq[i];
+      EXPECT_NEAR(x[h * d + i], a * std::cos(t) - b * std::sin(t), 1e-6);
+      EXPECT_NEAR(x[h * d + i + 4], b * std::cos(t) + a * std::sin(t), 1e-6);
+    }
+}
+
+TEST(Elementwise, GeGluMatchesTanhGelu) {
+  const float g[4] = {-3.0f, -0.5f, 0.0f, 2.0f}, u[4] = {1.0f, 2.0f, 3.0f, -1.0f};
+  float out[4];
+  ops::GeGlu(g, u, 4, out);
+  for (int i = 0; i < 4; ++i) {
+    const double x = g[i];
+    const double gelu = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    EXPECT_NEAR(out[i], gelu * u[i], 1e-6);
+  }
+}
+
+TEST(Sampler, GreedyTemperatureTopKTopP) {
+  const float logits[5] = {1.0f, 3.0f, 3.0f, 0.0f, 2.0f};
+  runtime::Sampler greedy({0.0f, 0, 1.0f, 0}, 5);
+  EXPECT_EQ(greedy.Sample(logits), 1);  // lowest id among ties
+  // top_k = 2 keeps {1, 2} only; both equally likely.
+  runtime::Sampler topk({1.0f, 2, 1.0f, 42}, 5);
+  std::map<int, int> seen;
+  for (int i = 0; i < 4000; ++i) ++seen[topk.Sample(logits)];
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_NEAR(seen[1] / 4000.0, 0.5, 0.05);
+  // top_p: probabilities at T=1 are ~{0.05, 0.39, 0.39, 0.02, 0.14}: p = 0.7 keeps the two 3.0s.
+  runtime::Sampler topp({1.0f, 0, 0.7f, 7}, 5);
+  for (int i = 0; i < 1000; ++i) {
+    const int t = topp.Sample(logits);
+    ASSERT_TRUE(t == 1 || t == 2) << t;
+  }
+  // Plain temperature sampling follows softmax(logits / T).
+  runtime::Sampler plain({2.0f, 0, 1.0f, 9}, 5);
+  std::map<int, int> counts;
+  const int trials = 40000;
+  for (int i = 0; i < trials; ++i) ++counts[plain.Sample(logits)];
+  double z = 0;
+  for (float l : logits) z += std::exp(l / 2.0);
+  for (int t = 0; t < 5; ++t) EXPECT_NEAR(counts[t] / double(trials), std::exp(logits[t] / 2.0) / z, 0.01) << t;
+  EXPECT_FALSE(runtime::ValidateSampling({-1.0f, 0, 1.0f, 0}).ok());
+  EXPECT_FALSE(runtime::ValidateSampling({1.0f, 0, 0.0f, 0}).ok());
+}
+
+}  // namespace
+}  // namespace tessera
