@@ -1,7 +1,9 @@
 """ONNX-operator semantics on Tessera kernels.
 
 `attention` is the ONNX `Attention` operator (opsets 23 and 24); `group_query_attention` is
-`com.microsoft.GroupQueryAttention` as onnxruntime's CPU kernel computes it. Both map the node
+`com.microsoft.GroupQueryAttention` as onnxruntime's CPU kernel computes it; `tensor_scatter` is
+the ONNX `TensorScatter` operator (opset 24), the update rule of external KV caches (src/kv/
+tensor_scatter.h; tessera.kv.ExternalStore applies it in place). The attention adapters map the node
 onto one structured-mask Tessera call (positions, valid key counts, causal flag, window, and the
 ONNX mask as a strided dense-mask view); see src/onnx/attention.h and
 src/onnx/group_query_attention.h for the exact semantics. Inputs are float32 numpy arrays (other
@@ -13,7 +15,7 @@ import numpy as np
 
 from ._tessera import onnx as _onnx
 
-__all__ = ["attention", "group_query_attention"]
+__all__ = ["attention", "group_query_attention", "tensor_scatter"]
 
 
 def _f32(name, x):
@@ -130,3 +132,24 @@ def group_query_attention(query, key, value, past_key, past_value, seqlens_k, to
         _opt_f32("attention_bias", attention_bias), int(num_heads), int(kv_num_heads), int(local_window_size),
         float(softcap), 0.0 if scale is None else float(scale), bool(inplace) and past_key is not None,
         str(kernel), int(num_threads))
+
+
+def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="linear"):
+    """ONNX `TensorScatter` (opset 24). Returns present, a new array shaped and typed as past_cache.
+
+    present = past_cache, then along `axis` (any axis but 0, the batch; default -2, the sequence
+    axis of [B, H, max_seq, D]): present[b, ..., idx(i), ...] = update[b, ..., i, ...] for
+    i < update.shape[axis], idx(i) = write_indices[b] + i (mode="linear": must stay below
+    past_cache.shape[axis]) or that value modulo past_cache.shape[axis] (mode="circular").
+    update matches past_cache in every other dim and in dtype (any numpy dtype except object; data
+    is copied by item size). write_indices [B] int (None = zeros) must be >= 0.
+    Bad input (shapes, dtypes, an index that leaves the cache in linear mode) raises ValueError.
+    """
+    past = np.ascontiguousarray(past_cache)
+    upd = np.ascontiguousarray(update)
+    if upd.dtype != past.dtype:
+        raise ValueError(f"TensorScatter: update dtype {upd.dtype} differs from past_cache dtype {past.dtype}")
+    wi = None if write_indices is None else _ints("write_indices", write_indices, np.int64)
+    if int(axis) != axis:
+        raise ValueError(f"TensorScatter: axis must be an integer, got {axis!r}")
+    return _onnx.tensor_scatter(past, upd, wi, int(axis), str(mode))

@@ -1,5 +1,6 @@
 #include "kv/concat_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -12,6 +13,9 @@ ConcatStore::ConcatStore(const KvGeometry& g)
 Status ConcatStore::Append(const KvAppend& in) {
   TESSERA_RETURN_IF_ERROR(CheckAppend("ConcatStore", g_, in, last_pos_.data()));
   const int64_t B = g_.batch, H = g_.kv_heads, S = in.k.seq, len = len_ + S;
+  if (in.k.batch != B)
+    return InvalidArgument("ConcatStore::Append: batch " + std::to_string(in.k.batch) + " != store batch " +
+                           std::to_string(B));
   for (int64_t b = 0; b < B; ++b)
     if (in.count && in.count[b] != S)
       return InvalidArgument("ConcatStore::Append: every row must append the same number of tokens");
@@ -48,6 +52,13 @@ Status ConcatStore::Append(const KvAppend& in) {
   k_ = std::move(k), v_ = std::move(v), pos_ = std::move(pos), blk_ = std::move(blk);
   len_ = len;
   return Status::Ok();
+}
+
+void ConcatStore::Clear() {
+  len_ = 0;
+  k_ = AlignedBuffer(), v_ = AlignedBuffer(), pos_ = AlignedBuffer(), blk_ = AlignedBuffer();
+  std::fill(valid_.begin(), valid_.end(), 0);
+  std::fill(last_pos_.begin(), last_pos_.end(), std::numeric_limits<int32_t>::min());
 }
 
 Status ConcatStore::CanRewind(int64_t b, int64_t n) const {

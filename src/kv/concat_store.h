@@ -19,6 +19,7 @@ class ConcatStore final : public KvStore {
   Status CanRewind(int64_t b, int64_t n) const override;
   Status Rewind(int64_t b, int64_t n) override;
   KvView View() const override;
+  void Clear() override;
 
   int64_t capacity() const override { return len_; }
   int64_t write_pos(int64_t) const override { return len_; }

@@ -1,5 +1,6 @@
 #include "kv/dense_store.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -14,7 +15,7 @@ DenseStore::DenseStore(const KvGeometry& g, int64_t capacity)
 
 Status DenseStore::Append(const KvAppend& in) {
   TESSERA_RETURN_IF_ERROR(CheckAppend("DenseStore", buf_.geometry(), in, last_pos_.data()));
-  const int64_t B = buf_.geometry().batch, S = in.k.seq;
+  const int64_t B = in.k.batch, S = in.k.seq;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = in.count ? in.count[b] : S;
     if (valid_[b] + n > capacity())
@@ -28,6 +29,12 @@ Status DenseStore::Append(const KvAppend& in) {
     if (n > 0) last_pos_[b] = in.pos[b * S + n - 1];
   }
   return Status::Ok();
+}
+
+void DenseStore::Clear() {
+  buf_.ClearAll();
+  std::fill(valid_.begin(), valid_.end(), 0);
+  std::fill(last_pos_.begin(), last_pos_.end(), kNone);
 }
 
 Status DenseStore::CanRewind(int64_t b, int64_t n) const {

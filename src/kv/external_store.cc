@@ -1,5 +1,6 @@
 #include "kv/external_store.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -28,6 +29,9 @@ ExternalStore::ExternalStore(const KvGeometry& g, void* k_cache, void* v_cache, 
 Status ExternalStore::Append(const KvAppend& in) {
   TESSERA_RETURN_IF_ERROR(CheckAppend("ExternalStore", g_, in, last_pos_.data()));
   const int64_t B = g_.batch, H = g_.kv_heads, S = in.k.seq;
+  if (in.k.batch != B)
+    return InvalidArgument("ExternalStore::Append: new K/V batch " + std::to_string(in.k.batch) + " != cache batch " +
+                           std::to_string(B) + " (TensorScatter updates every row)");
   if (in.k.dtype != g_.dtype)
     return InvalidArgument(std::string("ExternalStore::Append: update dtype ") + DTypeName(in.k.dtype) +
                            " must equal the cache dtype " + DTypeName(g_.dtype));
@@ -50,6 +54,13 @@ Status ExternalStore::Append(const KvAppend& in) {
     if (n > 0) last_pos_[b] = in.pos[b * S + n - 1];
   }
   return Status::Ok();
+}
+
+void ExternalStore::Clear() {
+  std::fill(pos_.begin(), pos_.end(), kNoTokenPos);
+  std::fill(blk_.begin(), blk_.end(), -1);
+  for (int64_t b = 0; b < g_.batch; ++b) nonpad_[b] = 0;
+  std::fill(last_pos_.begin(), last_pos_.end(), std::numeric_limits<int32_t>::min());
 }
 
 Status ExternalStore::CanRewind(int64_t b, int64_t n) const {

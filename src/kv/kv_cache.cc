@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "kv/concat_store.h"
 #include "kv/dense_store.h"
 #include "kv/ring_store.h"
 #include "kv/slot_buffer.h"
@@ -13,6 +14,7 @@ const char* StoreKindName(StoreKind k) {
     case StoreKind::kDense: return "dense";
     case StoreKind::kRing: return "ring";
     case StoreKind::kShared: return "shared";
+    case StoreKind::kConcat: return "concat";
   }
   return "?";
 }
@@ -68,6 +70,7 @@ StatusOr<KvMemoryPlan> KvCache::Plan(const KvCacheConfig& c) {
       lp.store = ring ? StoreKind::kRing : StoreKind::kDense;
       lp.slots = ring ? RingStore::Capacity(s.window, c.max_chunk) : c.max_context;
       lp.bytes = SlotBuffer::Bytes(Geometry(c, s), lp.slots);
+      if (c.concat_baseline) lp.store = StoreKind::kConcat, lp.slots = 0, lp.bytes = 0;  // grows on use
     }
     plan.total_bytes += lp.bytes;
     plan.layers.push_back(lp);
@@ -89,6 +92,8 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
       cache->stores_.push_back(std::make_unique<DenseStore>(g, lp.slots));
     } else if (lp.store == StoreKind::kRing) {
       cache->stores_.push_back(std::make_unique<RingStore>(g, c.layers[i].window, c.max_chunk));
+    } else if (lp.store == StoreKind::kConcat) {
+      cache->stores_.push_back(std::make_unique<ConcatStore>(g));
     } else {
       cache->stores_.push_back(nullptr);
     }
@@ -103,6 +108,11 @@ Status KvCache::Append(int64_t layer, const KvAppend& in) {
     return InvalidArgument("KvCache::Append: layer " + std::to_string(layer) + " reads layer " +
                            std::to_string(map_.owner(layer)) + "'s KV (shared) and cannot be written");
   return stores_[layer]->Append(in);
+}
+
+void KvCache::Reset() {
+  for (auto& s : stores_)
+    if (s) s->Clear();
 }
 
 Status KvCache::Rewind(int64_t b, int64_t n) {

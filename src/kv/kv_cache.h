@@ -25,9 +25,12 @@ struct KvCacheConfig {
   int64_t max_context = 4096;  // tokens per row
   int64_t max_chunk = 256;     // most tokens per append (prefill chunk)
   DType dtype = DType::kBF16;
+  // The baseline of DESIGN.md §5 "bias" mode: every owning layer gets a ConcatStore
+  // (past + new -> newly allocated present on each append). Memory grows with use.
+  bool concat_baseline = false;
 };
 
-enum class StoreKind { kDense, kRing, kShared };
+enum class StoreKind { kDense, kRing, kShared, kConcat };
 const char* StoreKindName(StoreKind k);
 
 struct KvLayerPlan {
@@ -52,6 +55,8 @@ class KvCache {
 
   // Writes new K/V of an owning layer; a shared (consumer) layer is refused.
   Status Append(int64_t layer, const KvAppend& in);
+  // Empties every store (no allocation).
+  void Reset();
   // Drops the last n tokens of row b in every store (all or nothing).
   Status Rewind(int64_t b, int64_t n);
   // What layer `layer` attends over (its owner's store for shared layers).

@@ -6,8 +6,9 @@ namespace tessera::kv {
 
 Status CheckAppend(const char* store, const KvGeometry& g, const KvAppend& in, const int32_t* last_pos) {
   const std::string who = std::string(store) + "::Append: ";
-  if (in.k.batch != g.batch || in.v.batch != g.batch)
-    return InvalidArgument(who + "batch " + std::to_string(in.k.batch) + " != cache batch " + std::to_string(g.batch));
+  if (in.k.batch < 1 || in.k.batch > g.batch || in.v.batch != in.k.batch)
+    return InvalidArgument(who + "batch " + std::to_string(in.k.batch) + " is outside [1, cache batch " +
+                           std::to_string(g.batch) + "]");
   if (in.k.heads != g.kv_heads || in.v.heads != g.kv_heads)
     return InvalidArgument(who + "kv heads " + std::to_string(in.k.heads) + "/" + std::to_string(in.v.heads) +
                            " != cache kv heads " + std::to_string(g.kv_heads));
@@ -20,7 +21,7 @@ Status CheckAppend(const char* store, const KvGeometry& g, const KvAppend& in, c
   if (in.k.seq > 0 && (in.k.data == nullptr || in.v.data == nullptr || in.pos == nullptr))
     return InvalidArgument(who + "k, v and pos are required");
   const int64_t S = in.k.seq;
-  for (int64_t b = 0; b < g.batch; ++b) {
+  for (int64_t b = 0; b < in.k.batch; ++b) {
     const int64_t n = in.count ? in.count[b] : S;
     if (n < 0 || n > S)
       return InvalidArgument(who + "count[" + std::to_string(b) + "] = " + std::to_string(n) + " is outside [0, " +

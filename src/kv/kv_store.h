@@ -15,6 +15,7 @@ namespace tessera::kv {
 // bounded right window, and never in a block.
 inline constexpr int32_t kNoTokenPos = std::numeric_limits<int32_t>::max();
 
+// Rows [0, B) of the store are appended to (B <= the store's batch; later rows are untouched).
 struct KvAppend {
   HeadsView k;                     // [B, Hkv, S_new, D]  any dtype; converted to the store's dtype
   HeadsView v;                     // [B, Hkv, S_new, Dv] same dtype as k
@@ -45,6 +46,8 @@ class KvStore {
   // Drops the last n tokens of row b; refused (store unchanged) when CanRewind refuses.
   virtual Status Rewind(int64_t b, int64_t n) = 0;
   virtual KvView View() const = 0;
+  // Empties every row (no allocation; the next Append starts a new sequence).
+  virtual void Clear() = 0;
 
   virtual int64_t capacity() const = 0;          // slots per row
   virtual int64_t write_pos(int64_t b) const = 0;  // tokens ever appended to row b (minus rewinds)

@@ -22,7 +22,7 @@ RingStore::RingStore(const KvGeometry& g, int64_t window, int64_t max_chunk)
 
 Status RingStore::Append(const KvAppend& in) {
   TESSERA_RETURN_IF_ERROR(CheckAppend("RingStore", buf_.geometry(), in, last_pos_.data()));
-  const int64_t B = buf_.geometry().batch, S = in.k.seq, C = capacity();
+  const int64_t B = in.k.batch, S = in.k.seq, C = capacity();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = in.count ? in.count[b] : S;
     if (n > max_chunk_)
@@ -39,6 +39,13 @@ Status RingStore::Append(const KvAppend& in) {
   return Status::Ok();
 }
 
+void RingStore::Clear() {
+  buf_.ClearAll();
+  std::fill(written_.begin(), written_.end(), 0);
+  std::fill(valid_.begin(), valid_.end(), 0);
+  std::fill(last_pos_.begin(), last_pos_.end(), kNone);
+}
+
 Status RingStore::CanRewind(int64_t b, int64_t n) const {
   if (b < 0 || b >= buf_.geometry().batch) return InvalidArgument("RingStore::Rewind: row " + std::to_string(b) + " out of range");
   if (n < 0 || n > written_[b])
@@ -47,7 +54,9 @@ Status RingStore::CanRewind(int64_t b, int64_t n) const {
   const int64_t C = capacity();
   const int64_t end = written_[b] - n;                          // new token count
   const int64_t oldest_kept = std::max<int64_t>(0, written_[b] - C);  // oldest token still in the ring
-  const int64_t oldest_needed = std::max<int64_t>(0, end - (window_ - 1));
+  // The window needs the W - 1 tokens before the new end; the row's newest position (to keep
+  // positions increasing) needs at least the one token before it, even when W = 1.
+  const int64_t oldest_needed = std::max<int64_t>(0, end - std::max<int64_t>(window_ - 1, 1));
   if (oldest_needed < oldest_kept)
     return OutOfRange("RingStore::Rewind: row " + std::to_string(b) + " cannot drop " + std::to_string(n) +
                       " tokens: token " + std::to_string(oldest_needed) + " needed by the window was overwritten (ring of " +

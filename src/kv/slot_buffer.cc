@@ -39,6 +39,11 @@ void SlotBuffer::Clear(int64_t b, int64_t slot) {
   blk_.as<int32_t>()[b * slots_ + slot] = -1;
 }
 
+void SlotBuffer::ClearAll() {
+  std::fill_n(pos_.as<int32_t>(), g_.batch * slots_, kNoTokenPos);
+  std::fill_n(blk_.as<int32_t>(), g_.batch * slots_, -1);
+}
+
 KvView SlotBuffer::View(const int32_t* kv_valid) const {
   KvView view;
   const int64_t B = g_.batch, H = g_.kv_heads;

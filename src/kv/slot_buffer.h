@@ -17,6 +17,8 @@ class SlotBuffer {
   void Write(const KvAppend& in, int64_t b, int64_t i, int64_t slot);
   // Marks a slot as holding no token.
   void Clear(int64_t b, int64_t slot);
+  // Marks every slot as holding no token.
+  void ClearAll();
   KvView View(const int32_t* kv_valid) const;
 
   int32_t pos(int64_t b, int64_t slot) const { return pos_.as<int32_t>()[b * slots_ + slot]; }
