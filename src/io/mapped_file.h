@@ -1,0 +1,38 @@
+// A whole file mapped read-only into memory (POSIX mmap, MAP_PRIVATE). Checkpoint tensors are
+// views into this mapping, so weights are paged in on first touch and never copied.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tessera/status.h"
+
+namespace tessera::io {
+
+class MappedFile {
+ public:
+  // Maps `path` (a regular file). An empty file maps to data() == nullptr, size() == 0.
+  static StatusOr<MappedFile> Open(const std::string& path);
+
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+
+  // Page-aligned start of the mapping; stable for the object's lifetime (and across moves).
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void Reset();
+
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace tessera::io
