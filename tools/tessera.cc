@@ -1,181 +1,36 @@
-// `tessera` command-line front end. Until the model runner exists, `demo` runs the attention
-// self-check: Gemma-4-shaped layers with an image block, fast kernels against the reference,
-// the tile structure of each mask, and speed.
-#include <chrono>
-#include <cmath>
+// `tessera`: the command-line front end. Subcommands live in tools/cli_*.cc.
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <algorithm>
-#include <functional>
-#include <random>
-#include <string>
-#include <vector>
 
-#include "core/aligned_buffer.h"
-#include "kv/reference_configs.h"
-#include "tessera/attention.h"
+#include "cli.h"
 
 namespace {
 
-using namespace tessera;
-using Clock = std::chrono::steady_clock;
-
-struct LayerShape {
-  const char* name;
-  int64_t hq, hkv, d;
-  int32_t window;  // HF sliding_window W, 0 = global
-};
-
-struct Problem {
-  int64_t S_q, S_kv;
-  std::vector<float> q, k, v, out, ref;
-  std::vector<int32_t> q_pos, k_pos, q_blk, k_blk, valid;
-  AttentionParams params;
-};
-
-// One prompt of `s` tokens with an image block of `img` tokens starting at `img_start`
-// (prefill), or one decode token after `s` cached tokens.
-void Build(Problem& pr, const LayerShape& L, int64_t s, bool decode, int64_t img_start, int64_t img, std::mt19937& rng) {
-  std::normal_distribution<float> nd;
-  pr.S_kv = decode ? s + 1 : s;
-  pr.S_q = decode ? 1 : s;
-  pr.q.resize(L.hq * pr.S_q * L.d);
-  pr.k.resize(L.hkv * pr.S_kv * L.d);
-  pr.v.resize(L.hkv * pr.S_kv * L.d);
-  for (auto* vec : {&pr.q, &pr.k, &pr.v})
-    for (float& x : *vec) x = nd(rng);
-  pr.out.assign(L.hq * pr.S_q * L.d, 0.f);
-  pr.ref.assign(pr.out.size(), 0.f);
-  pr.k_pos.resize(pr.S_kv);
-  pr.k_blk.assign(pr.S_kv, -1);
-  for (int64_t j = 0; j < pr.S_kv; ++j) pr.k_pos[j] = static_cast<int32_t>(j);
-  for (int64_t j = img_start; j < img_start + img && j < pr.S_kv; ++j) pr.k_blk[j] = 0;
-  pr.q_pos.resize(pr.S_q);
-  pr.q_blk.resize(pr.S_q);
-  for (int64_t i = 0; i < pr.S_q; ++i) {
-    pr.q_pos[i] = static_cast<int32_t>(pr.S_kv - pr.S_q + i);
-    pr.q_blk[i] = pr.k_blk[pr.q_pos[i]];
-  }
-  pr.valid = {static_cast<int32_t>(pr.S_kv)};
-  AttentionParams& p = pr.params;
-  p.q = HeadsView::Dense(pr.q.data(), DType::kF32, 1, L.hq, pr.S_q, L.d);
-  p.k = HeadsView::Dense(pr.k.data(), DType::kF32, 1, L.hkv, pr.S_kv, L.d);
-  p.v = HeadsView::Dense(pr.v.data(), DType::kF32, 1, L.hkv, pr.S_kv, L.d);
-  p.out = OutView::Dense(pr.out.data(), 1, L.hq, pr.S_q, L.d);
-  p.mask.q_pos = pr.q_pos.data();
-  p.mask.k_pos = pr.k_pos.data();
-  p.mask.kv_valid = pr.valid.data();
-  p.mask.causal = true;
-  p.mask.window_left = L.window > 0 ? L.window - 1 : -1;
-  p.mask.window_right = L.window > 0 ? 0 : -1;
-  // Gemma 4 ("vision" bidirectional): the image overlay applies to sliding layers only.
-  p.mask.q_block = L.window > 0 ? pr.q_blk.data() : nullptr;
-  p.mask.k_block = L.window > 0 ? pr.k_blk.data() : nullptr;
-  p.scale = 1.0f;
-}
-
-double MedianMs(const std::function<void()>& fn, int reps) {
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-int Demo() {
-  std::mt19937 rng(7);
-  ThreadPool pool(DefaultThreadCount());
-  Arena scratch;
-  AttentionContext ctx{&pool, &scratch};
-  const LayerShape layers[] = {{"sliding (16q/8kv x 256, window 128)", 16, 8, 256, 128},
-                               {"global  (16q/1kv x 512)", 16, 1, 512, 0}};
-  std::printf("Tessera attention self-check (%d threads). Model runner not built yet: this demo runs\n"
-              "Gemma-4-shaped attention layers on a 512-token prompt with a 96-token image block.\n\n",
-              pool.num_threads());
-  int failures = 0;
-  for (const LayerShape& L : layers) {
-    for (bool decode : {false, true}) {
-      Problem pr;
-      Build(pr, L, 512, decode, 200, 96, rng);
-      AttentionParams ref = pr.params;
-      ref.out.data = pr.ref.data();
-      Status st = Attention(pr.params, ctx);
-      Status st_ref = Attention(ref, ctx, AttentionKernel::kReference);
-      if (!st.ok() || !st_ref.ok()) {
-        std::printf("error: %s%s\n", st.message().c_str(), st_ref.message().c_str());
-        return 1;
-      }
-      double max_err = 0;
-      for (size_t i = 0; i < pr.out.size(); ++i) max_err = std::max(max_err, double(std::fabs(pr.out[i] - pr.ref[i])));
-      const TileCensus c = CensusPrefillTiles(pr.params);
-      const double ms = MedianMs([&] { (void)Attention(pr.params, ctx); }, 5);
-      const bool ok = max_err < 1e-4;
-      failures += !ok;
-      std::printf("%-38s %-7s kernel=%-7s tiles empty/full/partial=%4lld/%4lld/%4lld  max|fast-ref|=%.2e %s  %.3f ms\n",
-                  L.name, decode ? "decode" : "prefill", AttentionKernelName(ChooseAttentionKernel(pr.params)),
-                  (long long)c.empty, (long long)c.full, (long long)c.partial, max_err, ok ? "ok" : "MISMATCH", ms);
-    }
-  }
-  std::printf("\n%s\n", failures ? "self-check FAILED" : "self-check passed");
-  return failures ? 1 : 0;
-}
-
-// KV memory of the reference model shapes at one or more context lengths.
-int KvMemory(int argc, char** argv) {
-  std::vector<int64_t> contexts;
-  int64_t max_chunk = 256;
-  bool per_layer = false;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--max-chunk" && i + 1 < argc) {
-      max_chunk = std::atoll(argv[++i]);
-    } else if (a == "--per-layer") {
-      per_layer = true;
-    } else {
-      const long long ctx = std::atoll(a.c_str());
-      if (ctx <= 0) {
-        std::fprintf(stderr, "kv-memory: '%s' is not a context length\n", a.c_str());
-        return 2;
-      }
-      contexts.push_back(ctx);
-    }
-  }
-  if (contexts.empty()) contexts = {4096, 8192, 32768, 131072};
-  std::printf("KV cache memory, bf16, batch 1, ring chunk %lld (ring slots = window - 1 + chunk)\n\n",
-              static_cast<long long>(max_chunk));
-  std::printf("%-34s %10s %12s %12s\n", "model shape", "context", "MiB", "GiB");
-  for (int64_t ctx : contexts) {
-    for (int m = 0; m < 2; ++m) {
-      const kv::KvCacheConfig cfg = m == 0 ? kv::Gemma4_12BCache(ctx, std::min(max_chunk, ctx))
-                                           : kv::Gemma3_12BCache(ctx, std::min(max_chunk, ctx));
-      StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(cfg);
-      if (!plan.ok()) {
-        std::fprintf(stderr, "kv-memory: %s\n", plan.status().message().c_str());
-        return 1;
-      }
-      std::printf("%-34s %10lld %12.1f %12.3f\n", m == 0 ? "Gemma-4-12B (40 ring + 8 global)" : "Gemma-3-12B (40 ring + 8 global)",
-                  static_cast<long long>(ctx), plan.value().total_bytes / 1048576.0,
-                  plan.value().total_bytes / 1073741824.0);
-      if (per_layer) std::printf("%s\n", plan.value().Format().c_str());
-    }
-  }
-  return 0;
-}
-
 void Usage() {
-  std::printf("usage: tessera demo\n"
-              "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]\n");
+  std::printf(
+      "usage: tessera demo [--model DIR]        multimodal generation with the embedded Gemma-4-unified model,\n"
+      "                                        in the unified, bias and split modes\n"
+      "       tessera run --model DIR --ids 1,2,3 [--image-embeds F.npy] [--token-types 0,1,...]\n"
+      "                   [--max-new-tokens N] [--mode unified|bias|split] [--temperature T] [--top-k K]\n"
+      "                   [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
+      "       tessera inspect --model DIR       layers, head geometry, mask rules, KV memory per context\n"
+      "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]   Gemma-12B-shaped KV memory\n"
+      "       tessera selfcheck                 attention kernels vs reference at Gemma-4 shapes\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "demo") == 0) return Demo();
-  if (argc >= 2 && std::strcmp(argv[1], "kv-memory") == 0) return KvMemory(argc - 2, argv + 2);
+  if (argc < 2) {
+    Usage();
+    return 2;
+  }
+  const char* cmd = argv[1];
+  if (std::strcmp(cmd, "demo") == 0) return tessera::cli::DemoCommand(argc - 2, argv + 2);
+  if (std::strcmp(cmd, "run") == 0) return tessera::cli::RunCommand(argc - 2, argv + 2);
+  if (std::strcmp(cmd, "inspect") == 0) return tessera::cli::InspectCommand(argc - 2, argv + 2);
+  if (std::strcmp(cmd, "kv-memory") == 0) return tessera::cli::KvMemoryCommand(argc - 2, argv + 2);
+  if (std::strcmp(cmd, "selfcheck") == 0) return tessera::cli::SelfCheckCommand(argc - 2, argv + 2);
   Usage();
-  return argc >= 2 && std::strcmp(argv[1], "--help") == 0 ? 0 : 2;
+  return std::strcmp(cmd, "--help") == 0 || std::strcmp(cmd, "help") == 0 ? 0 : 2;
 }

@@ -19,6 +19,8 @@ namespace py = pybind11;
 
 void BindAttention(py::module_& m);
 void BindOnnx(py::module_ m);
+void BindKv(py::module_ m);
+void BindModel(py::module_& m);
 
 // Raises ValueError with the Status message.
 inline void ThrowIfError(const Status& s) {

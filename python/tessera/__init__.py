@@ -21,8 +21,9 @@ import numpy as np
 from . import _tessera
 from ._tessera import MAX_HEAD_DIM
 from . import onnx  # noqa: F401  (tessera.onnx)
+from .model import Model
 
-__all__ = ["attention", "attention_bias", "MAX_HEAD_DIM", "onnx"]
+__all__ = ["attention", "attention_bias", "MAX_HEAD_DIM", "onnx", "Model"]
 
 _EMPTY_I32 = np.empty(0, dtype=np.int32)
 _EMPTY_F32 = np.empty(0, dtype=np.float32)

@@ -34,13 +34,19 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t d, int64_t x_stride, int64
   }
 }
 
-void GeGlu(const float* gate, const float* up, int64_t n, float* out) {
+namespace {
+inline float Gelu(float g) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    const float gelu = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-    out[i] = gelu * up[i];
-  }
+  return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+}
+}  // namespace
+
+void GeluTanh(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = Gelu(x[i]);
+}
+
+void GeGlu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Gelu(gate[i]) * up[i];
 }
 
 void SoftCap(float* x, int64_t n, float cap) {

@@ -18,6 +18,9 @@ void RmsNorm(const float* x, int64_t x_stride, const float* w, float offset, flo
 void Rope(float* x, int64_t n, int64_t heads, int64_t d, int64_t x_stride, int64_t head_stride, const int32_t* pos,
           const float* inv_freq /* [d/2] */, float attention_scaling);
 
+// x[i] = gelu_tanh(x[i]) for n elements.
+void GeluTanh(float* x, int64_t n);
+
 // out[i] = gelu_tanh(gate[i]) * up[i] for n elements (may alias gate).
 void GeGlu(const float* gate, const float* up, int64_t n, float* out);
 

@@ -1,0 +1,551 @@
+"""Build tiny random-weight Gemma 3 / Gemma 4 checkpoints with transformers, plus golden outputs.
+
+For each entry of MODELS this writes tests/testdata/models/<name>/:
+  config.json, model.safetensors   exactly what `save_pretrained` writes (float32; the generation_config.json it
+                                   also writes is dropped; there are no tokenizer files)
+  golden.npz                       inputs and outputs of transformers (eager attention, float32, CPU)
+
+Every parameter and the persistent `layer_scalar` buffers are overwritten with seeded random values (norm weights
+and layer scalars included, so that `1 + w` vs `w`, a missing scalar, etc. change the logits). The
+numerics the goldens follow are described in docs/gemma-numerics.md.
+
+golden.npz keys (B = 2 rows, S = padded length, V = vocab, L = layers, H = hidden):
+  meta                   JSON string: name, architecture, versions (transformers, torch), what each key means
+  input_ids [B,S] int64  row 0 right-padded, row 1 left-padded (pad = pad_token_id)
+  attention_mask [B,S]   1 = real token
+  token_type_ids [B,S]   gemma3 multimodal only (1 = image soft token), as passed to the model
+  mm_token_type_ids      gemma4_unified only (1 = image soft token)
+  pixel_values, image_position_ids   multimodal only: what the model was called with
+  image_embeds [N,H]     multimodal only: the exact rows written over the image placeholders, in order (row-major
+                         over (batch, position)); computed by model.get_image_features(...).pooler_output; the
+                         forward with pixel_values is checked to equal the forward with these as mm_encoder_outputs
+  position_ids [1,S]     the positions a plain forward uses (arange: padding is *not* skipped)
+  logits [B,S,V]         model(input_ids, attention_mask, [token types], [pixels]).logits  (fresh forward, no cache)
+  position_ids_gen [B,S] the positions `generate` would use: cumsum(attention_mask) - 1, 0 on padding
+  logits_gen [B,S,V]     the same forward with position_ids=position_ids_gen
+  Compare logits only where attention_mask == 1 (padding query rows attend to nothing real: meaningless).
+  row0_embeds [S,H]      batch row 0: input of layer 0 (scaled embeddings, image rows merged)
+  row0_attn_out [L,S,H]  batch row 0: self_attn output (after o_proj, before post_attention_layernorm)
+  row0_layer_out [L,S,H] batch row 0: output of each decoder layer (pre final norm; Gemma 4: after layer_scalar)
+  row0_final_norm [S,H]  batch row 0: after the final norm (input of the LM head)
+  row0_per_layer_inputs [S,L,P]  gemma4_text only: the PLE input each layer receives (after projection/combine)
+  gen_prompt [1,P]       single-row prompt (no padding), gen_token_type_ids / gen_mm_token_type_ids /
+                         gen_pixel_values / gen_image_position_ids / gen_image_embeds with it for multimodal models
+  gen_tokens [32]        greedy tokens of model.generate(do_sample=False, max_new_tokens=32), eos disabled
+  gen_logits [32,V]      the logits generate scored each new token with (decode steps use the KV cache)
+  gen_min_margin         smallest top-1 minus top-2 logit gap over the 32 steps (argmax robustness)
+
+Usage: .venv/bin/python python/scripts/make_tiny_checkpoints.py [--out tests/testdata/models] [--only NAME]
+       [--check]   regenerate in memory and compare with the files in --out (weights exact, floats within 1e-6)
+The test python/tests/test_tiny_checkpoints.py imports this file for the regeneration check.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import zlib
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_OUT = os.path.join(REPO, "tests", "testdata", "models")
+GEN_TOKENS = 32
+TOL = 1e-6
+
+# Token ids of the tiny vocabularies (vocab 512). Text tokens are drawn from [TEXT_LO, vocab).
+PAD, EOS, BOS, BOI, EOI, IMAGE, VIDEO, AUDIO, BOA = 0, 1, 2, 3, 4, 5, 6, 7, 8
+TEXT_LO = 16
+VOCAB = 512
+
+S = "sliding_attention"
+F = "full_attention"
+
+# name -> spec. "seed" seeds the weights and the batch inputs, "gen_seed" the text tokens of the generation prompt
+# (picked among a dozen so that the 32 greedy tokens are not one repeated token and the top-1/top-2 logit gap
+# stays >= ~0.01 at every step); layer types are explicit.
+MODELS = {
+    # (a) Gemma3ForCausalLM. query_pre_attn_scalar != head_dim, linear RoPE scaling on the full layers (as the
+    # 4B/12B/27B checkpoints), final logit softcapping set (the 1B/270M text checkpoints leave it null; the
+    # code path exists in Gemma3ForCausalLM).
+    "gemma3_text": dict(
+        arch="Gemma3ForCausalLM", seed=1001, gen_seed=10_006,
+        text=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=6,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=8,
+                  layer_types=[S, S, F, S, S, F], query_pre_attn_scalar=24, final_logit_softcapping=6.0,
+                  rope_parameters={F: dict(rope_type="linear", factor=8.0, rope_theta=1_000_000.0),
+                                   S: dict(rope_type="default", rope_theta=10_000.0)},
+                  pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS),
+    ),
+    # (b) Gemma3ForConditionalGeneration (SigLIP tower + projector, 9 soft tokens per image), sliding window 6 <
+    # image block 9. final_logit_softcapping stays null: Gemma3ForConditionalGeneration never applies it.
+    "gemma3": dict(
+        arch="Gemma3ForConditionalGeneration", seed=2002, gen_seed=10_006,
+        text=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=5,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=6,
+                  layer_types=[S, S, F, S, F], query_pre_attn_scalar=32,
+                  rope_parameters={F: dict(rope_type="linear", factor=8.0, rope_theta=1_000_000.0),
+                                   S: dict(rope_type="default", rope_theta=10_000.0)},
+                  pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS),
+        vision=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                    image_size=12, patch_size=2, vision_use_head=False),
+        top=dict(mm_tokens_per_image=9, image_token_index=IMAGE, boi_token_index=BOI, eoi_token_index=EOI),
+        image_tokens=9,
+    ),
+    # (c) Gemma4ForCausalLM, E2B/E4B style: per-layer embeddings (PLE), KV sharing (last 3 of 7 layers),
+    # double-wide MLP on the shared layers, global_head_dim 64 != head_dim 32, proportional RoPE on full layers.
+    # Layer types S F S S | F S F: the shared layers 4 (F), 5 (S), 6 (F) read layer 1 (last non-shared F) and
+    # layer 3 (last non-shared S) -- not simply "the previous layer".
+    "gemma4_text": dict(
+        arch="Gemma4ForCausalLM", seed=3003, gen_seed=10_006,
+        text=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=7,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, global_head_dim=64, sliding_window=8,
+                  layer_types=[S, F, S, S, F, S, F], hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
+                  num_kv_shared_layers=3, use_double_wide_mlp=True, attention_k_eq_v=False,
+                  final_logit_softcapping=5.0,
+                  rope_parameters={S: dict(rope_type="default", rope_theta=10_000.0),
+                                   F: dict(rope_type="proportional", partial_rotary_factor=0.25,
+                                           rope_theta=1_000_000.0)},
+                  pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS),
+    ),
+    # (d) Gemma4UnifiedForConditionalGeneration (encoder-free vision embedder, 8 soft tokens per image = 8 patches),
+    # attention_k_eq_v on full layers with num_global_key_value_heads=1 and global_head_dim 64, sliding window 4 <
+    # image block 8, use_bidirectional_attention="vision".
+    "gemma4_unified": dict(
+        arch="Gemma4UnifiedForConditionalGeneration", seed=4004, gen_seed=10_004,
+        text=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=6,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, global_head_dim=64,
+                  num_global_key_value_heads=1, attention_k_eq_v=True, sliding_window=4,
+                  layer_types=[S, S, F, S, S, F], use_bidirectional_attention="vision", final_logit_softcapping=5.0,
+                  rope_parameters={S: dict(rope_type="default", rope_theta=10_000.0),
+                                   F: dict(rope_type="proportional", partial_rotary_factor=0.25,
+                                           rope_theta=1_000_000.0)},
+                  pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS),
+        vision=dict(patch_size=2, pooling_kernel_size=1, mm_embed_dim=16, output_proj_dims=16, mm_posemb_size=8),
+        top=dict(image_token_id=IMAGE, video_token_id=VIDEO, audio_token_id=AUDIO, boi_token_id=BOI,
+                 eoi_token_id=EOI, boa_token_id=BOA),
+        image_grid=(2, 4),   # (rows, cols) of patches -> 8 soft tokens
+        image_tokens=8,
+    ),
+}
+
+
+def versions():
+    import torch
+    import transformers
+    return {"transformers": transformers.__version__, "torch": torch.__version__}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Model construction and weight randomisation
+# ----------------------------------------------------------------------------------------------------------------
+
+def build_config(spec):
+    import transformers as T
+    arch = spec["arch"]
+    text = dict(spec["text"])
+    if arch == "Gemma3ForCausalLM":
+        return T.Gemma3TextConfig(**text)
+    if arch == "Gemma3ForConditionalGeneration":
+        return T.Gemma3Config(text_config=T.Gemma3TextConfig(**text),
+                              vision_config=T.SiglipVisionConfig(**spec["vision"]), **spec["top"])
+    if arch == "Gemma4ForCausalLM":
+        return T.Gemma4TextConfig(**text)
+    if arch == "Gemma4UnifiedForConditionalGeneration":
+        from transformers.models.gemma4_unified import configuration_gemma4_unified as C
+        return T.Gemma4UnifiedConfig(text_config=T.Gemma4UnifiedTextConfig(**text),
+                                     vision_config=C.Gemma4UnifiedVisionConfig(**spec["vision"]),
+                                     audio_config=None, **spec["top"])
+    raise ValueError(arch)
+
+
+def build_model(name):
+    import torch
+    import transformers as T
+    spec = MODELS[name]
+    cfg = build_config(spec)
+    cls = getattr(T, spec["arch"])
+    torch.manual_seed(spec["seed"])
+    model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32).eval()
+    randomize(model, spec["seed"])
+    return model
+
+
+def _gen(seed, name):
+    import torch
+    g = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63))
+    return g
+
+
+def randomize(model, seed):
+    """Deterministic values for every parameter (and the layer_scalar buffers), independent of HF init.
+
+    Linear [out, in]: N(0, 1/in). Embedding [V, D]: N(0, 1/D) (the model multiplies by sqrt(D)). Gemma 3 RMSNorm
+    (scale 1 + w): w ~ N(0, 0.3^2). Gemma 4 RMSNorm (scale w): w ~ 1 + N(0, 0.3^2), except q_norm / k_norm:
+    w ~ D^-1/4 (1 + N(0, 0.3^2)) (Gemma 4 does not scale q.k, see the comment below). LayerNorm: 1 + N(0, 0.1^2)
+    weight, N(0, 0.1^2) bias. layer_scalar ~ U(0.6, 1.4). Anything else: N(0, 0.1^2) (biases, position tables),
+    or N(0, 1/fan_in) for >= 2-D tensors."""
+    import torch
+    import torch.nn as nn
+    owner = {}
+    for mname, mod in model.named_modules():
+        for pname, _ in mod.named_parameters(recurse=False):
+            owner[f"{mname}.{pname}" if mname else pname] = mod
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            mod = owner[name]
+            cls = type(mod).__name__
+            g = _gen(seed, name)
+            leaf = name.rsplit(".", 1)[-1]
+            if isinstance(mod, nn.Embedding):
+                v = torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5
+            elif isinstance(mod, nn.Linear) and leaf == "weight":
+                v = torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5
+            elif "RMSNorm" in cls and cls.startswith("Gemma3"):
+                v = 0.3 * torch.randn(p.shape, generator=g)
+            elif "RMSNorm" in cls and leaf == "weight" and name.endswith(("q_norm.weight", "k_norm.weight")):
+                # Gemma 4 attends with scaling 1.0: keep q.k ~ O(1) (scale D^-1/4 each) so the softmax is not
+                # nearly one-hot, which would make float32 rounding noise dominate the logits.
+                v = p.shape[0] ** -0.25 * (1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif "RMSNorm" in cls:
+                v = 1.0 + 0.3 * torch.randn(p.shape, generator=g)
+            elif isinstance(mod, nn.LayerNorm):
+                v = (1.0 if leaf == "weight" else 0.0) + 0.1 * torch.randn(p.shape, generator=g)
+            elif leaf == "mm_input_projection_weight":        # [vision_hidden, text_hidden], used as x @ W
+                v = torch.randn(p.shape, generator=g) / p.shape[0] ** 0.5
+            elif p.dim() >= 2 and leaf == "weight":           # conv patch embedding etc.
+                v = torch.randn(p.shape, generator=g) / (p[0].numel()) ** 0.5
+            else:
+                v = 0.1 * torch.randn(p.shape, generator=g)
+            p.copy_(v.to(p.dtype))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                g = _gen(seed, name)
+                b.copy_(0.6 + 0.8 * torch.rand(b.shape, generator=g))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Inputs
+# ----------------------------------------------------------------------------------------------------------------
+
+def _text(rng, n):
+    return list(rng.integers(TEXT_LO, VOCAB, size=n))
+
+
+def _gen_text(spec, template):
+    """The generation prompt: `template` with every text slot (id >= TEXT_LO) drawn from spec["gen_seed"]."""
+    t = np.array(template)
+    slots = t >= TEXT_LO
+    t[slots] = np.random.default_rng(spec["gen_seed"]).integers(TEXT_LO, VOCAB, size=int(slots.sum()))
+    return [int(x) for x in t]
+
+
+def make_inputs(name, model):
+    """Batch of 2 (row 0 right-padded, row 1 left-padded) and a single-row generation prompt."""
+    import torch
+    spec = MODELS[name]
+    rng = np.random.default_rng(spec["seed"])
+    arch = spec["arch"]
+    Slen = 24
+    mm = arch.endswith("ConditionalGeneration")
+    if not mm:
+        r0 = [BOS] + _text(rng, 19)                                   # 20 real + 4 right pad
+        r1 = [BOS] + _text(rng, 18)                                   # 5 left pad + 19 real
+        rows = [r0 + [PAD] * (Slen - len(r0)), [PAD] * (Slen - len(r1)) + r1]
+        mask = [[1] * len(r0) + [0] * (Slen - len(r0)), [0] * (Slen - len(r1)) + [1] * len(r1)]
+        prompt = _gen_text(spec, [BOS] + [TEXT_LO] * 9)
+        batch = dict(input_ids=torch.tensor(rows), attention_mask=torch.tensor(mask))
+        gen = dict(input_ids=torch.tensor([prompt]))
+        return batch, gen
+    n_img = spec["image_tokens"]
+    img = [BOI] + [IMAGE] * n_img + [EOI]
+    if arch == "Gemma3ForConditionalGeneration":
+        r0 = [BOS] + _text(rng, 3) + img + _text(rng, 5)              # 20 real + 4 right pad
+        r1 = [BOS] + _text(rng, 2) + img + _text(rng, 4)              # 6 left pad + 18 real
+        prompt = _gen_text(spec, [BOS] + [TEXT_LO] * 2 + img + [TEXT_LO] * 3)
+    else:
+        r0 = [BOS] + _text(rng, 2) + img + _text(rng, 6)              # 19 real + 5 right pad
+        r1 = [BOS] + _text(rng, 3) + img + _text(rng, 6)              # 4 left pad + 20 real
+        prompt = _gen_text(spec, [BOS] + [TEXT_LO] * 3 + img + [TEXT_LO] * 2)
+    rows = [r0 + [PAD] * (Slen - len(r0)), [PAD] * (Slen - len(r1)) + r1]
+    mask = [[1] * len(r0) + [0] * (Slen - len(r0)), [0] * (Slen - len(r1)) + [1] * len(r1)]
+    ids = torch.tensor(rows)
+    types = (ids == IMAGE).long()
+    pids = torch.tensor([prompt])
+    ptypes = (pids == IMAGE).long()
+    g = _gen(spec["seed"], "pixels")
+    if arch == "Gemma3ForConditionalGeneration":
+        vc = model.config.vision_config
+        pix = torch.randn(2, 3, vc.image_size, vc.image_size, generator=g)
+        gpix = torch.randn(1, 3, vc.image_size, vc.image_size, generator=g)
+        batch = dict(input_ids=ids, attention_mask=torch.tensor(mask), token_type_ids=types, pixel_values=pix)
+        gen = dict(input_ids=pids, token_type_ids=ptypes, pixel_values=gpix)
+    else:
+        vc = model.config.vision_config
+        rows_, cols_ = spec["image_grid"]
+        patch_dim = (vc.patch_size * vc.pooling_kernel_size) ** 2 * 3
+        pos = torch.tensor([[c, r] for r in range(rows_) for c in range(cols_)])   # (x, y)
+        pix = torch.randn(2, rows_ * cols_, patch_dim, generator=g)
+        gpix = torch.randn(1, rows_ * cols_, patch_dim, generator=g)
+        batch = dict(input_ids=ids, attention_mask=torch.tensor(mask), mm_token_type_ids=types, pixel_values=pix,
+                     image_position_ids=pos[None].repeat(2, 1, 1))
+        gen = dict(input_ids=pids, mm_token_type_ids=ptypes, pixel_values=gpix, image_position_ids=pos[None])
+    return batch, gen
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Goldens
+# ----------------------------------------------------------------------------------------------------------------
+
+def _decoder_layers(model):
+    inner = model.model
+    lm = getattr(inner, "language_model", inner)
+    return lm, list(lm.layers)
+
+
+def _image_features(model, batch):
+    """(flat [N, H] rows that replace the image placeholders, in order; mm_encoder_outputs for the forward)."""
+    import torch
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    inner = model.model
+    if "image_position_ids" in batch:       # unified: a tuple of [n_i, H] per image
+        out = inner.get_image_features(batch["pixel_values"], batch["image_position_ids"], return_dict=True)
+        flat = torch.cat(list(out.pooler_output), dim=0)
+    else:                                   # Gemma 3: [n_images, mm_tokens_per_image, H]
+        out = inner.get_image_features(batch["pixel_values"], return_dict=True)
+        flat = out.pooler_output.reshape(-1, out.pooler_output.shape[-1])
+    return flat, {"image": BaseModelOutputWithPooling(pooler_output=out.pooler_output)}
+
+
+def golden_arrays(name, model):
+    import torch
+    spec = MODELS[name]
+    torch.manual_seed(spec["seed"])
+    batch, gen = make_inputs(name, model)
+    lm, layers = _decoder_layers(model)
+    L = len(layers)
+    arrays = {}
+    with torch.no_grad():
+        # --- intermediate activations of a fresh forward (hooks), cross-checked with output_hidden_states
+        rec = {"attn": [None] * L, "layer": [None] * L, "ple": [None] * L}
+        hooks = []
+        for i, layer in enumerate(layers):
+            hooks.append(layer.self_attn.register_forward_hook(
+                lambda m, a, o, i=i: rec["attn"].__setitem__(i, o[0].detach().clone())))
+            hooks.append(layer.register_forward_hook(
+                lambda m, a, o, i=i: rec["layer"].__setitem__(i, (o[0] if isinstance(o, tuple) else o)
+                                                              .detach().clone())))
+            if spec["arch"] == "Gemma4ForCausalLM":
+                def pre(m, a, kw, i=i):
+                    pli = a[1] if len(a) > 1 else kw.get("per_layer_input")
+                    rec["ple"][i] = pli.detach().clone()
+                hooks.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        fin = {}
+        hooks.append(lm.norm.register_forward_hook(lambda m, a, o: fin.__setitem__("norm", o.detach().clone())))
+        out = model(**batch, output_hidden_states=True, use_cache=False)
+        for h in hooks:
+            h.remove()
+        logits = out.logits
+        hs = out.hidden_states
+        assert len(hs) == L + 1
+        for i in range(L - 1):
+            assert torch.equal(hs[i + 1], rec["layer"][i]), f"hidden_states[{i + 1}] != layer {i} output"
+        assert torch.equal(hs[L], fin["norm"]), "hidden_states[-1] is expected to be the final-norm output"
+
+        Sl = batch["input_ids"].shape[1]
+        pos = torch.arange(Sl)[None]
+        # plain forward without output_hidden_states / hooks must give the same logits
+        plain = model(**batch, use_cache=False).logits
+        assert torch.equal(plain, logits)
+        explicit = model(**batch, position_ids=pos, use_cache=False).logits
+        assert torch.equal(explicit, logits)
+        am = batch["attention_mask"]
+        pos_gen = (am.long().cumsum(-1) - 1).masked_fill(am == 0, 0)
+        logits_gen = model(**batch, position_ids=pos_gen, use_cache=False).logits
+
+        if "pixel_values" in batch:
+            feats, enc = _image_features(model, batch)
+            nb = {k: v for k, v in batch.items() if k not in ("pixel_values", "image_position_ids")}
+            via_enc = model(**nb, mm_encoder_outputs=enc, use_cache=False).logits
+            assert torch.equal(via_enc, logits), "forward with image features != forward with pixel_values"
+            assert feats.shape[0] == int((batch["input_ids"] == IMAGE).sum())
+            arrays["image_embeds"] = feats.numpy().astype(np.float32)
+
+        # --- greedy generation (single row, no padding), eos disabled so that all 32 tokens are produced
+        from transformers import GenerationConfig
+        gc = GenerationConfig(do_sample=False, max_new_tokens=GEN_TOKENS, min_new_tokens=0, eos_token_id=None,
+                              pad_token_id=PAD, bos_token_id=BOS, num_beams=1, output_logits=True,
+                              return_dict_in_generate=True)
+        gout = model.generate(**gen, generation_config=gc)
+        plen = gen["input_ids"].shape[1]
+        toks = gout.sequences[0, plen:]
+        assert toks.numel() == GEN_TOKENS, toks.shape
+        glog = torch.stack([lg[0] for lg in gout.logits])          # [32, V]
+        assert torch.equal(glog.argmax(-1), toks)
+        top2 = glog.topk(2, dim=-1).values
+        margin = float((top2[:, 0] - top2[:, 1]).min())
+        # teacher-forced full forward (no cache) must pick the same tokens
+        full = dict(gen)
+        full["input_ids"] = gout.sequences[:, :-1]
+        tt_key = "token_type_ids" if "token_type_ids" in gen else ("mm_token_type_ids" if "mm_token_type_ids" in gen
+                                                                     else None)
+        if tt_key:
+            full[tt_key] = torch.cat([gen[tt_key], torch.zeros(1, GEN_TOKENS - 1, dtype=torch.long)], 1)
+        tf = model(**full, use_cache=False).logits[0, plen - 1:]
+        assert torch.equal(tf.argmax(-1), toks), "cached decode and full forward disagree on the greedy tokens"
+        if "pixel_values" in gen:
+            gfeats, _ = _image_features(model, gen)
+            arrays["gen_image_embeds"] = gfeats.numpy().astype(np.float32)
+
+    arrays.update(
+        input_ids=batch["input_ids"].numpy().astype(np.int64),
+        attention_mask=batch["attention_mask"].numpy().astype(np.int64),
+        position_ids=pos.numpy().astype(np.int64),
+        logits=logits.numpy().astype(np.float32),
+        position_ids_gen=pos_gen.numpy().astype(np.int64),
+        logits_gen=logits_gen.numpy().astype(np.float32),
+        row0_embeds=hs[0][0].numpy().astype(np.float32),
+        row0_attn_out=torch.stack([a[0] for a in rec["attn"]]).numpy().astype(np.float32),
+        row0_layer_out=torch.stack([a[0] for a in rec["layer"]]).numpy().astype(np.float32),
+        row0_final_norm=fin["norm"][0].numpy().astype(np.float32),
+        gen_prompt=gen["input_ids"].numpy().astype(np.int64),
+        gen_tokens=toks.numpy().astype(np.int64),
+        gen_logits=glog.numpy().astype(np.float32),
+        gen_min_margin=np.array(margin, dtype=np.float32),
+    )
+    if spec["arch"] == "Gemma4ForCausalLM":
+        arrays["row0_per_layer_inputs"] = torch.stack([p[0] for p in rec["ple"]], dim=1).numpy().astype(np.float32)
+    for k in ("token_type_ids", "mm_token_type_ids"):
+        if k in batch:
+            arrays[k] = batch[k].numpy().astype(np.int64)
+            arrays["gen_" + k] = gen[k].numpy().astype(np.int64)
+    if "pixel_values" in batch:
+        arrays["pixel_values"] = batch["pixel_values"].numpy().astype(np.float32)
+        arrays["gen_pixel_values"] = gen["pixel_values"].numpy().astype(np.float32)
+    if "image_position_ids" in batch:
+        arrays["image_position_ids"] = batch["image_position_ids"].numpy().astype(np.int64)
+        arrays["gen_image_position_ids"] = gen["image_position_ids"].numpy().astype(np.int64)
+    meta = dict(name=name, architecture=spec["arch"], model_type=model.config.model_type, seed=spec["seed"],
+                num_layers=L, gen_tokens=GEN_TOKENS, eos_disabled_in_generate=True, attn_implementation="eager",
+                dtype="float32", image_token_id=IMAGE if "pixel_values" in batch else None,
+                logits_compare="only where attention_mask == 1", **versions())
+    arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    return arrays
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Save / check
+# ----------------------------------------------------------------------------------------------------------------
+
+def save_checkpoint(model, path):
+    """save_pretrained into a temporary folder, keep config.json + model.safetensors."""
+    import shutil
+    os.makedirs(path, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        files = sorted(os.listdir(tmp))
+        assert "model.safetensors" in files and "config.json" in files, files
+        for f in ("config.json", "model.safetensors"):
+            shutil.copyfile(os.path.join(tmp, f), os.path.join(path, f))
+
+
+def generate_one(name):
+    """(model, arrays, {config.json text, safetensors tensors}) regenerated in memory."""
+    import torch
+    from safetensors.torch import load_file
+    import transformers
+    torch.set_num_threads(1)
+    transformers.utils.logging.disable_progress_bar()
+    model = build_model(name)
+    arrays = golden_arrays(name, model)
+    with tempfile.TemporaryDirectory() as tmp:
+        save_checkpoint(model, tmp)
+        tensors = {k: v.numpy() for k, v in load_file(os.path.join(tmp, "model.safetensors")).items()}
+        with open(os.path.join(tmp, "config.json")) as f:
+            config = json.load(f)
+        check_round_trip(name, tmp, arrays)
+    return model, arrays, config, tensors
+
+
+def check_round_trip(name, path, arrays):
+    """from_pretrained(path) must reproduce the golden logits exactly (nothing lost by save_pretrained)."""
+    import torch
+    import transformers as T
+    cls = getattr(T, MODELS[name]["arch"])
+    model = cls.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
+    kw = {k: torch.from_numpy(arrays[k]) for k in ("input_ids", "attention_mask", "token_type_ids",
+                                                   "mm_token_type_ids", "pixel_values", "image_position_ids")
+          if k in arrays}
+    with torch.no_grad():
+        logits = model(**kw, use_cache=False).logits.numpy()
+    if not np.array_equal(logits, arrays["logits"]):
+        raise AssertionError(f"{name}: reloaded checkpoint gives different logits "
+                             f"(max diff {np.abs(logits - arrays['logits']).max():.3g})")
+
+
+def compare(name, out_dir, arrays, config, tensors):
+    """List of differences between regenerated data and the committed files (empty = identical within TOL)."""
+    from safetensors.numpy import load_file
+    d = os.path.join(out_dir, name)
+    problems = []
+    with open(os.path.join(d, "config.json")) as f:
+        old_cfg = json.load(f)
+    if old_cfg != config:
+        problems.append("config.json differs")
+    old_t = load_file(os.path.join(d, "model.safetensors"))
+    if set(old_t) != set(tensors):
+        problems.append(f"safetensors keys differ: {sorted(set(old_t) ^ set(tensors))}")
+    for k in sorted(set(old_t) & set(tensors)):
+        if old_t[k].shape != tensors[k].shape or not np.array_equal(old_t[k], tensors[k]):
+            problems.append(f"weight {k} differs")
+    with np.load(os.path.join(d, "golden.npz")) as old:
+        if set(old.files) != set(arrays):
+            problems.append(f"golden keys differ: {sorted(set(old.files) ^ set(arrays))}")
+        for k in sorted(set(old.files) & set(arrays)):
+            a, b = old[k], arrays[k]
+            if k == "meta":
+                ma, mb = json.loads(str(a)), json.loads(str(b))
+                for v in ("transformers", "torch"):
+                    ma.pop(v, None), mb.pop(v, None)
+                if ma != mb:
+                    problems.append("meta differs")
+                continue
+            if a.shape != b.shape or a.dtype != b.dtype:
+                problems.append(f"{k}: shape/dtype {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}")
+            elif np.issubdtype(a.dtype, np.floating):
+                err = np.abs(a.astype(np.float64) - b.astype(np.float64)) / np.maximum(1.0, np.abs(a))
+                if err.size and float(err.max()) > TOL:
+                    problems.append(f"{k}: max rel/abs diff {float(err.max()):.3g} > {TOL}")
+            elif not np.array_equal(a, b):
+                problems.append(f"{k} differs")
+    return problems
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--only", action="append", choices=sorted(MODELS), help="restrict to these models")
+    ap.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
+    args = ap.parse_args(argv)
+    bad = 0
+    for name in args.only or list(MODELS):
+        model, arrays, config, tensors = generate_one(name)
+        d = os.path.join(args.out, name)
+        if args.check:
+            problems = compare(name, args.out, arrays, config, tensors)
+            print(("ok   " if not problems else "DIFF ") + d)
+            for p in problems:
+                print("     " + p)
+            bad += bool(problems)
+        else:
+            save_checkpoint(model, d)
+            np.savez_compressed(os.path.join(d, "golden.npz"), **arrays)
+            sizes = {f: os.path.getsize(os.path.join(d, f)) for f in sorted(os.listdir(d))}
+            print(f"wrote {d} {sizes} gen_min_margin={float(arrays['gen_min_margin']):.4f}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""tessera.Model: run a Hugging Face Gemma 3 / Gemma 4 checkpoint (config.json + safetensors)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _tessera
+
+__all__ = ["Model"]
+
+
+class Model:
+    """A loaded checkpoint. Use `Model.load(path)`.
+
+    Batches are numpy arrays [B, S] with an optional 2-D `attention_mask` (1 = real token); each
+    row's real tokens must be contiguous (left or right padding). Rows are run from position 0
+    whatever their padding (RoPE attention depends only on relative positions, so logits equal a
+    left-padded transformers run). Image soft tokens: `image_embeds` [N, hidden] holds one row per
+    image placeholder token, in batch-row-major order (as transformers scatters them); image blocks
+    come from `token_type_ids` (Gemma 3) or `mm_token_type_ids` (Gemma 4).
+    """
+
+    def __init__(self, impl):
+        self._impl = impl
+
+    @classmethod
+    def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
+             num_threads=0, mode="unified"):
+        """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
+        max_chunk: prefill chunk (default min(256, max_context)); an image block must fit in one."""
+        if mode != "unified":
+            raise ValueError(f"mode {mode!r} is not available yet (only 'unified')")
+        max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
+        if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
+            raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "
+                             f"max_chunk={max_chunk}, max_context={max_context}")
+        return cls(_tessera._Model(str(path), str(dtype), int(max_batch), int(max_context), int(max_chunk),
+                                   str(kv_dtype), int(num_threads)))
+
+    vocab_size = property(lambda self: self._impl.vocab_size)
+    hidden_size = property(lambda self: self._impl.hidden_size)
+    model_type = property(lambda self: self._impl.model_type)
+
+    def _rows(self, input_ids, attention_mask, token_types, image_embeds):
+        ids = np.asarray(input_ids)
+        if ids.ndim == 1:
+            ids = ids[None]
+        if ids.ndim != 2 or ids.dtype.kind not in "iu":
+            raise ValueError(f"input_ids must be an integer array [B, S], got {ids.dtype} {ids.shape}")
+        B, S = ids.shape
+        mask = np.ones((B, S), dtype=bool) if attention_mask is None else np.asarray(attention_mask).astype(bool)
+        if mask.shape != (B, S):
+            raise ValueError(f"attention_mask has shape {mask.shape}, expected {(B, S)}")
+        types = None if token_types is None else np.asarray(token_types)
+        if types is not None and types.shape != (B, S):
+            raise ValueError(f"token type ids have shape {types.shape}, expected {(B, S)}")
+        spans, tokens, type_rows = [], [], []
+        for b in range(B):
+            idx = np.flatnonzero(mask[b])
+            if idx.size == 0:
+                raise ValueError(f"row {b} has no tokens")
+            if idx[-1] - idx[0] + 1 != idx.size:
+                raise ValueError(f"row {b} of attention_mask has holes; only left or right padding is supported")
+            spans.append((int(idx[0]), int(idx[-1]) + 1))
+            tokens.append(ids[b, idx[0]:idx[-1] + 1].astype(np.int64).tolist())
+            if types is not None:
+                type_rows.append(types[b, idx[0]:idx[-1] + 1].astype(np.int64).tolist())
+        embeds = []
+        if image_embeds is not None:
+            e = np.ascontiguousarray(image_embeds, dtype=np.float32)
+            if e.ndim != 2:
+                raise ValueError(f"image_embeds must be [N, hidden], got {e.shape}")
+            # Rows are consumed by placeholder tokens in batch-row-major order (padding excluded);
+            # the C++ side checks each row's count against its placeholders.
+            counts = [self._placeholders(t) for t in tokens]
+            if sum(counts) != e.shape[0]:
+                raise ValueError(f"image_embeds has {e.shape[0]} rows but the batch has {sum(counts)} image "
+                                 f"placeholder tokens")
+            start = 0
+            for c in counts:
+                embeds.append(np.ascontiguousarray(e[start:start + c]))
+                start += c
+        return spans, tokens, type_rows, embeds
+
+    def _placeholders(self, row_tokens):
+        ids = set(self._impl._soft_token_ids)
+        return sum(1 for t in row_tokens if t in ids)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, mm_token_type_ids=None,
+                image_embeds=None):
+        """A fresh prefill; returns logits [B, S, vocab] float32 (zeros at padding positions)."""
+        types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
+        spans, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
+        packed = self._impl._forward(tokens, type_rows, embeds)
+        B, S = np.asarray(input_ids).reshape(len(tokens), -1).shape
+        out = np.zeros((B, S, packed.shape[-1]), dtype=np.float32)
+        for b, (lo, hi) in enumerate(spans):
+            out[b, lo:hi] = packed[b, :hi - lo]
+        return out
+
+    def generate(self, input_ids, max_new_tokens, attention_mask=None, token_type_ids=None,
+                 mm_token_type_ids=None, image_embeds=None, temperature=0.0, top_k=0, top_p=1.0, seed=0,
+                 stop_tokens=None):
+        """Generates up to max_new_tokens per row (greedy when temperature == 0); stops after an
+        end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
+        token-id lists, one per row."""
+        types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
+        _, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
+        stop = list(self._impl.eos_token_ids) if stop_tokens is None else [int(t) for t in stop_tokens]
+        return self._impl._generate(tokens, type_rows, embeds, int(max_new_tokens), float(temperature), int(top_k),
+                                    float(top_p), int(seed), stop)

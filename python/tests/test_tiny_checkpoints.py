@@ -1,0 +1,456 @@
+"""Self-consistency of the tiny Gemma checkpoints in tests/testdata/models (made by
+python/scripts/make_tiny_checkpoints.py) that the C++ conformance tests compare against.
+
+Without torch / transformers (numpy only):
+  * config.json + model.safetensors + golden.npz exist, sizes stay small;
+  * the safetensors key set is exactly the one docs/gemma-numerics.md lists for the config (text decoder keys
+    derived from the config; vision keys only checked by prefix);
+  * golden shapes agree with the config;
+  * a float64 numpy forward written from docs/gemma-numerics.md (`reference_logits`) reproduces the golden
+    logits, per-layer activations and the cached-decode logits of `generate` -- i.e. the documented numerics are
+    the ones transformers ran.
+With torch + transformers of the recorded version: the checkpoints and goldens are regenerated in memory and
+must match the committed files (weights exactly, floats within 1e-6).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MODELS_DIR = os.path.join(REPO, "tests", "testdata", "models")
+NAMES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4_unified"]
+ARCH = {"gemma3_text": "Gemma3ForCausalLM", "gemma3": "Gemma3ForConditionalGeneration",
+        "gemma4_text": "Gemma4ForCausalLM", "gemma4_unified": "Gemma4UnifiedForConditionalGeneration"}
+REF_TOL = 5e-5       # float64 numpy vs float32 torch, relative to max(1, |x|); observed <= 2e-5
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Loading (no safetensors / torch dependency: the format is an 8-byte header size, a JSON header, raw data)
+# ------------------------------------------------------------------------------------------------------------------
+
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(data[base + a:base + b], dtype=_ST_DTYPES[v["dtype"]]).reshape(v["shape"])
+    return out
+
+
+def load(name):
+    d = os.path.join(MODELS_DIR, name)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    w = load_safetensors(os.path.join(d, "model.safetensors"))
+    g = dict(np.load(os.path.join(d, "golden.npz")))
+    return cfg, w, g
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Config interpretation (docs/gemma-numerics.md section "Configuration")
+# ------------------------------------------------------------------------------------------------------------------
+
+class TextCfg:
+    def __init__(self, cfg):
+        self.arch = cfg["architectures"][0]
+        t = cfg.get("text_config") or cfg
+        self.t = t
+        self.family = "gemma3" if t["model_type"] == "gemma3_text" else "gemma4"
+        self.L = t["num_hidden_layers"]
+        self.H = t["hidden_size"]
+        self.Hq = t["num_attention_heads"]
+        self.eps = t["rms_norm_eps"]
+        self.vocab = t["vocab_size"]
+        if t.get("layer_types"):
+            self.types = list(t["layer_types"])
+        elif self.family == "gemma3":
+            pat = t.get("sliding_window_pattern", 6)
+            self.types = ["sliding_attention" if (i + 1) % pat else "full_attention" for i in range(self.L)]
+        else:
+            self.types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(self.L)]
+        if self.family == "gemma4":
+            self.types[-1] = "full_attention"
+        over = {int(k): v for k, v in (t.get("per_layer_config") or {}).items()}
+        k_eq_v = bool(t.get("attention_k_eq_v", False))
+        self.head_dim, self.kv_heads = [], []
+        for i, lt in enumerate(self.types):
+            hd, kv = t["head_dim"], t["num_key_value_heads"]
+            if self.family == "gemma4" and lt == "full_attention":
+                if "per_layer_config" in t:
+                    hd = over.get(i, {}).get("head_dim", hd)
+                    kv = over.get(i, {}).get("num_key_value_heads", kv)
+                else:                           # Hub-style config.json
+                    hd = t.get("global_head_dim", 512)
+                    if k_eq_v and t.get("num_global_key_value_heads") is not None:
+                        kv = t["num_global_key_value_heads"]
+            self.head_dim.append(hd)
+            self.kv_heads.append(kv)
+        self.k_eq_v = k_eq_v
+        n_shared = t.get("num_kv_shared_layers", 0) or 0
+        first = self.L - n_shared
+        self.kv_source = []                     # layer whose K/V layer i attends to
+        for i, lt in enumerate(self.types):
+            if i < first:
+                self.kv_source.append(i)
+            else:
+                self.kv_source.append(max(j for j in range(first) if self.types[j] == lt))
+        self.shared = [self.kv_source[i] != i for i in range(self.L)]
+        inter = t["intermediate_size"]
+        dw = bool(t.get("use_double_wide_mlp", False))
+        self.inter = [inter * (2 if dw and self.shared[i] else 1) for i in range(self.L)]
+        self.P = t.get("hidden_size_per_layer_input") or 0 if self.family == "gemma4" else 0
+        self.moe = bool(t.get("enable_moe_block", False))
+        self.softcap = t.get("final_logit_softcapping")
+        if self.arch == "Gemma3ForConditionalGeneration":
+            self.softcap = None                 # never applied by that class
+        self.window = t.get("sliding_window")
+        self.bidir = t.get("use_bidirectional_attention")
+        self.rope = t["rope_parameters"]
+        self.qpas = t.get("query_pre_attn_scalar")
+        self.image_token_id = cfg.get("image_token_index", cfg.get("image_token_id"))
+
+    def prefix(self, keys):
+        cands = [k[:-len("embed_tokens.weight")] for k in keys
+                 if k.endswith("embed_tokens.weight") and "per_layer" not in k]
+        assert len(cands) == 1, cands
+        return cands[0]
+
+    def expected_text_keys(self, p):
+        keys = {p + "embed_tokens.weight", p + "norm.weight"}
+        if self.P:
+            keys |= {p + "embed_tokens_per_layer.weight", p + "per_layer_model_projection.weight",
+                     p + "per_layer_projection_norm.weight"}
+        for i in range(self.L):
+            lp = f"{p}layers.{i}."
+            keys |= {lp + n + ".weight" for n in ("input_layernorm", "post_attention_layernorm",
+                                                  "pre_feedforward_layernorm", "post_feedforward_layernorm",
+                                                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+                                                  "self_attn.q_proj", "self_attn.o_proj", "self_attn.q_norm")}
+            if not self.shared[i]:
+                keys |= {lp + "self_attn.k_proj.weight", lp + "self_attn.k_norm.weight"}
+                if not (self.k_eq_v and self.types[i] == "full_attention"):
+                    keys.add(lp + "self_attn.v_proj.weight")
+            if self.family == "gemma4":
+                keys.add(lp + "layer_scalar")
+            if self.P:
+                keys |= {lp + "per_layer_input_gate.weight", lp + "per_layer_projection.weight",
+                         lp + "post_per_layer_input_norm.weight"}
+        return keys
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Numpy reference forward (float64), written from docs/gemma-numerics.md
+# ------------------------------------------------------------------------------------------------------------------
+
+def rms_norm(x, w, eps, family):
+    y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    if w is None:
+        return y
+    return y * (1.0 + w) if family == "gemma3" else y * w
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def inv_freq(rope, head_dim):
+    kind, theta = rope["rope_type"], rope["rope_theta"]
+    if kind in ("default", "linear"):
+        inv = 1.0 / theta ** (np.arange(0, head_dim, 2) / head_dim)
+        return inv / (rope["factor"] if kind == "linear" else 1.0)
+    if kind == "proportional":
+        n = int(rope.get("partial_rotary_factor", 1.0) * head_dim // 2)
+        inv = np.zeros(head_dim // 2)
+        inv[:n] = 1.0 / theta ** (np.arange(0, 2 * n, 2) / head_dim)
+        return inv / rope.get("factor", 1.0)
+    raise NotImplementedError(kind)
+
+
+def apply_rope(x, pos, inv):
+    """x [S, heads, D] rotate-half layout; pos [S]."""
+    f = pos[:, None].astype(np.float64) * inv[None, :]
+    emb = np.concatenate([f, f], axis=-1)
+    cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+    half = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rot * sin
+
+
+def block_ids(types, block_values):
+    inb = np.isin(types, block_values)
+    prev = np.concatenate([[False], inb[:-1]])
+    ids = np.cumsum(inb & ~prev) - 1
+    return np.where(inb, ids, -1)
+
+
+def masks(c: TextCfg, valid, types):
+    """{layer_type: bool [S_q, S_k]} for one row, indices are cache positions (see python/tessera/hf.py)."""
+    S = valid.shape[0]
+    q = np.arange(S)[:, None]
+    k = np.arange(S)[None, :]
+    causal = k <= q
+    win = (q - k) < c.window if c.window else np.ones_like(causal)
+    block = np.zeros_like(causal)
+    if types is not None:
+        if c.arch == "Gemma3ForConditionalGeneration":
+            b = block_ids(types, (1,))
+        elif c.bidir == "vision":
+            b = block_ids(types, (1, 2))
+        else:
+            b = None
+        if b is not None:
+            block = (b[:, None] == b[None, :]) & (b[:, None] >= 0)
+    if c.arch == "Gemma3ForConditionalGeneration":
+        full, sliding = causal | block, (causal | block) & win
+    elif c.arch == "Gemma4UnifiedForConditionalGeneration" and c.bidir == "vision":
+        full, sliding = causal | block, (causal & win) | block
+    elif c.arch == "Gemma4ForConditionalGeneration" and c.bidir == "vision":
+        full, sliding = causal, (causal | block) & win
+    else:
+        full, sliding = causal, causal & win
+    v = valid[None, :].astype(bool)
+    return {"full_attention": full & v, "sliding_attention": sliding & v}
+
+
+def reference_forward(c: TextCfg, w, ids, valid, pos, types=None, image_embeds=None):
+    """One row. Returns dict(logits [S, V], embeds, attn_out [L], layer_out [L], final_norm, ple)."""
+    p = c.prefix(w.keys())
+    W = {k[len(p):]: v.astype(np.float64) for k, v in w.items() if k.startswith(p)}
+    fam = c.family
+    E = W["embed_tokens.weight"]
+    h = E[ids] * np.float64(np.float32(math.sqrt(c.H)))
+    if image_embeds is not None:
+        rows = np.nonzero(ids == c.image_token_id)[0]
+        assert len(rows) == len(image_embeds)
+        h[rows] = image_embeds
+    out = {"embeds": h.copy(), "attn_out": [], "layer_out": []}
+    ple = None
+    if c.P:
+        tok = W["embed_tokens_per_layer.weight"][ids] * np.float64(np.float32(math.sqrt(c.P)))
+        proj = (h @ W["per_layer_model_projection.weight"].T) * (c.H ** -0.5)
+        proj = rms_norm(proj.reshape(-1, c.L, c.P), W["per_layer_projection_norm.weight"], c.eps, fam)
+        ple = (proj + tok.reshape(-1, c.L, c.P)) * 2 ** -0.5
+        out["ple"] = ple
+    m = masks(c, valid, types)
+    kv_store = {}
+    for i in range(c.L):
+        lp = f"layers.{i}."
+        lt, D, Hkv = c.types[i], c.head_dim[i], c.kv_heads[i]
+        inv = inv_freq(c.rope[lt], D)
+        x = rms_norm(h, W[lp + "input_layernorm.weight"], c.eps, fam)
+        qh = (x @ W[lp + "self_attn.q_proj.weight"].T).reshape(-1, c.Hq, D)
+        qh = apply_rope(rms_norm(qh, W[lp + "self_attn.q_norm.weight"], c.eps, fam), pos, inv)
+        if c.shared[i]:
+            kh, vh = kv_store[c.kv_source[i]]
+        else:
+            kraw = (x @ W[lp + "self_attn.k_proj.weight"].T).reshape(-1, Hkv, D)
+            if c.k_eq_v and lt == "full_attention":
+                vraw = kraw
+            else:
+                vraw = (x @ W[lp + "self_attn.v_proj.weight"].T).reshape(-1, Hkv, D)
+            kh = apply_rope(rms_norm(kraw, W[lp + "self_attn.k_norm.weight"], c.eps, fam), pos, inv)
+            vh = rms_norm(vraw, None, c.eps, fam) if fam == "gemma4" else vraw
+            kv_store[i] = (kh, vh)
+        Hkv = kh.shape[1]
+        groups = c.Hq // Hkv
+        scale = c.qpas ** -0.5 if fam == "gemma3" else 1.0
+        mask = m[lt]
+        heads = []
+        for hq in range(c.Hq):
+            s = (qh[:, hq] @ kh[:, hq // groups].T) * scale
+            s = np.where(mask, s, -np.inf)
+            mx = np.max(s, axis=-1, keepdims=True)
+            mx = np.where(np.isfinite(mx), mx, 0.0)
+            e = np.where(mask, np.exp(s - mx), 0.0)
+            den = e.sum(-1, keepdims=True)
+            pr = e / np.where(den > 0, den, 1.0)
+            heads.append(pr @ vh[:, hq // groups])
+        a = np.concatenate(heads, axis=-1) @ W[lp + "self_attn.o_proj.weight"].T
+        out["attn_out"].append(a)
+        h = h + rms_norm(a, W[lp + "post_attention_layernorm.weight"], c.eps, fam)
+        x = rms_norm(h, W[lp + "pre_feedforward_layernorm.weight"], c.eps, fam)
+        y = (gelu_tanh(x @ W[lp + "mlp.gate_proj.weight"].T) * (x @ W[lp + "mlp.up_proj.weight"].T)) \
+            @ W[lp + "mlp.down_proj.weight"].T
+        h = h + rms_norm(y, W[lp + "post_feedforward_layernorm.weight"], c.eps, fam)
+        if c.P:
+            g = gelu_tanh(h @ W[lp + "per_layer_input_gate.weight"].T) * ple[:, i, :]
+            g = g @ W[lp + "per_layer_projection.weight"].T
+            h = h + rms_norm(g, W[lp + "post_per_layer_input_norm.weight"], c.eps, fam)
+        if fam == "gemma4":
+            h = h * W[lp + "layer_scalar"][0]
+        out["layer_out"].append(h.copy())
+    hn = rms_norm(h, W["norm.weight"], c.eps, fam)
+    out["final_norm"] = hn
+    logits = hn @ E.T
+    if c.softcap:
+        logits = c.softcap * np.tanh(logits / c.softcap)
+    out["logits"] = logits
+    return out
+
+
+def _close(a, b, tol=REF_TOL):
+    err = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)) / np.maximum(1.0, np.abs(b))
+    return float(err.max()) if err.size else 0.0
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Tests
+# ------------------------------------------------------------------------------------------------------------------
+
+def test_files_and_sizes():
+    total = 0
+    for name in NAMES:
+        d = os.path.join(MODELS_DIR, name)
+        assert sorted(os.listdir(d)) == ["config.json", "golden.npz", "model.safetensors"], name
+        st = os.path.getsize(os.path.join(d, "model.safetensors"))
+        assert st < 2 * 1024 * 1024, (name, st)
+        total += sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    assert total < 8 * 1024 * 1024, total
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_and_keys(name):
+    cfg, w, g = load(name)
+    assert cfg["architectures"] == [ARCH[name]]
+    c = TextCfg(cfg)
+    assert not c.moe
+    p = c.prefix(w.keys())
+    expected_prefix = {"gemma3_text": "model.", "gemma3": "language_model.model.",
+                       "gemma4_text": "model.", "gemma4_unified": "model.language_model."}[name]
+    assert p == expected_prefix
+    text_keys = {k for k in w if k.startswith(p)}
+    assert text_keys == c.expected_text_keys(p), sorted(text_keys ^ c.expected_text_keys(p))
+    other = {k for k in w if not k.startswith(p)}
+    allowed = {"gemma3_text": (), "gemma4_text": (),
+               "gemma3": ("vision_tower.", "multi_modal_projector."),
+               "gemma4_unified": ("model.vision_embedder.", "model.embed_vision.")}[name]
+    assert all(k.startswith(allowed) for k in other), sorted(other)
+    assert "lm_head.weight" not in w          # tied to embed_tokens
+    for k, v in w.items():
+        assert v.dtype == np.float32, k
+    # shapes of the text decoder weights
+    assert w[p + "embed_tokens.weight"].shape == (c.vocab, c.H)
+    for i in range(c.L):
+        lp = f"{p}layers.{i}."
+        D = c.head_dim[i]
+        assert w[lp + "self_attn.q_proj.weight"].shape == (c.Hq * D, c.H)
+        assert w[lp + "self_attn.o_proj.weight"].shape == (c.H, c.Hq * D)
+        assert w[lp + "self_attn.q_norm.weight"].shape == (D,)
+        if not c.shared[i]:
+            assert w[lp + "self_attn.k_proj.weight"].shape == (c.kv_heads[i] * D, c.H)
+        assert w[lp + "mlp.gate_proj.weight"].shape == (c.inter[i], c.H)
+        assert w[lp + "mlp.down_proj.weight"].shape == (c.H, c.inter[i])
+        if c.family == "gemma4":
+            assert w[lp + "layer_scalar"].shape == (1,)
+            assert w[lp + "layer_scalar"][0] != 1.0      # randomised
+    # norm weights are randomised (neither the Gemma 3 zeros nor the Gemma 4 ones)
+    assert not np.allclose(w[p + "norm.weight"], 0.0) and not np.allclose(w[p + "norm.weight"], 1.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_golden_shapes(name):
+    cfg, w, g = load(name)
+    c = TextCfg(cfg)
+    meta = json.loads(str(g["meta"]))
+    assert meta["architecture"] == ARCH[name] and meta["num_layers"] == c.L
+    B, S = g["input_ids"].shape
+    assert B == 2 and g["attention_mask"].shape == (B, S)
+    am = g["attention_mask"].astype(bool)
+    assert am[0, 0] and not am[0, -1] and not am[1, 0] and am[1, -1]     # right / left padding
+    assert np.all(g["input_ids"][~am] == c.t["pad_token_id"])
+    assert g["logits"].shape == (B, S, c.vocab) and g["logits"].dtype == np.float32
+    assert g["logits_gen"].shape == (B, S, c.vocab)
+    assert np.array_equal(g["position_ids"], np.arange(S)[None])
+    assert np.array_equal(g["position_ids_gen"], np.where(am, np.cumsum(am, 1) - 1, 0))
+    assert g["row0_embeds"].shape == (S, c.H) and g["row0_final_norm"].shape == (S, c.H)
+    assert g["row0_layer_out"].shape == (c.L, S, c.H) and g["row0_attn_out"].shape == (c.L, S, c.H)
+    assert g["gen_tokens"].shape == (32,) and g["gen_logits"].shape == (32, c.vocab)
+    assert np.array_equal(g["gen_logits"].argmax(-1), g["gen_tokens"])
+    assert float(g["gen_min_margin"]) > 1e-3
+    assert g["gen_prompt"].shape[0] == 1
+    if c.P:
+        assert g["row0_per_layer_inputs"].shape == (S, c.L, c.P)
+    if name in ("gemma3", "gemma4_unified"):
+        tkey = "token_type_ids" if name == "gemma3" else "mm_token_type_ids"
+        img = g["input_ids"] == c.image_token_id
+        assert np.array_equal(g[tkey].astype(bool), img)
+        assert g["image_embeds"].shape == (int(img.sum()), c.H)
+        gimg = g["gen_prompt"] == c.image_token_id
+        assert np.array_equal(g["gen_" + tkey].astype(bool), gimg)
+        assert g["gen_image_embeds"].shape == (int(gimg.sum()), c.H)
+        # the sliding window is smaller than an image block
+        assert c.window < int(img[0].sum())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_numpy_reference_matches_goldens(name):
+    """The documented numerics (docs/gemma-numerics.md), run in float64 numpy, give transformers' outputs."""
+    cfg, w, g = load(name)
+    c = TextCfg(cfg)
+    tkey = {"gemma3": "token_type_ids", "gemma4_unified": "mm_token_type_ids"}.get(name)
+    img_rows = np.cumsum([0] + [int((r == c.image_token_id).sum()) for r in g["input_ids"]])
+    for b in range(2):
+        ids, valid = g["input_ids"][b], g["attention_mask"][b].astype(bool)
+        types = g[tkey][b] if tkey else None
+        feats = g["image_embeds"][img_rows[b]:img_rows[b + 1]].astype(np.float64) if tkey else None
+        for pos_key, log_key in (("position_ids", "logits"), ("position_ids_gen", "logits_gen")):
+            pos = g[pos_key][0] if g[pos_key].shape[0] == 1 else g[pos_key][b]
+            ref = reference_forward(c, w, ids, valid, pos, types, feats)
+            err = _close(ref["logits"][valid], g[log_key][b][valid])
+            assert err < REF_TOL, (name, b, log_key, err)
+            if b == 0 and log_key == "logits":
+                assert _close(ref["embeds"], g["row0_embeds"]) < REF_TOL
+                v = valid
+                for i in range(c.L):
+                    assert _close(ref["attn_out"][i][v], g["row0_attn_out"][i][v]) < REF_TOL, (name, "attn", i)
+                    assert _close(ref["layer_out"][i][v], g["row0_layer_out"][i][v]) < REF_TOL, (name, "layer", i)
+                assert _close(ref["final_norm"][v], g["row0_final_norm"][v]) < REF_TOL
+                if c.P:
+                    assert _close(ref["ple"][v], g["row0_per_layer_inputs"][v]) < REF_TOL
+    # cached greedy decode == full forward over prompt + generated tokens
+    prompt = g["gen_prompt"][0]
+    seq = np.concatenate([prompt, g["gen_tokens"][:-1]])
+    types = None
+    if tkey:
+        types = np.concatenate([g["gen_" + tkey][0], np.zeros(len(seq) - len(prompt), np.int64)])
+    ref = reference_forward(c, w, seq, np.ones(len(seq), bool), np.arange(len(seq)), types,
+                            g["gen_image_embeds"].astype(np.float64) if tkey else None)
+    err = _close(ref["logits"][len(prompt) - 1:], g["gen_logits"])
+    assert err < REF_TOL, (name, "gen_logits", err)
+
+
+def _regen_module():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("safetensors")
+    sys.path.insert(0, os.path.join(REPO, "python", "scripts"))
+    import make_tiny_checkpoints as mk
+    return torch, transformers, mk
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_regeneration_matches_committed(name):
+    torch, transformers, mk = _regen_module()
+    with np.load(os.path.join(MODELS_DIR, name, "golden.npz")) as z:
+        meta = json.loads(str(z["meta"]))
+    if transformers.__version__ != meta["transformers"]:
+        pytest.skip(f"goldens were made with transformers {meta['transformers']}, found {transformers.__version__}")
+    _, arrays, config, tensors = mk.generate_one(name)
+    problems = mk.compare(name, MODELS_DIR, arrays, config, tensors)
+    assert not problems, problems

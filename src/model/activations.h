@@ -1,0 +1,28 @@
+// Every activation buffer of one forward pass, sized once for the session's largest step
+// (max_batch x max_chunk tokens). The forward pass only indexes into these.
+#pragma once
+
+#include <cstdint>
+
+#include "core/aligned_buffer.h"
+#include "model/gemma_arch.h"
+
+namespace tessera::model {
+
+struct Activations {
+  int64_t max_tokens = 0;
+  AlignedBuffer h;       // [N, hidden]  residual stream
+  AlignedBuffer x;       // [N, hidden]  normed input / sublayer output
+  AlignedBuffer q;       // [N, q_heads * max_head_dim]
+  AlignedBuffer k, v;    // [N, max_kv_heads * max_head_dim]
+  AlignedBuffer attn;    // [N, q_heads * max_head_dim]  attention output, token-major
+  AlignedBuffer gate, up;  // [N, max_intermediate]
+  AlignedBuffer ple;     // [N, layers * ple_dim]  per-layer inputs (Gemma 4 PLE)
+  AlignedBuffer ple_tmp; // [N, max(ple_dim, 1)]
+  AlignedBuffer logits;  // [logit_rows, vocab]
+
+  void Allocate(const GemmaArch& arch, int64_t max_tokens, int64_t logit_rows);
+  size_t bytes() const;
+};
+
+}  // namespace tessera::model

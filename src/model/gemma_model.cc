@@ -1,0 +1,227 @@
+#include "model/gemma_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "ops/elementwise.h"
+#include "tessera/attention.h"
+
+namespace tessera::model {
+namespace {
+
+float* F(AlignedBuffer& b) { return b.as<float>(); }
+
+// [B, heads, S, dim] view over a token-major [B*S, heads*dim] buffer.
+HeadsView TokenMajor(const float* data, int64_t B, int64_t heads, int64_t S, int64_t dim) {
+  return {data, DType::kF32, B, heads, S, dim, S * heads * dim, dim, heads * dim};
+}
+
+}  // namespace
+
+Status GemmaModel::ValidateBatch(const ForwardBatch& in) const {
+  if (in.batch < 1 || in.seq < 1 || in.tokens == nullptr || in.count == nullptr || in.pos == nullptr)
+    return InvalidArgument("GemmaModel::Forward: batch " + std::to_string(in.batch) + " x seq " +
+                           std::to_string(in.seq) + " needs tokens, count and pos");
+  for (int64_t b = 0; b < in.batch; ++b) {
+    if (in.count[b] < 0 || in.count[b] > in.seq)
+      return InvalidArgument("GemmaModel::Forward: count[" + std::to_string(b) + "] = " + std::to_string(in.count[b]) +
+                             " outside [0, " + std::to_string(in.seq) + "]");
+    for (int64_t i = 0; i < in.seq; ++i) {
+      const int32_t t = in.tokens[b * in.seq + i];
+      if (t < 0 || t >= arch_.vocab)
+        return OutOfRange("GemmaModel::Forward: token id " + std::to_string(t) + " at [" + std::to_string(b) + ", " +
+                          std::to_string(i) + "] is outside the vocabulary [0, " + std::to_string(arch_.vocab) + ")");
+      if (arch_.ple_dim > 0 && t >= arch_.ple_vocab && (!in.use_embed || !in.use_embed[b * in.seq + i]))
+        return OutOfRange("GemmaModel::Forward: token id " + std::to_string(t) +
+                          " is outside the per-layer-embedding vocabulary " + std::to_string(arch_.ple_vocab));
+    }
+  }
+  if (in.use_embed && !in.embeds) return InvalidArgument("GemmaModel::Forward: use_embed given without embeds");
+  return Status::Ok();
+}
+
+void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
+  const int64_t H = arch_.hidden, n = in.batch * in.seq;
+  const size_t es = DTypeSize(weights_.embed.dtype);
+  float* h = F(act.h);
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = h + t * H;
+    if (in.use_embed && in.use_embed[t]) {
+      std::memcpy(row, in.embeds + t * H, H * sizeof(float));  // soft tokens are not scaled
+      continue;
+    }
+    DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + in.tokens[t] * H * es, row, H);
+    for (int64_t i = 0; i < H; ++i) row[i] *= weights_.embed_scale;
+  }
+}
+
+// Gemma 4 PLE: ple[t, l, :] = (norm(h0[t] W_proj^T / sqrt(hidden))[l] + E_ple[token][l] * sqrt(P)) / sqrt(2).
+void GemmaModel::PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const {
+  const int64_t P = arch_.ple_dim, L = arch_.num_layers(), n = in.batch * in.seq, LP = L * P;
+  float* ple = F(act.ple);
+  ops::Linear(weights_.ple_model_proj, F(act.h), n, arch_.hidden, ple, LP, pool);
+  const float proj_scale = 1.0f / std::sqrt(static_cast<float>(arch_.hidden));
+  for (int64_t i = 0; i < n * LP; ++i) ple[i] *= proj_scale;
+  ops::RmsNorm(ple, P, weights_.ple_proj_norm, 0.0f, arch_.rms_eps, n * L, P, ple, P);
+  const size_t es = DTypeSize(weights_.ple_embed.dtype);
+  float* ident = F(act.ple_tmp);  // [P] staging for one layer's slice of the token's PLE row
+  for (int64_t t = 0; t < n; ++t) {
+    // transformers looks up soft (image/audio/video) tokens' identity under the pad id.
+    const int32_t tok = in.use_embed && in.use_embed[t] ? arch_.pad_token_id : in.tokens[t];
+    for (int64_t l = 0; l < L; ++l) {
+      float* row = ple + t * LP + l * P;
+      DecodeToF32(weights_.ple_embed.dtype, static_cast<const char*>(weights_.ple_embed.data) + (tok * LP + l * P) * es,
+                  ident, P);
+      for (int64_t i = 0; i < P; ++i) row[i] = (row[i] + ident[i] * weights_.ple_embed_scale) * 0.70710678118654752f;
+    }
+  }
+}
+
+Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cache, Activations& act,
+                             ThreadPool* pool, Arena& attn_scratch) const {
+  const LayerArch& la = arch_.layers[l];
+  const LayerWeights& w = weights_.layers[l];
+  const int64_t B = in.batch, S = in.seq, n = B * S, D = la.head_dim, Hq = arch_.q_heads, Hkv = la.kv_heads;
+  float* x = F(act.x);
+  float* q = F(act.q);
+  ops::Linear(w.q_proj, x, n, arch_.hidden, q, Hq * D, pool);
+  ops::RmsNorm(q, D, w.q_norm, arch_.norm_offset, arch_.rms_eps, n * Hq, D, q, D);
+  ops::Rope(q, n, Hq, D, Hq * D, D, in.pos, la.inv_freq.data(), la.rope_attention_scaling);
+  if (!la.shared_kv) {
+    float* k = F(act.k);
+    float* v = F(act.v);
+    ops::Linear(w.k_proj, x, n, arch_.hidden, k, Hkv * D, pool);
+    if (la.has_v_proj) {
+      ops::Linear(w.v_proj, x, n, arch_.hidden, v, Hkv * D, pool);
+    } else {
+      std::memcpy(v, k, n * Hkv * D * sizeof(float));  // attention_k_eq_v: V is the raw k_proj output
+    }
+    ops::RmsNorm(k, D, w.k_norm, arch_.norm_offset, arch_.rms_eps, n * Hkv, D, k, D);
+    ops::Rope(k, n, Hkv, D, Hkv * D, D, in.pos, la.inv_freq.data(), la.rope_attention_scaling);
+    if (arch_.v_norm) ops::RmsNorm(v, D, nullptr, 0.0f, arch_.rms_eps, n * Hkv, D, v, D);
+    kv::KvAppend append;
+    append.k = TokenMajor(k, B, Hkv, S, D);
+    append.v = TokenMajor(v, B, Hkv, S, D);
+    append.pos = in.pos;
+    append.count = in.count;
+    append.block = in.block;
+    TESSERA_RETURN_IF_ERROR(cache.Append(l, append));
+  }
+  const kv::KvView view = cache.View(l);
+  AttentionParams p;
+  p.q = TokenMajor(q, B, Hq, S, D);
+  p.k = view.k;
+  p.v = view.v;
+  p.k.batch = p.v.batch = B;  // the step's rows are the cache's first B rows
+  p.out = {F(act.attn), B, Hq, S, D, S * Hq * D, D, Hq * D};
+  p.mask.q_pos = in.pos;
+  p.mask.k_pos = view.k_pos;
+  p.mask.kv_valid = view.kv_valid;
+  p.mask.causal = arch_.causal;
+  if (la.kind == kv::LayerKind::kSliding) {
+    p.mask.window_left = static_cast<int32_t>(la.window - 1);
+    // HF's window bounds only keys before the query; with a block overlay, block members after
+    // the query stay visible, so the right side is open (causality bounds it otherwise).
+    p.mask.window_right = la.blocks == BlockRule::kOverlay ? -1 : 0;
+  }
+  if (la.blocks != BlockRule::kNone && in.block != nullptr) {
+    p.mask.q_block = in.block;
+    p.mask.k_block = view.k_block;
+    p.mask.blocks_ignore_window = la.blocks == BlockRule::kOverlayNoWindow;
+  }
+  p.scale = arch_.attn_scale;
+  p.softcap = arch_.attn_softcap;
+  if (in.dense_bias) {
+    const int64_t S_kv = p.k.seq;
+    in.dense_bias->resize(B * S * S_kv);
+    TESSERA_RETURN_IF_ERROR(AttentionBias(p.mask, B, S, S_kv, -std::numeric_limits<float>::infinity(),
+                                          in.dense_bias->data()));
+    MaskSpec dense;
+    dense.q_pos = p.mask.q_pos;
+    dense.k_pos = p.mask.k_pos;
+    dense.causal = false;
+    dense.dense = {DenseMask::Kind::kAdditive, in.dense_bias->data(), S * S_kv, 0, S_kv, 1};
+    p.mask = dense;
+  }
+  AttentionContext ctx{pool, &attn_scratch};
+  TESSERA_RETURN_IF_ERROR(tessera::Attention(p, ctx));
+  ops::Linear(w.o_proj, F(act.attn), n, Hq * D, x, arch_.hidden, pool);
+  return Status::Ok();
+}
+
+void GemmaModel::Mlp(int64_t l, int64_t n, Activations& act, ThreadPool* pool) const {
+  const LayerWeights& w = weights_.layers[l];
+  const int64_t I = arch_.layers[l].intermediate, H = arch_.hidden;
+  float* gate = F(act.gate);
+  float* up = F(act.up);
+  ops::Linear(w.gate, F(act.x), n, H, gate, I, pool);
+  ops::Linear(w.up, F(act.x), n, H, up, I, pool);
+  ops::GeGlu(gate, up, n * I, gate);
+  ops::Linear(w.down, gate, n, I, F(act.x), H, pool);
+}
+
+// Gemma 4 PLE residual: h += norm(proj(gelu(gate(h)) * ple[:, layer])).
+void GemmaModel::PerLayerResidual(int64_t l, int64_t n, Activations& act, ThreadPool* pool) const {
+  const LayerWeights& w = weights_.layers[l];
+  const int64_t P = arch_.ple_dim, H = arch_.hidden, LP = arch_.num_layers() * P;
+  float* g = F(act.ple_tmp);
+  ops::Linear(w.ple_gate, F(act.h), n, H, g, P, pool);
+  ops::GeluTanh(g, n * P);
+  const float* ple = F(act.ple);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < P; ++i) g[t * P + i] *= ple[t * LP + l * P + i];
+  float* x = F(act.x);
+  ops::Linear(w.ple_proj, g, n, P, x, H, pool);
+  ops::RmsNorm(x, H, w.ple_post_norm, arch_.norm_offset, arch_.rms_eps, n, H, x, H);
+  float* h = F(act.h);
+  for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
+}
+
+Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
+                           Arena& attn_scratch, float* logits, const ActivationTap* tap) const {
+  TESSERA_RETURN_IF_ERROR(ValidateBatch(in));
+  const int64_t n = in.batch * in.seq, H = arch_.hidden;
+  if (n > act.max_tokens)
+    return OutOfRange("GemmaModel::Forward: step of " + std::to_string(n) + " tokens exceeds the session's " +
+                      std::to_string(act.max_tokens) + " (max_batch x max_chunk)");
+  Embed(in, act);
+  if (arch_.ple_dim > 0) PerLayerInputs(in, act, pool);
+  float* h = F(act.h);
+  float* x = F(act.x);
+  const float off = arch_.norm_offset, eps = arch_.rms_eps;
+  for (int64_t l = 0; l < arch_.num_layers(); ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    ops::RmsNorm(h, H, w.input_norm, off, eps, n, H, x, H);
+    TESSERA_RETURN_IF_ERROR(Attention(l, in, cache, act, pool, attn_scratch));
+    ops::RmsNorm(x, H, w.post_attn_norm, off, eps, n, H, x, H);
+    for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
+    ops::RmsNorm(h, H, w.pre_ffw_norm, off, eps, n, H, x, H);
+    Mlp(l, n, act, pool);
+    ops::RmsNorm(x, H, w.post_ffw_norm, off, eps, n, H, x, H);
+    for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
+    if (arch_.ple_dim > 0) PerLayerResidual(l, n, act, pool);
+    if (w.layer_scalar != 1.0f)
+      for (int64_t i = 0; i < n * H; ++i) h[i] *= w.layer_scalar;
+    if (tap && tap->hidden_after_layer) std::memcpy(tap->hidden_after_layer + l * in.seq * H, h, in.seq * H * 4);
+  }
+  // Final norm and LM head on the rows whose logits are wanted.
+  int64_t rows = 0;
+  for (int64_t b = 0; b < in.batch; ++b) {
+    if (in.all_logits) {
+      std::memcpy(x + b * in.seq * H, h + b * in.seq * H, in.seq * H * 4);
+      rows = n;
+    } else {
+      const int64_t last = std::max<int32_t>(in.count[b], 1) - 1;
+      std::memmove(x + b * H, h + (b * in.seq + last) * H, H * 4);
+      rows = in.batch;
+    }
+  }
+  ops::RmsNorm(x, H, weights_.final_norm, off, eps, rows, H, x, H);
+  ops::Linear(weights_.lm_head, x, rows, H, logits, arch_.vocab, pool);
+  if (arch_.final_softcap > 0) ops::SoftCap(logits, rows * arch_.vocab, arch_.final_softcap);
+  return Status::Ok();
+}
+
+}  // namespace tessera::model

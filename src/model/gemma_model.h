@@ -1,0 +1,66 @@
+// The Gemma 3 / Gemma 4 text decoder forward pass over a KV cache. One call processes one step
+// for a batch of rows: a prefill chunk or a decode token per row, written into the cache in
+// place; image blocks and soft-token embeddings come with the step. Allocation-free: every
+// buffer comes from Activations and the attention arena planned by the session.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kv/kv_cache.h"
+#include "model/activations.h"
+#include "model/gemma_arch.h"
+#include "model/gemma_weights.h"
+#include "tessera/status.h"
+#include "tessera/thread_pool.h"
+
+namespace tessera::model {
+
+struct ForwardBatch {
+  int64_t batch = 1, seq = 0;           // tokens laid out [batch, seq]
+  const int32_t* tokens = nullptr;      // [B, S] token ids (padding slots: any valid id)
+  const int32_t* count = nullptr;       // [B] real tokens per row (a prefix of S)
+  const int32_t* pos = nullptr;         // [B, S] absolute positions, continuing each row's cache
+  const int32_t* block = nullptr;       // [B, S] image block id per token, -1 = none; null = none
+  const float* embeds = nullptr;        // [B, S, hidden] soft-token embeddings (used where use_embed)
+  const uint8_t* use_embed = nullptr;   // [B, S] 1: the token's embedding comes from `embeds`
+  bool all_logits = false;              // every token [B, S, vocab], else each row's last real token [B, vocab]
+  // "bias" mode baseline (DESIGN.md §5): each layer's mask is materialized as a dense additive
+  // bias [B, 1, S, S_kv] in this buffer (resized per step: O(S x S_kv) by design) and the kernel
+  // sees no structure. Null: structured masks (the engine's way).
+  std::vector<float>* dense_bias = nullptr;
+};
+
+// Which named activation of batch row 0 the forward pass copies out, for conformance debugging.
+struct ActivationTap {
+  float* hidden_after_layer = nullptr;  // [layers, S, hidden] residual stream after each layer (row 0)
+};
+
+class GemmaModel {
+ public:
+  GemmaModel(GemmaArch arch, GemmaWeights weights) : arch_(std::move(arch)), weights_(std::move(weights)) {}
+
+  const GemmaArch& arch() const { return arch_; }
+  const GemmaWeights& weights() const { return weights_; }
+
+  // Checks token ids, counts and the block/embedding inputs of a step (bad input -> Status).
+  Status ValidateBatch(const ForwardBatch& in) const;
+
+  // Runs one step. `logits`: [B, S, vocab] or [B, vocab] f32 per in.all_logits.
+  Status Forward(const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool, Arena& attn_scratch,
+                 float* logits, const ActivationTap* tap = nullptr) const;
+
+ private:
+  void Embed(const ForwardBatch& in, Activations& act) const;
+  void PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const;
+  Status Attention(int64_t layer, const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
+                   Arena& attn_scratch) const;
+  void Mlp(int64_t layer, int64_t n, Activations& act, ThreadPool* pool) const;
+  void PerLayerResidual(int64_t layer, int64_t n, Activations& act, ThreadPool* pool) const;
+
+  GemmaArch arch_;
+  GemmaWeights weights_;
+};
+
+}  // namespace tessera::model

@@ -1,0 +1,43 @@
+// Views of a Gemma text decoder's weights. Matrices stay in the checkpoint's storage (usually a
+// memory map) in their stored dtype; small vectors (norm weights) are copied to f32 once.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "ops/linear.h"
+
+namespace tessera::model {
+
+struct LayerWeights {
+  ops::WeightView q_proj;  // [q_heads * head_dim, hidden]
+  ops::WeightView k_proj;  // [kv_heads * head_dim, hidden]   (absent on KV-shared layers)
+  ops::WeightView v_proj;  // [kv_heads * head_dim, hidden]   (absent with attention_k_eq_v)
+  ops::WeightView o_proj;  // [hidden, q_heads * head_dim]
+  ops::WeightView gate, up;  // [intermediate, hidden]
+  ops::WeightView down;      // [hidden, intermediate]
+  const float* q_norm = nullptr;  // [head_dim] f32
+  const float* k_norm = nullptr;  // [head_dim] f32 (null on KV-shared layers)
+  const float* input_norm = nullptr, *post_attn_norm = nullptr;  // [hidden] f32
+  const float* pre_ffw_norm = nullptr, *post_ffw_norm = nullptr;  // [hidden] f32
+  float layer_scalar = 1.0f;      // Gemma 4 per-layer output scale
+  ops::WeightView ple_gate;       // [ple_dim, hidden]  (Gemma 4 PLE)
+  ops::WeightView ple_proj;       // [hidden, ple_dim]
+  const float* ple_post_norm = nullptr;  // [hidden] f32
+};
+
+struct GemmaWeights {
+  ops::WeightView embed;    // [vocab, hidden]
+  ops::WeightView lm_head;  // [vocab, hidden] (the embedding when tied)
+  float embed_scale = 1.0f; // sqrt(hidden) rounded to the embedding dtype
+  const float* final_norm = nullptr;  // [hidden] f32
+  ops::WeightView ple_embed;       // [ple_vocab, layers * ple_dim]
+  ops::WeightView ple_model_proj;  // [layers * ple_dim, hidden]
+  const float* ple_proj_norm = nullptr;  // [ple_dim] f32
+  float ple_embed_scale = 1.0f;    // sqrt(ple_dim) rounded to the PLE embedding dtype
+  std::vector<LayerWeights> layers;
+  std::vector<AlignedBuffer> owned;  // storage of the f32 vectors above
+};
+
+}  // namespace tessera::model

@@ -1,0 +1,22 @@
+// Binds a GemmaArch to a checkpoint's tensors: checks every name, shape and dtype, keeps
+// matrices as views into the (memory-mapped) checkpoint or converts them on request, and copies
+// the small vectors (norm weights, layer scalars) to f32.
+#pragma once
+
+#include <optional>
+
+#include "io/safetensors_checkpoint.h"
+#include "model/gemma_arch.h"
+#include "model/gemma_weights.h"
+
+namespace tessera::model {
+
+struct WeightLoadOptions {
+  std::optional<DType> convert_to;  // keep the stored dtype when empty
+};
+
+// The checkpoint must outlive the returned weights unless every matrix was converted.
+StatusOr<GemmaWeights> LoadGemmaWeights(const io::SafetensorsCheckpoint& ckpt, const GemmaArch& arch,
+                                        const WeightLoadOptions& options = {});
+
+}  // namespace tessera::model

@@ -1,0 +1,23 @@
+// A small Gemma decoder with random weights built in memory (no checkpoint), for runtime and
+// model self-consistency tests.
+#pragma once
+
+#include <memory>
+
+#include "model/gemma_model.h"
+
+namespace tessera::testing {
+
+struct TinyModelOptions {
+  bool gemma4 = true;        // Gemma 4 numerics (w norms, v_norm, scale 1, layer scalars, k_eq_v)
+  bool ple = false;          // per-layer embeddings
+  int64_t shared_layers = 0; // trailing KV-shared layers
+  DType weight_dtype = DType::kF32;
+  uint32_t seed = 1;
+};
+
+// 6 layers (sliding, sliding, full, sliding, sliding, full), hidden 32, 4 query heads; sliding
+// layers 2 KV heads x 16 with window 5, full layers 1 KV head x 32; vocab 97; image token 90.
+std::unique_ptr<model::GemmaModel> MakeTinyModel(const TinyModelOptions& opt);
+
+}  // namespace tessera::testing

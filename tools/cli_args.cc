@@ -1,0 +1,72 @@
+#include <algorithm>
+#include <cstdlib>
+
+#include "cli.h"
+
+namespace tessera::cli {
+
+StatusOr<Args> Args::Parse(int argc, char** argv, const std::vector<std::string>& valued,
+                           const std::vector<std::string>& flags) {
+  Args a;
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0) {
+      a.positional_.push_back(arg);
+      continue;
+    }
+    const std::string name = arg.substr(2);
+    const bool is_flag = std::find(flags.begin(), flags.end(), name) != flags.end();
+    const bool is_valued = std::find(valued.begin(), valued.end(), name) != valued.end();
+    if (!is_flag && !is_valued) return InvalidArgument("unknown option " + arg);
+    if (a.values_.count(name)) return InvalidArgument("option " + arg + " given twice");
+    if (is_flag) {
+      a.values_[name] = "1";
+    } else {
+      if (i + 1 >= argc) return InvalidArgument("option " + arg + " needs a value");
+      a.values_[name] = argv[++i];
+    }
+  }
+  return a;
+}
+
+std::string Args::Get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+StatusOr<int64_t> Args::Int(const std::string& name, int64_t fallback) const {
+  if (!Has(name)) return fallback;
+  const std::string v = Get(name);
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0') return InvalidArgument("--" + name + " expects an integer, got '" + v + "'");
+  return static_cast<int64_t>(x);
+}
+
+StatusOr<double> Args::Float(const std::string& name, double fallback) const {
+  if (!Has(name)) return fallback;
+  const std::string v = Get(name);
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0') return InvalidArgument("--" + name + " expects a number, got '" + v + "'");
+  return x;
+}
+
+StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > 0x7fffffff)
+      return InvalidArgument(what + ": '" + item + "' is not a non-negative integer id");
+    ids.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ids;
+}
+
+}  // namespace tessera::cli

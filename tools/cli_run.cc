@@ -1,0 +1,119 @@
+// tessera run: load a checkpoint, prefill a prompt (ids, optional image embeddings), stream the
+// generated tokens, then report prefill and decode speed.
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "cli.h"
+#include "io/npy.h"
+#include "model/loaded_model.h"
+#include "runtime/session.h"
+
+namespace tessera::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "tessera run: %s\n", msg.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunCommand(int argc, char** argv) {
+  StatusOr<Args> parsed = Args::Parse(argc, argv,
+                                      {"model", "ids", "prompt", "image-embeds", "token-types", "max-new-tokens",
+                                       "mode", "temperature", "top-k", "top-p", "seed", "max-context", "max-chunk",
+                                       "threads", "kv-dtype"},
+                                      {"no-stop"});
+  if (!parsed.ok()) return Fail(parsed.status().message());
+  const Args& a = parsed.value();
+  if (!a.Has("model")) return Fail("--model DIR is required");
+  if (a.Has("prompt"))
+    return Fail("--prompt needs a SentencePiece tokenizer, which this build does not have yet; pass --ids");
+  if (!a.Has("ids")) return Fail("--ids 1,2,3 is required");
+  runtime::SessionOptions opt;
+  runtime::SamplingParams sp;
+  StatusOr<int64_t> max_new = a.Int("max-new-tokens", 32), ctx = a.Int("max-context", 4096),
+                    chunk = a.Int("max-chunk", 256), threads = a.Int("threads", DefaultThreadCount()),
+                    top_k = a.Int("top-k", 0), seed = a.Int("seed", 0);
+  StatusOr<double> temp = a.Float("temperature", 0.0), top_p = a.Float("top-p", 1.0);
+  for (const Status& s : {max_new.status(), ctx.status(), chunk.status(), threads.status(), top_k.status(),
+                          seed.status(), temp.status(), top_p.status()})
+    if (!s.ok()) return Fail(s.message());
+  opt.max_context = ctx.value();
+  opt.max_chunk = std::min(chunk.value(), ctx.value());
+  if (!runtime::ParseMode(a.Get("mode", "unified"), &opt.mode))
+    return Fail("--mode must be unified, bias or split, got '" + a.Get("mode") + "'");
+  if (!ParseDType(a.Get("kv-dtype", "f32"), &opt.kv_dtype)) return Fail("--kv-dtype must be f32, bf16 or f16");
+  sp = {static_cast<float>(temp.value()), top_k.value(), static_cast<float>(top_p.value()),
+        static_cast<uint64_t>(seed.value())};
+  if (Status s = runtime::ValidateSampling(sp); !s.ok()) return Fail(s.message());
+
+  std::fprintf(stderr, "loading %s ...\n", a.Get("model").c_str());
+  const auto t_load = Clock::now();
+  StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(a.Get("model"));
+  if (!loaded.ok()) return Fail(loaded.status().message());
+  const model::GemmaModel& m = loaded.value()->model();
+  std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, vocab %lld in %.2f s\n", m.arch().model_type.c_str(),
+               static_cast<long long>(m.arch().num_layers()), static_cast<long long>(m.arch().hidden),
+               static_cast<long long>(m.arch().vocab), Seconds(t_load, Clock::now()));
+
+  runtime::Prompt prompt;
+  StatusOr<std::vector<int32_t>> ids = ParseIdList(a.Get("ids"), "--ids");
+  if (!ids.ok()) return Fail(ids.status().message());
+  prompt.tokens = ids.value();
+  if (a.Has("token-types")) {
+    StatusOr<std::vector<int32_t>> types = ParseIdList(a.Get("token-types"), "--token-types");
+    if (!types.ok()) return Fail(types.status().message());
+    prompt.token_types = types.value();
+  }
+  io::NpyArray embeds;
+  if (a.Has("image-embeds")) {
+    StatusOr<io::NpyArray> e = io::ReadNpy(a.Get("image-embeds"));
+    if (!e.ok()) return Fail(e.status().message());
+    embeds = std::move(e.value());
+    if (embeds.shape.size() != 2 || embeds.shape[1] != m.arch().hidden)
+      return Fail("--image-embeds must be [rows, " + std::to_string(m.arch().hidden) + "] float32");
+    prompt.image_embeds = embeds.data.data();
+    prompt.image_rows = embeds.shape[0];
+  }
+  ThreadPool pool(static_cast<int>(std::max<int64_t>(1, threads.value())));
+  StatusOr<std::unique_ptr<runtime::Session>> session = runtime::Session::Create(m, opt, &pool);
+  if (!session.ok()) return Fail(session.status().message());
+  runtime::Session& s = *session.value();
+  if (prompt.tokens.size() > 1024)
+    s.set_progress([](int64_t done, int64_t total) { std::fprintf(stderr, "prefill %lld / %lld\r", (long long)done, (long long)total); });
+
+  const int64_t V = m.arch().vocab;
+  std::vector<float> logits(V);
+  const auto t0 = Clock::now();
+  if (Status st = s.Prefill({prompt}, logits.data()); !st.ok()) return Fail(st.message());
+  const auto t1 = Clock::now();
+  runtime::Sampler sampler(sp, V);
+  std::vector<int32_t> stop;
+  if (!a.Has("no-stop"))
+    for (int64_t e : loaded.value()->config().eos_token_ids) stop.push_back(static_cast<int32_t>(e));
+  int64_t generated = 0;
+  for (; generated < max_new.value(); ++generated) {
+    int32_t tok = sampler.Sample(logits.data());
+    std::printf("%d ", tok);
+    std::fflush(stdout);
+    if (std::find(stop.begin(), stop.end(), tok) != stop.end() || generated + 1 == max_new.value()) {
+      ++generated;
+      break;
+    }
+    if (Status st = s.Decode(&tok, nullptr, logits.data()); !st.ok()) return Fail(st.message());
+  }
+  const auto t2 = Clock::now();
+  std::printf("\n");
+  const double pre = Seconds(t0, t1), dec = Seconds(t1, t2);
+  std::fprintf(stderr, "mode %s: prefill %zu tokens in %.3f s (%.1f tok/s); decode %lld tokens in %.3f s (%.1f tok/s)\n",
+               runtime::ModeName(opt.mode), prompt.tokens.size(), pre, prompt.tokens.size() / pre,
+               static_cast<long long>(generated), dec, generated > 1 ? (generated - 1) / dec : 0.0);
+  return 0;
+}
+
+}  // namespace tessera::cli
