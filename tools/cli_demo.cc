@@ -59,16 +59,6 @@ StatusOr<Layout> MakePrompt(const model::ModelConfig& c, int64_t before, int64_t
   return p;
 }
 
-const char* RuleName(const model::LayerArch& la) {
-  const bool window = la.kind == kv::LayerKind::kSliding;
-  switch (la.blocks) {
-    case model::BlockRule::kNone: return window ? "window & causal" : "causal";
-    case model::BlockRule::kOverlay: return window ? "window & (causal | image)" : "causal | image";
-    case model::BlockRule::kOverlayNoWindow: return "(window & causal) | image";
-  }
-  return "?";
-}
-
 // The tile structure each layer's prefill attention sees for this prompt (no data needed).
 void PrintMaskStructure(const model::GemmaArch& a, const Layout& p) {
   const int64_t S = static_cast<int64_t>(p.tokens.size());
@@ -95,7 +85,7 @@ void PrintMaskStructure(const model::GemmaArch& a, const Layout& p) {
     const TileCensus t = CensusPrefillTiles(q);
     std::printf("  %5lld  %-7s  %3lld/%lld x %-3lld          %6lld  %-26s  %lld/%lld/%lld%s\n", (long long)l,
                 kv::LayerKindName(la.kind), (long long)a.q_heads, (long long)la.kv_heads, (long long)la.head_dim,
-                (long long)la.window, RuleName(la), (long long)t.empty, (long long)t.full, (long long)t.partial,
+                (long long)la.window, model::MaskRuleName(la), (long long)t.empty, (long long)t.full, (long long)t.partial,
                 la.shared_kv ? "  (KV shared)" : "");
   }
   std::printf("  decode steps: one query per row, plain causal (+ window), same in-place cache\n\n");

@@ -8,19 +8,6 @@
 #include "model/loaded_model.h"
 
 namespace tessera::cli {
-namespace {
-
-const char* BlockRuleName(model::BlockRule r) {
-  switch (r) {
-    case model::BlockRule::kNone: return "causal";
-    case model::BlockRule::kOverlay: return "window & (causal | block)";
-    case model::BlockRule::kOverlayNoWindow: return "(window & causal) | block";
-  }
-  return "?";
-}
-
-}  // namespace
-
 int InspectCommand(int argc, char** argv) {
   StatusOr<Args> parsed = Args::Parse(argc, argv, {"model", "max-chunk"}, {});
   if (!parsed.ok() || !parsed.value().Has("model")) {
@@ -43,8 +30,8 @@ int InspectCommand(int argc, char** argv) {
     int64_t rotary = 0;
     for (float f : la.inv_freq) rotary += f != 0.0f;
     std::printf("%5lld  %-7s  %8lld  %8lld  %6lld  %-6s  %-8s  %12lld  %s\n", (long long)l, kv::LayerKindName(la.kind),
-                (long long)la.kv_heads, (long long)la.head_dim, (long long)la.window, la.has_v_proj ? "yes" : "k=v",
-                la.shared_kv ? "shared" : "own", (long long)rotary, BlockRuleName(la.blocks));
+                (long long)la.kv_heads, (long long)la.head_dim, (long long)la.window, la.shared_kv ? "-" : la.has_v_proj ? "yes" : "k=v",
+                la.shared_kv ? "shared" : "own", (long long)rotary, model::MaskRuleName(la));
   }
   std::printf("\nKV cache (batch 1, max_chunk %lld):\n%10s %10s %10s %10s\n", (long long)chunk.value(), "context",
               "f32 MiB", "bf16 MiB", "per token");

@@ -1,5 +1,6 @@
 // tessera run: load a checkpoint, prefill a prompt (ids, optional image embeddings), stream the
 // generated tokens, then report prefill and decode speed.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "io/npy.h"
 #include "model/loaded_model.h"
 #include "runtime/session.h"
+#include "tokenizer/sentencepiece_tokenizer.h"
 
 namespace tessera::cli {
 namespace {
@@ -31,9 +33,7 @@ int RunCommand(int argc, char** argv) {
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
   if (!a.Has("model")) return Fail("--model DIR is required");
-  if (a.Has("prompt"))
-    return Fail("--prompt needs a SentencePiece tokenizer, which this build does not have yet; pass --ids");
-  if (!a.Has("ids")) return Fail("--ids 1,2,3 is required");
+  if (a.Has("prompt") == a.Has("ids")) return Fail("give exactly one of --prompt TEXT and --ids 1,2,3");
   runtime::SessionOptions opt;
   runtime::SamplingParams sp;
   StatusOr<int64_t> max_new = a.Int("max-new-tokens", 32), ctx = a.Int("max-context", 4096),
@@ -62,9 +62,24 @@ int RunCommand(int argc, char** argv) {
                static_cast<long long>(m.arch().vocab), Seconds(t_load, Clock::now()));
 
   runtime::Prompt prompt;
-  StatusOr<std::vector<int32_t>> ids = ParseIdList(a.Get("ids"), "--ids");
-  if (!ids.ok()) return Fail(ids.status().message());
-  prompt.tokens = ids.value();
+  std::unique_ptr<tokenizer::SentencePieceTokenizer> tok;
+  const std::string tok_path = a.Get("model") + "/tokenizer.model";
+  if (FILE* f = std::fopen(tok_path.c_str(), "rb")) {
+    std::fclose(f);
+    StatusOr<std::unique_ptr<tokenizer::SentencePieceTokenizer>> t = tokenizer::SentencePieceTokenizer::Load(tok_path);
+    if (!t.ok()) return Fail(t.status().message());
+    tok = std::move(t.value());
+  }
+  if (a.Has("prompt")) {
+    if (!tok) return Fail("--prompt needs " + tok_path + " (a SentencePiece model); pass --ids instead");
+    StatusOr<std::vector<int32_t>> ids = tok->Encode(a.Get("prompt"), /*add_bos=*/true);
+    if (!ids.ok()) return Fail(ids.status().message());
+    prompt.tokens = ids.value();
+  } else {
+    StatusOr<std::vector<int32_t>> ids = ParseIdList(a.Get("ids"), "--ids");
+    if (!ids.ok()) return Fail(ids.status().message());
+    prompt.tokens = ids.value();
+  }
   if (a.Has("token-types")) {
     StatusOr<std::vector<int32_t>> types = ParseIdList(a.Get("token-types"), "--token-types");
     if (!types.ok()) return Fail(types.status().message());
@@ -98,14 +113,18 @@ int RunCommand(int argc, char** argv) {
     for (int64_t e : loaded.value()->config().eos_token_ids) stop.push_back(static_cast<int32_t>(e));
   int64_t generated = 0;
   for (; generated < max_new.value(); ++generated) {
-    int32_t tok = sampler.Sample(logits.data());
-    std::printf("%d ", tok);
+    int32_t next = sampler.Sample(logits.data());
+    if (tok) {
+      std::printf("%s", tok->Piece(next).c_str());
+    } else {
+      std::printf("%d ", next);
+    }
     std::fflush(stdout);
-    if (std::find(stop.begin(), stop.end(), tok) != stop.end() || generated + 1 == max_new.value()) {
+    if (std::find(stop.begin(), stop.end(), next) != stop.end() || generated + 1 == max_new.value()) {
       ++generated;
       break;
     }
-    if (Status st = s.Decode(&tok, nullptr, logits.data()); !st.ok()) return Fail(st.message());
+    if (Status st = s.Decode(&next, nullptr, logits.data()); !st.ok()) return Fail(st.message());
   }
   const auto t2 = Clock::now();
   std::printf("\n");

@@ -4,6 +4,16 @@
 
 namespace tessera::model {
 
+const char* MaskRuleName(const LayerArch& la) {
+  const bool window = la.kind == kv::LayerKind::kSliding;
+  switch (la.blocks) {
+    case BlockRule::kNone: return window ? "window & causal" : "causal";
+    case BlockRule::kOverlay: return window ? "window & (causal | image)" : "causal | image";
+    case BlockRule::kOverlayNoWindow: return "(window & causal) | image";
+  }
+  return "?";
+}
+
 StatusOr<GemmaArch> BuildArch(const ModelConfig& c) {
   GemmaArch a;
   const bool g4 = c.is_gemma4();

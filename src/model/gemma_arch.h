@@ -55,6 +55,9 @@ struct GemmaArch {
   int64_t max_intermediate() const;
 };
 
+// The layer's mask composition in words, e.g. "window & (causal | image)".
+const char* MaskRuleName(const LayerArch& layer);
+
 struct ModelConfig;
 // Resolves a parsed config into the per-layer architecture (mask rules, RoPE tables, geometry).
 StatusOr<GemmaArch> BuildArch(const ModelConfig& config);

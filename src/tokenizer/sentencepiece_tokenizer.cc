@@ -1,0 +1,55 @@
+#include "tokenizer/sentencepiece_tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+namespace tessera::tokenizer {
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(const std::string& path) {
+  std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
+  t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto st = t->sp_->Load(path);
+  if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + path + "': " + st.ToString());
+  return t;
+}
+
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(const std::string& text, bool add_bos) const {
+  std::vector<int> ids;
+  const auto st = sp_->Encode(text, &ids);
+  if (!st.ok()) return InvalidArgument("SentencePieceTokenizer::Encode: " + st.ToString());
+  std::vector<int32_t> out;
+  if (add_bos && sp_->bos_id() >= 0) out.push_back(sp_->bos_id());
+  out.insert(out.end(), ids.begin(), ids.end());
+  return out;
+}
+
+StatusOr<std::string> SentencePieceTokenizer::Decode(const std::vector<int32_t>& ids) const {
+  for (int32_t id : ids)
+    if (id < 0 || id >= sp_->GetPieceSize())
+      return OutOfRange("SentencePieceTokenizer::Decode: id " + std::to_string(id) + " is outside [0, " +
+                        std::to_string(sp_->GetPieceSize()) + ")");
+  std::string text;
+  const auto st = sp_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
+  if (!st.ok()) return InvalidArgument("SentencePieceTokenizer::Decode: " + st.ToString());
+  return text;
+}
+
+std::string SentencePieceTokenizer::Piece(int32_t id) const {
+  if (id < 0 || id >= sp_->GetPieceSize() || sp_->IsControl(id)) return "";
+  // The piece text with SentencePiece's word marker U+2581 shown as a space.
+  std::string piece = sp_->IdToPiece(id), out;
+  for (size_t i = 0; i < piece.size(); ++i) {
+    if (piece.compare(i, 3, "\xe2\x96\x81") == 0) {
+      out += ' ';
+      i += 2;
+    } else {
+      out += piece[i];
+    }
+  }
+  return out;
+}
+
+int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+
+}  // namespace tessera::tokenizer
