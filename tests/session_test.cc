@@ -249,3 +249,39 @@ TEST(SessionModes, BaselinesNeedEqualLengths) {
 
 }  // namespace
 }  // namespace tessera::runtime
+
+namespace tessera::model {
+namespace {
+
+// A caller driving GemmaModel::Forward with its own chunks must not split an image block.
+TEST(GemmaModel, RefusesAnImageBlockSplitAcrossChunks) {
+  auto m = testing::MakeTinyModel({});
+  const GemmaArch& a = m->arch();
+  kv::KvCacheConfig cc;
+  for (const LayerArch& l : a.layers) cc.layers.push_back({l.kind, l.kv_heads, l.head_dim, l.head_dim, l.window});
+  cc.max_context = 32;
+  cc.max_chunk = 8;
+  cc.dtype = DType::kF32;
+  auto cache = std::move(kv::KvCache::Create(cc).value());
+  Activations act;
+  act.Allocate(a, 8, 1);
+  Arena scratch;
+  std::vector<float> logits(a.vocab), embeds(8 * a.hidden, 0.5f);
+  // Tokens 0..3 text, 4..7 image (block 0) in chunk one; chunk two continues block 0.
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 90, 90, 90, 90}, pos(8), block = {-1, -1, -1, -1, 0, 0, 0, 0};
+  std::vector<uint8_t> use(8, 0);
+  for (int i = 0; i < 8; ++i) pos[i] = i, use[i] = tokens[i] == 90;
+  int32_t count = 8;
+  ForwardBatch in{1, 8, tokens.data(), &count, pos.data(), block.data(), embeds.data(), use.data(), false};
+  ASSERT_TRUE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
+  for (int i = 0; i < 8; ++i) pos[i] = 8 + i, block[i] = i < 2 ? 0 : -1, tokens[i] = i < 2 ? 90 : 5;
+  for (int i = 0; i < 8; ++i) use[i] = tokens[i] == 90;
+  const Status st = m->Forward(in, *cache, act, nullptr, scratch, logits.data());
+  EXPECT_NE(st.message().find("image block 0 of row 0 is split across prefill chunks"), std::string::npos)
+      << st.message();
+  block[0] = block[1] = 1;  // a new image right after the previous one is fine
+  EXPECT_TRUE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
+}
+
+}  // namespace
+}  // namespace tessera::model

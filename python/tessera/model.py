@@ -26,15 +26,16 @@ class Model:
     def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
              num_threads=0, mode="unified"):
         """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
-        max_chunk: prefill chunk (default min(256, max_context)); an image block must fit in one."""
-        if mode != "unified":
-            raise ValueError(f"mode {mode!r} is not available yet (only 'unified')")
+        max_chunk: prefill chunk (default min(256, max_context)); an image block must fit in one.
+        mode: "unified" (structured masks, in-place cache), "bias" (dense bias + concat cache, the
+        exporter fallback) or "split" (bias prefill, hand-over, unified decode); same tokens, different
+        cost. bias/split need rows of equal length."""
         max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
         if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
             raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "
                              f"max_chunk={max_chunk}, max_context={max_context}")
         return cls(_tessera._Model(str(path), str(dtype), int(max_batch), int(max_context), int(max_chunk),
-                                   str(kv_dtype), int(num_threads)))
+                                   str(kv_dtype), int(num_threads), str(mode)))
 
     vocab_size = property(lambda self: self._impl.vocab_size)
     hidden_size = property(lambda self: self._impl.hidden_size)

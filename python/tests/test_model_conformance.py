@@ -92,6 +92,17 @@ def test_greedy_generation_matches_transformers(case):
     assert out[0] == z["gen_tokens"].tolist()
 
 
+@pytest.mark.parametrize("mode", ["bias", "split"])
+def test_modes_give_the_same_tokens(case, mode):
+    name, model, z = case
+    other = tessera.Model.load(os.path.join(MODELS_DIR, name), max_context=64, max_chunk=32, mode=mode)
+    want = model.generate(z["gen_prompt"], 32, stop_tokens=[], **mm_kwargs(z, "gen_"))
+    assert other.generate(z["gen_prompt"], 32, stop_tokens=[], **mm_kwargs(z, "gen_")) == want
+    got = other.forward(z["gen_prompt"], **mm_kwargs(z, "gen_"))
+    ref = model.forward(z["gen_prompt"], **mm_kwargs(z, "gen_"))
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_bf16_kv_cache_stays_close(case):
     # K/V stored in bf16 (8 mantissa bits): logits move by about bf16 epsilon (2^-8) times the
     # attention-output scale; allow 2% relative, and the greedy tokens of the first steps agree.

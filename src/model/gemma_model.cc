@@ -42,6 +42,30 @@ Status GemmaModel::ValidateBatch(const ForwardBatch& in) const {
   return Status::Ok();
 }
 
+// An image block must be prefilled in one step: if a row's first new token continues the block of
+// the newest cached token, the caller split it (its earlier part already attended without the rest).
+Status GemmaModel::CheckBlocksNotSplit(const ForwardBatch& in, const kv::KvCache& cache) const {
+  if (!in.block) return Status::Ok();
+  for (int64_t l = 0; l < arch_.num_layers(); ++l) {
+    if (arch_.layers[l].shared_kv || arch_.layers[l].blocks == BlockRule::kNone) continue;
+    const kv::KvStore& store = cache.store(l);
+    const kv::KvView view = store.View();
+    for (int64_t b = 0; b < in.batch; ++b) {
+      const int32_t first = in.block[b * in.seq];
+      const int64_t written = store.write_pos(b);
+      if (first < 0 || in.count[b] == 0 || written == 0) continue;
+      const int64_t slot = (written - 1) % store.capacity();
+      if (view.k_block[b * view.k.seq + slot] == first)
+        return InvalidArgument("GemmaModel::Forward: image block " + std::to_string(first) + " of row " +
+                               std::to_string(b) + " is split across prefill chunks (it continues from position " +
+                               std::to_string(view.k_pos[b * view.k.seq + slot]) +
+                               "); prefill each image block in one chunk");
+    }
+    return Status::Ok();  // one store holding block ids is enough
+  }
+  return Status::Ok();
+}
+
 void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
   const int64_t H = arch_.hidden, n = in.batch * in.seq;
   const size_t es = DTypeSize(weights_.embed.dtype);
@@ -186,6 +210,7 @@ Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activatio
   if (n > act.max_tokens)
     return OutOfRange("GemmaModel::Forward: step of " + std::to_string(n) + " tokens exceeds the session's " +
                       std::to_string(act.max_tokens) + " (max_batch x max_chunk)");
+  TESSERA_RETURN_IF_ERROR(CheckBlocksNotSplit(in, cache));
   Embed(in, act);
   if (arch_.ple_dim > 0) PerLayerInputs(in, act, pool);
   float* h = F(act.h);

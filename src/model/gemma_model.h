@@ -52,6 +52,7 @@ class GemmaModel {
                  float* logits, const ActivationTap* tap = nullptr) const;
 
  private:
+  Status CheckBlocksNotSplit(const ForwardBatch& in, const kv::KvCache& cache) const;
   void Embed(const ForwardBatch& in, Activations& act) const;
   void PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const;
   Status Attention(int64_t layer, const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
