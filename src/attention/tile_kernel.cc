@@ -1,5 +1,7 @@
 #include "attention/tile_kernel.h"
 
+#include "ops/simd.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,25 +11,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Eight independent partial sums so the compiler can vectorize without reassociation flags.
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8)
-    for (int u = 0; u < 8; ++u) acc[u] += a[d + u] * b[d + u];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; d < n; ++d) s += a[d] * b[d];
-  return s;
-}
-
-inline void Axpy(float* y, float a, const float* x, int64_t n) {
-  for (int64_t d = 0; d < n; ++d) y[d] += a * x[d];
-}
-
-inline void Scale(float* y, float a, int64_t n) {
-  for (int64_t d = 0; d < n; ++d) y[d] *= a;
-}
-
 }  // namespace
 
 // Sub-buffers are rounded to 16 floats so each starts on a 64-byte boundary.
@@ -35,8 +18,8 @@ inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
 int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_rows) {
   const int64_t D = p.q.dim, Dv = p.v.dim;
-  return Pad16(max_rows * D) + Pad16(kTileK * D) + Pad16(kTileK * Dv) + Pad16(max_rows * kTileK) +
-         Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
+  (void)D;
+  return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
 }
 
 GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch)
@@ -48,8 +31,6 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
     return out;
   };
   q_ = take(max_rows * D_);
-  kf_ = take(kTileK * D_);
-  vf_ = take(kTileK * Dv_);
   s_ = take(max_rows * kTileK);
   o_ = take(max_rows * Dv_);
   m_ = take(max_rows);
@@ -73,26 +54,22 @@ void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
 void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   if (cls == TileClass::kEmpty) return;
   const int64_t n = j1 - j0;
-  // Row pointers of this tile's K and V in f32: direct for f32 storage, decoded otherwise.
-  const float* k_rows[kTileK];
-  const float* v_rows[kTileK];
+  // K/V rows in their stored dtype; the SIMD kernels widen bf16/f16 in registers, so each byte
+  // is read from memory once per KV head and reused from cache by every query row of the group.
+  const ops::SimdKernels& simd = ops::Simd();
+  const int dt = static_cast<int>(p_.k.dtype);
+  const void* k_rows[kTileK];
+  const void* v_rows[kTileK];
   for (int64_t t = 0; t < n; ++t) {
-    if (p_.k.dtype == DType::kF32) {
-      k_rows[t] = reinterpret_cast<const float*>(p_.k.At(b_, g_, j0 + t));
-      v_rows[t] = reinterpret_cast<const float*>(p_.v.At(b_, g_, j0 + t));
-    } else {
-      DecodeToF32(p_.k.dtype, p_.k.At(b_, g_, j0 + t), kf_ + t * D_, D_);
-      DecodeToF32(p_.v.dtype, p_.v.At(b_, g_, j0 + t), vf_ + t * Dv_, Dv_);
-      k_rows[t] = kf_ + t * D_;
-      v_rows[t] = vf_ + t * Dv_;
-    }
+    k_rows[t] = p_.k.At(b_, g_, j0 + t);
+    v_rows[t] = p_.v.At(b_, g_, j0 + t);
   }
   const MaskSpec& m = p_.mask;
   const float cap = p_.softcap;
   for (int64_t r = 0; r < rows_; ++r) {
     float* s = s_ + r * kTileK;
     const float* q = q_ + r * D_;
-    for (int64_t t = 0; t < n; ++t) s[t] = Dot(q, k_rows[t], D_);
+    for (int64_t t = 0; t < n; ++t) s[t] = simd.Dot(dt, q, k_rows[t], D_);
     if (cap > 0)
       for (int64_t t = 0; t < n; ++t) s[t] = cap * std::tanh(s[t] / cap);
     if (cls == TileClass::kPartial) {
@@ -118,7 +95,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     if (m_[r] != m_new) {
       const float alpha = std::exp(m_[r] - m_new);  // 0 when m_[r] is -inf
       l_[r] *= alpha;
-      Scale(o, alpha, Dv_);
+      simd.scale(o, alpha, Dv_);
       m_[r] = m_new;
     }
     float l = l_[r];
@@ -126,7 +103,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       if (s[t] == kNegInf) continue;
       const float w = std::exp(s[t] - m_new);
       l += w;
-      Axpy(o, w, v_rows[t], Dv_);
+      simd.Axpy(dt, o, w, v_rows[t], Dv_);
     }
     l_[r] = l;
   }
@@ -153,9 +130,9 @@ void MergePartials(const float* const* o_parts, const float* m_parts, const floa
     if (m_parts[s] == kNegInf) continue;
     const float w = std::exp(m_parts[s] - m_all);
     l_all += w * l_parts[s];
-    Axpy(out, w, o_parts[s], Dv);
+    ops::Simd().axpy_f32(out, w, o_parts[s], Dv);
   }
-  Scale(out, 1.0f / l_all, Dv);
+  ops::Simd().scale(out, 1.0f / l_all, Dv);
 }
 
 }  // namespace tessera::attn

@@ -39,8 +39,6 @@ class GroupTileKernel {
   int64_t group_, D_, Dv_;
   int64_t b_ = 0, g_ = 0, i0_ = 0, n_q_ = 0, rows_ = 0, valid_ = 0;
   float* q_;   // [max_rows, D]  queries times scale
-  float* kf_;  // [kTileK, D]    decoded K tile (unused for f32 K)
-  float* vf_;  // [kTileK, Dv]   decoded V tile (unused for f32 V)
   float* s_;   // [max_rows, kTileK] scores of the current tile
   float* o_;   // [max_rows, Dv] unnormalized output accumulator
   float* m_;   // [max_rows]     running max

@@ -1,5 +1,5 @@
 // y = x W^T for a weight stored [out, in] row-major in f32, bf16 or f16 (as checkpoints store
-// nn.Linear). Weight rows are decoded to f32 once per call and reused for every token.
+// nn.Linear), on the runtime-dispatched SIMD dot (ops/simd.h).
 #pragma once
 
 #include <cstdint>
@@ -16,8 +16,7 @@ struct WeightView {
 };
 
 // x: [n, in] f32 with row stride x_stride; y: [n, out] f32 with row stride y_stride.
-// Work is split over output rows; scratch is a stack buffer per row (in <= kMaxLinearIn).
-inline constexpr int64_t kMaxLinearIn = 65536;
+// Work is split over output rows across the pool.
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool);
 

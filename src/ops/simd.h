@@ -1,0 +1,49 @@
+// Vector primitives behind the attention and matmul kernels, chosen once at run time for the CPU
+// (AVX-512, AVX2+FMA+F16C, or portable C++). bf16/f16 operands are widened in registers, so K/V
+// and weights are read once in their stored dtype. Each implementation is tested against double
+// references (tests/simd_test.cc); results differ between implementations only in f32 rounding.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::ops {
+
+struct SimdKernels {
+  const char* name;
+  // sum_i a[i] * b[i]; b stored as f32 / bf16 / f16 bits.
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  float (*dot_bf16)(const float* a, const uint16_t* b, int64_t n);
+  float (*dot_f16)(const float* a, const uint16_t* b, int64_t n);
+  // y[i] += a * x[i]; x stored as f32 / bf16 / f16 bits.
+  void (*axpy_f32)(float* y, float a, const float* x, int64_t n);
+  void (*axpy_bf16)(float* y, float a, const uint16_t* x, int64_t n);
+  void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n);
+  // y[i] *= a.
+  void (*scale)(float* y, float a, int64_t n);
+
+  // Dispatch on the stored dtype of b / x (0 = f32, 1 = bf16, 2 = f16, as tessera::DType).
+  float Dot(int dtype, const float* a, const void* b, int64_t n) const {
+    if (dtype == 0) return dot_f32(a, static_cast<const float*>(b), n);
+    return dtype == 1 ? dot_bf16(a, static_cast<const uint16_t*>(b), n) : dot_f16(a, static_cast<const uint16_t*>(b), n);
+  }
+  void Axpy(int dtype, float* y, float a, const void* x, int64_t n) const {
+    if (dtype == 0) return axpy_f32(y, a, static_cast<const float*>(x), n);
+    if (dtype == 1) return axpy_bf16(y, a, static_cast<const uint16_t*>(x), n);
+    axpy_f16(y, a, static_cast<const uint16_t*>(x), n);
+  }
+};
+
+// The implementation to use: AVX2 when the CPU has it (measured faster than AVX-512 here, see
+// simd_dispatch.cc), else AVX-512, else generic. TESSERA_SIMD=generic|avx2|avx512 overrides it
+// for testing and benchmarking; an unsupported request falls back to the default.
+const SimdKernels& Simd();
+
+// Every implementation this CPU can run, best first (for tests).
+int AvailableSimd(const SimdKernels** out, int max);
+
+// The implementations (the AVX ones are null when the compiler could not build them).
+const SimdKernels& SimdGeneric();
+const SimdKernels* SimdAvx2();
+const SimdKernels* SimdAvx512();
+
+}  // namespace tessera::ops

@@ -1,0 +1,75 @@
+// AVX-512 (F + BW + VL) implementation, compiled with those flags and only called when the CPU
+// has them. Same rule as simd_avx2.cc: no shared header inline functions or templates here.
+#include <immintrin.h>
+
+#include "ops/simd.h"
+
+namespace tessera::ops {
+namespace {
+
+inline __m512 LoadBf16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 LoadF16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 LoadF32(const float* p) { return _mm512_loadu_ps(p); }
+
+inline float IdF32(float x) { return x; }
+inline float Bf16(uint16_t x) {
+  const uint32_t bits = static_cast<uint32_t>(x) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+inline float F16(uint16_t x) { return _cvtsh_ss(x); }
+
+template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
+float Dot(const float* a, const T* b, int64_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), Load(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), Load(b + i + 16), s1);
+    s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), Load(b + i + 32), s2);
+    s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), Load(b + i + 48), s3);
+  }
+  for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), Load(b + i), s0);
+  float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  for (; i < n; ++i) s += a[i] * Scalar(b[i]);
+  return s;
+}
+
+template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
+void Axpy(float* y, float a, const T* x, int64_t n) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, Load(x + i), _mm512_loadu_ps(y + i)));
+    _mm512_storeu_ps(y + i + 16, _mm512_fmadd_ps(va, Load(x + i + 16), _mm512_loadu_ps(y + i + 16)));
+  }
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, Load(x + i), _mm512_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * Scalar(x[i]);
+}
+
+void Scale(float* y, float a, int64_t n) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(va, _mm512_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] *= a;
+}
+
+}  // namespace
+
+const SimdKernels* SimdAvx512() {
+  static const SimdKernels k{"avx512",
+                             Dot<float, LoadF32, IdF32>,
+                             Dot<uint16_t, LoadBf16, Bf16>,
+                             Dot<uint16_t, LoadF16, F16>,
+                             Axpy<float, LoadF32, IdF32>,
+                             Axpy<uint16_t, LoadBf16, Bf16>,
+                             Axpy<uint16_t, LoadF16, F16>,
+                             Scale};
+  return &k;
+}
+
+}  // namespace tessera::ops

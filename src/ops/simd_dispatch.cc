@@ -1,0 +1,44 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "ops/simd.h"
+
+namespace tessera::ops {
+namespace {
+
+bool HasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"); }
+bool HasAvx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         HasAvx2();
+}
+
+const SimdKernels& Choose() {
+  const char* want = std::getenv("TESSERA_SIMD");
+  const SimdKernels* avx512 = HasAvx512() ? SimdAvx512() : nullptr;
+  const SimdKernels* avx2 = HasAvx2() ? SimdAvx2() : nullptr;
+  if (want && std::strcmp(want, "generic") == 0) return SimdGeneric();
+  if (want && std::strcmp(want, "avx512") == 0 && avx512) return *avx512;
+  // AVX2 first: on the project's machines (AMD EPYC, 2 cores) the 512-bit kernels ran the
+  // per-row dot products of prefill attention up to 1.9x slower than the 256-bit ones
+  // (tessera selfcheck, bench/BENCHMARKS.md); decode was equal. AVX-512 stays selectable.
+  if (avx2) return *avx2;
+  if (avx512) return *avx512;
+  return SimdGeneric();
+}
+
+}  // namespace
+
+const SimdKernels& Simd() {
+  static const SimdKernels& chosen = Choose();
+  return chosen;
+}
+
+int AvailableSimd(const SimdKernels** out, int max) {
+  int n = 0;
+  if (HasAvx512() && n < max) out[n++] = SimdAvx512();
+  if (HasAvx2() && n < max) out[n++] = SimdAvx2();
+  if (n < max) out[n++] = &SimdGeneric();
+  return n;
+}
+
+}  // namespace tessera::ops

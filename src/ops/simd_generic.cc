@@ -1,0 +1,47 @@
+// Portable implementation: independent partial sums so compilers vectorize without
+// reassociation flags.
+#include "ops/simd.h"
+#include "tessera/dtype.h"
+
+namespace tessera::ops {
+namespace {
+
+template <typename Load>
+float DotT(const float* a, int64_t n, Load load) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int u = 0; u < 8; ++u) acc[u] += a[i + u] * load(i + u);
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * load(i);
+  return s;
+}
+
+float DotF32(const float* a, const float* b, int64_t n) { return DotT(a, n, [b](int64_t i) { return b[i]; }); }
+float DotBf16(const float* a, const uint16_t* b, int64_t n) {
+  return DotT(a, n, [b](int64_t i) { return Bf16ToF32(b[i]); });
+}
+float DotF16(const float* a, const uint16_t* b, int64_t n) {
+  return DotT(a, n, [b](int64_t i) { return F16ToF32(b[i]); });
+}
+void AxpyF32(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void AxpyBf16(float* y, float a, const uint16_t* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * Bf16ToF32(x[i]);
+}
+void AxpyF16(float* y, float a, const uint16_t* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * F16ToF32(x[i]);
+}
+void Scale(float* y, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= a;
+}
+
+}  // namespace
+
+const SimdKernels& SimdGeneric() {
+  static const SimdKernels k{"generic", DotF32, DotBf16, DotF16, AxpyF32, AxpyBf16, AxpyF16, Scale};
+  return k;
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,69 @@
+// Every SIMD implementation this CPU runs, against double-precision references over random
+// lengths (covering every tail) and all operand dtypes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ops/simd.h"
+#include "tessera/dtype.h"
+
+namespace tessera::ops {
+namespace {
+
+TEST(Simd, AllImplementationsMatchDoubleReferences) {
+  const SimdKernels* impls[4];
+  const int n_impl = AvailableSimd(impls, 4);
+  ASSERT_GE(n_impl, 1);
+  EXPECT_STREQ(impls[n_impl - 1]->name, "generic");
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  for (int k = 0; k < n_impl; ++k) {
+    const SimdKernels& s = *impls[k];
+    SCOPED_TRACE(s.name);
+    for (int trial = 0; trial < 300; ++trial) {
+      const int64_t n = trial < 130 ? trial : std::uniform_int_distribution<int64_t>(0, 2100)(rng);
+      std::vector<float> a(n), b(n), y(n);
+      for (int64_t i = 0; i < n; ++i) a[i] = nd(rng), b[i] = nd(rng), y[i] = nd(rng);
+      std::vector<uint16_t> bb(n), bh(n);
+      EncodeFromF32(DType::kBF16, b.data(), bb.data(), n);
+      EncodeFromF32(DType::kF16, b.data(), bh.data(), n);
+      std::vector<float> fb(n), fh(n);
+      DecodeToF32(DType::kBF16, bb.data(), fb.data(), n);
+      DecodeToF32(DType::kF16, bh.data(), fh.data(), n);
+      auto dot = [&](const std::vector<float>& x) {
+        double r = 0, mag = 0;
+        for (int64_t i = 0; i < n; ++i) r += double(a[i]) * x[i], mag += std::fabs(double(a[i]) * x[i]);
+        return std::pair{r, mag};
+      };
+      // f32 summation of n products: error <= ~n * eps * sum|a_i b_i| in the worst case; random
+      // signs give ~sqrt(n) * eps * sum; allow 4 * sqrt(n + 1) * eps * sum.
+      const double eps = 6e-8;
+      for (auto [got, x] : {std::pair{s.dot_f32(a.data(), b.data(), n), &b}, std::pair{s.dot_bf16(a.data(), bb.data(), n), &fb},
+                            std::pair{s.dot_f16(a.data(), bh.data(), n), &fh}}) {
+        const auto [want, mag] = dot(*x);
+        ASSERT_NEAR(got, want, 4 * std::sqrt(n + 1.0) * eps * mag + 1e-30) << "dot n=" << n;
+      }
+      const float alpha = nd(rng);
+      for (int which = 0; which < 3; ++which) {
+        std::vector<float> out = y;
+        const std::vector<float>& x = which == 0 ? b : which == 1 ? fb : fh;
+        if (which == 0) s.axpy_f32(out.data(), alpha, b.data(), n);
+        if (which == 1) s.axpy_bf16(out.data(), alpha, bb.data(), n);
+        if (which == 2) s.axpy_f16(out.data(), alpha, bh.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const double want = y[i] + double(alpha) * x[i];
+          // fused or not: at most 2 roundings of values of this size
+          ASSERT_NEAR(out[i], want, 2.5 * eps * (std::fabs(y[i]) + std::fabs(alpha * x[i])) + 1e-30) << i;
+        }
+      }
+      std::vector<float> sc = y;
+      s.scale(sc.data(), alpha, n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sc[i], y[i] * alpha);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::ops
