@@ -4,6 +4,7 @@ For each entry of MODELS this writes tests/testdata/models/<name>/:
   config.json, model.safetensors   exactly what `save_pretrained` writes (float32; the generation_config.json it
                                    also writes is dropped; there are no tokenizer files)
   golden.npz                       inputs and outputs of transformers (eager attention, float32, CPU)
+  golden_bf16.npz                  transformers' logits for the same batch with bf16 weights (see below)
 
 Every parameter and the persistent `layer_scalar` buffers are overwritten with seeded random values (norm weights
 and layer scalars included, so that `1 + w` vs `w`, a missing scalar, etc. change the logits). The
@@ -35,6 +36,20 @@ golden.npz keys (B = 2 rows, S = padded length, V = vocab, L = layers, H = hidde
   gen_logits [32,V]      the logits generate scored each new token with (decode steps use the KV cache)
   gen_min_margin         smallest top-1 minus top-2 logit gap over the 32 steps (argmax robustness)
 
+golden_bf16.npz keys (the batch inputs are those of golden.npz -- input_ids, attention_mask, token types and the
+image_embeds rows, passed as mm_encoder_outputs -- not stored again; meta.inputs_crc32 fingerprints them):
+  meta                   JSON string: name, architecture, versions, inputs_crc32, what each key means
+  logits_bf16 [B,S,V]    float32 copy of the bf16 logits of the checkpoint loaded by
+                         from_pretrained(dtype=torch.bfloat16) (eager): bf16 weights *and* bf16 activations --
+                         what "running the model in bf16" means in transformers. Parameters and the layer_scalar
+                         buffers are bf16, embed_scale is bf16 (sqrt(H) -> bf16, sqrt(8) = 2.828125), the RoPE
+                         inv_freq buffers stay float32 (docs/gemma-numerics.md 5.1, 5.11); image_embeds are cast to bf16
+  logits_bf16_weights    the same bf16 model upcast with .float() and run in float32: every weight (norm weights and
+                         layer_scalar included) and embed_scale hold bf16 values, all compute is float32. The
+                         difference logits_bf16_weights - logits (golden.npz) is the effect of bf16 weights alone,
+                         logits_bf16 - logits_bf16_weights that of bf16 activations.
+  Compare only where attention_mask == 1.
+
 Usage: .venv/bin/python python/scripts/make_tiny_checkpoints.py [--out tests/testdata/models] [--only NAME]
        [--check]   regenerate in memory and compare with the files in --out (weights exact, floats within 1e-6)
 The test python/tests/test_tiny_checkpoints.py imports this file for the regeneration check.
@@ -54,6 +69,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DEFAULT_OUT = os.path.join(REPO, "tests", "testdata", "models")
 GEN_TOKENS = 32
 TOL = 1e-6
+# golden.npz keys that golden_bf16.npz reuses as its batch inputs
+BATCH_INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "image_embeds")
 
 # Token ids of the tiny vocabularies (vocab 512). Text tokens are drawn from [TEXT_LO, vocab).
 PAD, EOS, BOS, BOI, EOI, IMAGE, VIDEO, AUDIO, BOA = 0, 1, 2, 3, 4, 5, 6, 7, 8
@@ -451,8 +468,79 @@ def save_checkpoint(model, path):
             shutil.copyfile(os.path.join(tmp, f), os.path.join(path, f))
 
 
+def inputs_crc32(arrays):
+    """Fingerprint of the batch inputs of golden.npz that golden_bf16.npz was computed from."""
+    crc = 0
+    for k in BATCH_INPUT_KEYS:
+        if k in arrays:
+            a = np.ascontiguousarray(arrays[k])
+            crc = zlib.crc32(f"{k}:{a.dtype.str}:{a.shape}".encode(), crc)
+            crc = zlib.crc32(a.tobytes(), crc)
+    return crc
+
+
+def _forward_from_arrays(name, model, arrays, dtype):
+    """Logits of `model` for the golden.npz batch, image features fed as mm_encoder_outputs (cast to `dtype`)."""
+    import torch
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    kw = {k: torch.from_numpy(arrays[k]) for k in ("input_ids", "attention_mask", "token_type_ids",
+                                                   "mm_token_type_ids") if k in arrays}
+    if "image_embeds" in arrays:
+        e = torch.from_numpy(arrays["image_embeds"]).to(dtype)
+        pooled = e.reshape(-1, MODELS[name]["image_tokens"], e.shape[-1])   # [n_images, tokens, H]
+        if "image_position_ids" in arrays:     # unified: a tuple of [n_i, H] per image
+            pooled = tuple(pooled)
+        kw["mm_encoder_outputs"] = {"image": BaseModelOutputWithPooling(pooler_output=pooled)}
+    with torch.no_grad():
+        return model(**kw, use_cache=False).logits
+
+
+def bf16_golden_arrays(name, path, model, arrays):
+    """golden_bf16.npz for the checkpoint saved at `path` (float32 `model`) and the batch of golden.npz `arrays`."""
+    import copy
+    import torch
+    import transformers as T
+    spec = MODELS[name]
+    # the batch is rebuilt exactly: the float32 model gives golden.npz's logits bit for bit
+    assert torch.equal(_forward_from_arrays(name, model, arrays, torch.float32),
+                       torch.from_numpy(arrays["logits"])), "batch rebuilt from golden arrays differs"
+    cls = getattr(T, spec["arch"])
+    bf = cls.from_pretrained(path, attn_implementation="eager", dtype=torch.bfloat16).eval()
+    for n, p in bf.named_parameters():
+        assert p.dtype == torch.bfloat16, (n, p.dtype)
+    for n, b in bf.named_buffers():
+        if n.endswith("inv_freq"):
+            assert b.dtype == torch.float32, (n, b.dtype)       # RoPE frequencies stay float32
+        elif b.is_floating_point():
+            assert b.dtype == torch.bfloat16, (n, b.dtype)      # layer_scalar, embed_scale
+    up = copy.deepcopy(bf).float()
+    for n, t in list(up.named_parameters()) + list(up.named_buffers()):
+        if t.is_floating_point() and not n.endswith("inv_freq"):
+            assert torch.equal(t, t.to(torch.bfloat16).float()), n
+    with torch.no_grad():
+        lb = _forward_from_arrays(name, bf, arrays, torch.bfloat16)
+        lw = _forward_from_arrays(name, up, arrays, torch.float32)
+    assert lb.dtype == torch.bfloat16 and lw.dtype == torch.float32
+    out = dict(logits_bf16=lb.float().numpy().astype(np.float32), logits_bf16_weights=lw.numpy().astype(np.float32))
+    mask = arrays["attention_mask"].astype(bool)
+    for k, v in out.items():
+        assert np.all(np.isfinite(v[mask])), k
+        assert v.shape == arrays["logits"].shape, k
+    assert not np.array_equal(out["logits_bf16"], out["logits_bf16_weights"])
+    meta = dict(name=name, architecture=spec["arch"], model_type=model.config.model_type, seed=spec["seed"],
+                attn_implementation="eager",
+                inputs="golden.npz: " + ", ".join(k for k in BATCH_INPUT_KEYS if k in arrays),
+                inputs_crc32=inputs_crc32(arrays),
+                logits_bf16="from_pretrained(dtype=bfloat16): bf16 weights, bf16 activations (float32 copy)",
+                logits_bf16_weights="the same bf16 model .float(): bf16-valued weights, float32 compute",
+                logits_compare="only where attention_mask == 1", **versions())
+    out["meta"] = np.array(json.dumps(meta, sort_keys=True))
+    return out
+
+
 def generate_one(name):
-    """(model, arrays, {config.json text, safetensors tensors}) regenerated in memory."""
+    """(model, {file name: arrays} for golden.npz and golden_bf16.npz, config.json dict, safetensors tensors)
+    regenerated in memory."""
     import torch
     from safetensors.torch import load_file
     import transformers
@@ -466,7 +554,8 @@ def generate_one(name):
         with open(os.path.join(tmp, "config.json")) as f:
             config = json.load(f)
         check_round_trip(name, tmp, arrays)
-    return model, arrays, config, tensors
+        arrays_bf16 = bf16_golden_arrays(name, tmp, model, arrays)
+    return model, {"golden.npz": arrays, "golden_bf16.npz": arrays_bf16}, config, tensors
 
 
 def check_round_trip(name, path, arrays):
@@ -485,8 +574,9 @@ def check_round_trip(name, path, arrays):
                              f"(max diff {np.abs(logits - arrays['logits']).max():.3g})")
 
 
-def compare(name, out_dir, arrays, config, tensors):
-    """List of differences between regenerated data and the committed files (empty = identical within TOL)."""
+def compare(name, out_dir, goldens, config, tensors):
+    """List of differences between regenerated data and the committed files (empty = identical within TOL).
+    goldens: {npz file name: arrays}, as generate_one returns."""
     from safetensors.numpy import load_file
     d = os.path.join(out_dir, name)
     problems = []
@@ -500,7 +590,18 @@ def compare(name, out_dir, arrays, config, tensors):
     for k in sorted(set(old_t) & set(tensors)):
         if old_t[k].shape != tensors[k].shape or not np.array_equal(old_t[k], tensors[k]):
             problems.append(f"weight {k} differs")
-    with np.load(os.path.join(d, "golden.npz")) as old:
+    for fname, arrays in goldens.items():
+        path = os.path.join(d, fname)
+        if not os.path.exists(path):
+            problems.append(f"{fname} is missing")
+            continue
+        problems += [f"{fname}: {p}" for p in _compare_npz(path, arrays)]
+    return problems
+
+
+def _compare_npz(path, arrays):
+    problems = []
+    with np.load(path) as old:
         if set(old.files) != set(arrays):
             problems.append(f"golden keys differ: {sorted(set(old.files) ^ set(arrays))}")
         for k in sorted(set(old.files) & set(arrays)):
@@ -531,19 +632,20 @@ def main(argv=None):
     args = ap.parse_args(argv)
     bad = 0
     for name in args.only or list(MODELS):
-        model, arrays, config, tensors = generate_one(name)
+        model, goldens, config, tensors = generate_one(name)
         d = os.path.join(args.out, name)
         if args.check:
-            problems = compare(name, args.out, arrays, config, tensors)
+            problems = compare(name, args.out, goldens, config, tensors)
             print(("ok   " if not problems else "DIFF ") + d)
             for p in problems:
                 print("     " + p)
             bad += bool(problems)
         else:
             save_checkpoint(model, d)
-            np.savez_compressed(os.path.join(d, "golden.npz"), **arrays)
+            for fname, arrays in goldens.items():
+                np.savez_compressed(os.path.join(d, fname), **arrays)
             sizes = {f: os.path.getsize(os.path.join(d, f)) for f in sorted(os.listdir(d))}
-            print(f"wrote {d} {sizes} gen_min_margin={float(arrays['gen_min_margin']):.4f}")
+            print(f"wrote {d} {sizes} gen_min_margin={float(goldens['golden.npz']['gen_min_margin']):.4f}")
     return 1 if bad else 0
 
 

@@ -2,10 +2,10 @@
 python/scripts/make_tiny_checkpoints.py) that the C++ conformance tests compare against.
 
 Without torch / transformers (numpy only):
-  * config.json + model.safetensors + golden.npz exist, sizes stay small;
+  * config.json + model.safetensors + golden.npz + golden_bf16.npz exist, sizes stay small;
   * the safetensors key set is exactly the one docs/gemma-numerics.md lists for the config (text decoder keys
     derived from the config; vision keys only checked by prefix);
-  * golden shapes agree with the config;
+  * golden shapes agree with the config; golden_bf16.npz was computed from golden.npz's batch inputs;
   * a float64 numpy forward written from docs/gemma-numerics.md (`reference_logits`) reproduces the golden
     logits, per-layer activations and the cached-decode logits of `generate` -- i.e. the documented numerics are
     the ones transformers ran.
@@ -317,7 +317,7 @@ def test_files_and_sizes():
     total = 0
     for name in NAMES:
         d = os.path.join(MODELS_DIR, name)
-        assert sorted(os.listdir(d)) == ["config.json", "golden.npz", "model.safetensors"], name
+        assert sorted(os.listdir(d)) == ["config.json", "golden.npz", "golden_bf16.npz", "model.safetensors"], name
         st = os.path.getsize(os.path.join(d, "model.safetensors"))
         assert st < 2 * 1024 * 1024, (name, st)
         total += sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
@@ -396,6 +396,20 @@ def test_golden_shapes(name):
         assert g["gen_image_embeds"].shape == (int(gimg.sum()), c.H)
         # the sliding window is smaller than an image block
         assert c.window < int(img[0].sum())
+    # golden_bf16.npz: same batch (inputs fingerprint), float32 arrays of the logits' shape
+    sys.path.insert(0, os.path.join(REPO, "python", "scripts"))
+    import make_tiny_checkpoints as mk
+    with np.load(os.path.join(MODELS_DIR, name, "golden_bf16.npz")) as zb:
+        bmeta = json.loads(str(zb["meta"]))
+        assert sorted(zb.files) == ["logits_bf16", "logits_bf16_weights", "meta"]
+        assert bmeta["inputs_crc32"] == mk.inputs_crc32(g)
+        assert bmeta["transformers"] == meta["transformers"] and bmeta["torch"] == meta["torch"]
+        for k in ("logits_bf16", "logits_bf16_weights"):
+            assert zb[k].shape == g["logits"].shape and zb[k].dtype == np.float32, k
+            assert np.all(np.isfinite(zb[k][am])), k
+        # logits_bf16 holds bf16 values
+        lb = zb["logits_bf16"]
+        assert np.array_equal(lb.view(np.uint32) & 0xFFFF, np.zeros(lb.shape, np.uint32))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -451,6 +465,6 @@ def test_regeneration_matches_committed(name):
         meta = json.loads(str(z["meta"]))
     if transformers.__version__ != meta["transformers"]:
         pytest.skip(f"goldens were made with transformers {meta['transformers']}, found {transformers.__version__}")
-    _, arrays, config, tensors = mk.generate_one(name)
-    problems = mk.compare(name, MODELS_DIR, arrays, config, tensors)
+    _, goldens, config, tensors = mk.generate_one(name)
+    problems = mk.compare(name, MODELS_DIR, goldens, config, tensors)
     assert not problems, problems

@@ -28,7 +28,19 @@ class Binder {
   }
 
   Status Matrix(const std::string& name, int64_t out, int64_t in, ops::WeightView* view) {
-    StatusOr<io::SafetensorsTensor> t = Tensor(name, {out, in});
+    return Bind(Tensor(name, {out, in}), out, in, view);
+  }
+
+  // A matrix named by its full key (outside the language-model prefix, e.g. lm_head.weight).
+  Status FullNameMatrix(const std::string& key, int64_t out, int64_t in, ops::WeightView* view) {
+    StatusOr<io::SafetensorsTensor> t = ckpt_.Get(key);
+    if (t.ok() && t.value().shape != std::vector<int64_t>{out, in})
+      return InvalidArgument("LoadGemmaWeights: tensor " + key + " in " + ckpt_.path() + " has shape " +
+                             ShapeString(t.value().shape) + ", expected " + ShapeString({out, in}));
+    return Bind(std::move(t), out, in, view);
+  }
+
+  Status Bind(StatusOr<io::SafetensorsTensor> t, int64_t out, int64_t in, ops::WeightView* view) {
     if (!t.ok()) return t.status();
     const io::SafetensorsTensor& v = t.value();
     if (opt_.convert_to && *opt_.convert_to != v.dtype) {
@@ -46,7 +58,16 @@ class Binder {
     StatusOr<io::SafetensorsTensor> t = Tensor(name, {n});
     if (!t.ok()) return t.status();
     w_.owned.emplace_back(n * sizeof(float));
-    DecodeToF32(t.value().dtype, t.value().data, w_.owned.back().as<float>(), n);
+    float* v = w_.owned.back().as<float>();
+    DecodeToF32(t.value().dtype, t.value().data, v, n);
+    // Converting the checkpoint means converting every weight: round vectors through the target
+    // dtype too (kept as f32 values for the f32 compute).
+    if (opt_.convert_to && *opt_.convert_to != DType::kF32)
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        EncodeFromF32(*opt_.convert_to, v + i, &h, 1);
+        DecodeToF32(*opt_.convert_to, &h, v + i, 1);
+      }
     for (int64_t i = 0; i < n; ++i)
       if (!std::isfinite(w_.owned.back().as<float>()[i]))
         return InvalidArgument("LoadGemmaWeights: tensor " + name + " has a non-finite value at " + std::to_string(i));
@@ -78,11 +99,7 @@ StatusOr<GemmaWeights> LoadGemmaWeights(const io::SafetensorsCheckpoint& ckpt, c
   TESSERA_RETURN_IF_ERROR(bind.Matrix("embed_tokens.weight", a.vocab, H, &w.embed));
   w.embed_scale = ScaleInDType(H, w.embed.dtype);
   if (std::optional<std::string> head = ckpt.LmHeadName()) {
-    StatusOr<io::SafetensorsTensor> t = ckpt.Get(*head);
-    if (!t.ok()) return t.status();
-    if (t.value().shape != std::vector<int64_t>{a.vocab, H})
-      return InvalidArgument("LoadGemmaWeights: " + *head + " has shape " + ShapeString(t.value().shape));
-    w.lm_head = {t.value().data, t.value().dtype, a.vocab, H};
+    TESSERA_RETURN_IF_ERROR(bind.FullNameMatrix(*head, a.vocab, H, &w.lm_head));
   } else {
     w.lm_head = w.embed;
   }
