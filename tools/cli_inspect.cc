@@ -6,6 +6,7 @@
 #include "kv/kv_cache.h"
 #include "kv/reference_configs.h"
 #include "model/loaded_model.h"
+#include "runtime/session.h"
 
 namespace tessera::cli {
 int InspectCommand(int argc, char** argv) {
@@ -38,17 +39,11 @@ int InspectCommand(int argc, char** argv) {
   for (int64_t ctx : {1024, 4096, 8192, 32768, 131072}) {
     double mib[2];
     for (int i = 0; i < 2; ++i) {
-      kv::KvCacheConfig c;
-      int64_t shared = 0;
-      for (const model::LayerArch& la : a.layers) {
-        c.layers.push_back({la.kind, la.kv_heads, la.head_dim, la.head_dim, la.window});
-        shared += la.shared_kv;
-      }
-      c.num_kv_shared_layers = shared;
-      c.max_context = ctx;
-      c.max_chunk = std::min(chunk.value(), ctx);
-      c.dtype = i == 0 ? DType::kF32 : DType::kBF16;
-      StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(c);
+      runtime::SessionOptions o;
+      o.max_context = ctx;
+      o.max_chunk = std::min(chunk.value(), ctx);
+      o.kv_dtype = i == 0 ? DType::kF32 : DType::kBF16;
+      StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(runtime::KvCacheConfigFor(a, o));
       if (!plan.ok()) {
         std::fprintf(stderr, "tessera inspect: %s\n", plan.status().message().c_str());
         return 1;

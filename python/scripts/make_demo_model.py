@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import zlib
@@ -173,16 +172,16 @@ def build_model():
     return model
 
 
+def copy_checkpoint_files(model, path):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_tiny_checkpoints import save_checkpoint as save_config_and_weights
+    save_config_and_weights(model, path)
+
+
 def save_checkpoint(model, path):
-    """save_pretrained into a temporary folder, keep config.json + model.safetensors."""
+    """save_pretrained into a temporary folder, keep config.json + model.safetensors; check bf16 throughout."""
     import torch
-    os.makedirs(path, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        files = sorted(os.listdir(tmp))
-        assert "model.safetensors" in files and "config.json" in files, files
-        for f in ("config.json", "model.safetensors"):
-            shutil.copyfile(os.path.join(tmp, f), os.path.join(path, f))
+    copy_checkpoint_files(model, path)
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
     assert cfg["dtype"] == cfg["text_config"]["dtype"] == cfg["vision_config"]["dtype"] == "bfloat16", cfg

@@ -32,21 +32,8 @@ from ._tessera import kv as _kv
 
 __all__ = ["DenseStore", "RingStore", "ExternalStore", "ConcatStore", "attend", "kv_memory_plan"]
 
-_I32 = np.iinfo(np.int32)
-
-
-def _i32(name, x, shape):
-    a = np.asarray(x)
-    if a.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be an integer array, got dtype {a.dtype}")
-    if a.shape != shape:
-        try:
-            a = np.broadcast_to(a, shape)
-        except ValueError:
-            raise ValueError(f"{name} has shape {a.shape}, expected {shape}") from None
-    if a.size and (a.min() < _I32.min or a.max() > _I32.max):
-        raise ValueError(f"{name} has values outside int32")
-    return np.ascontiguousarray(a, dtype=np.int32)
+# The same int32 argument check as tessera.attention.
+from . import _as_i32 as _i32  # noqa: E402
 
 
 def _float(name, x, dtype):

@@ -37,7 +37,9 @@ StatusOr<int64_t> ChunkEnd(const std::vector<int32_t>& blk, int64_t done, int64_
   return start;
 }
 
-kv::KvCacheConfig CacheConfig(const model::GemmaArch& a, const SessionOptions& o) {
+}  // namespace
+
+kv::KvCacheConfig KvCacheConfigFor(const model::GemmaArch& a, const SessionOptions& o) {
   kv::KvCacheConfig c;
   int64_t shared = 0;
   for (const model::LayerArch& l : a.layers) {
@@ -51,8 +53,6 @@ kv::KvCacheConfig CacheConfig(const model::GemmaArch& a, const SessionOptions& o
   c.dtype = o.kv_dtype;
   return c;
 }
-
-}  // namespace
 
 const char* ModeName(Mode m) {
   switch (m) {
@@ -79,7 +79,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& mode
                            std::to_string(o.max_context) + ")");
   const model::GemmaArch& a = model.arch();
   std::unique_ptr<Session> s(new Session(model, o, pool));
-  StatusOr<std::unique_ptr<kv::KvCache>> cache = kv::KvCache::Create(CacheConfig(a, o));
+  StatusOr<std::unique_ptr<kv::KvCache>> cache = kv::KvCache::Create(KvCacheConfigFor(a, o));
   if (!cache.ok()) return cache.status();
   s->cache_ = std::move(cache.value());
   const int64_t n = o.max_batch * o.max_chunk;
@@ -156,7 +156,7 @@ Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, 
   cache_->Reset();
   live_ = cache_.get();
   if (baseline) {
-    kv::KvCacheConfig cc = CacheConfig(a, opt_);
+    kv::KvCacheConfig cc = KvCacheConfigFor(a, opt_);
     cc.batch = B;
     cc.concat_baseline = true;
     StatusOr<std::unique_ptr<kv::KvCache>> concat = kv::KvCache::Create(cc);

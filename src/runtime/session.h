@@ -46,6 +46,9 @@ struct Prompt {
   int64_t image_rows = 0;
 };
 
+// The KV cache a session of `options` allocates for `arch` (stores per layer, sharing, rings).
+kv::KvCacheConfig KvCacheConfigFor(const model::GemmaArch& arch, const SessionOptions& options);
+
 class Session {
  public:
   static StatusOr<std::unique_ptr<Session>> Create(const model::GemmaModel& model, const SessionOptions& options,
