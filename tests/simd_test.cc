@@ -61,6 +61,46 @@ TEST(Simd, AllImplementationsMatchDoubleReferences) {
       std::vector<float> sc = y;
       s.scale(sc.data(), alpha, n);
       for (int64_t i = 0; i < n; ++i) ASSERT_EQ(sc[i], y[i] * alpha);
+      // Four rows against one row (rows of a [4, n + 3] matrix: a stride wider than n).
+      const int64_t st = n + 3;
+      std::vector<float> rows(4 * st);
+      for (float& r : rows) r = nd(rng);
+      for (int which = 0; which < 3; ++which) {
+        float out[4];
+        const std::vector<float>& x = which == 0 ? b : which == 1 ? fb : fh;
+        const void* bp = which == 0 ? static_cast<const void*>(b.data()) : which == 1 ? static_cast<const void*>(bb.data())
+                                                                                     : static_cast<const void*>(bh.data());
+        s.Dot4(which, rows.data(), st, bp, n, out);
+        for (int r = 0; r < 4; ++r) {
+          double want = 0, mag = 0;
+          for (int64_t i = 0; i < n; ++i) want += double(rows[r * st + i]) * x[i], mag += std::fabs(double(rows[r * st + i]) * x[i]);
+          ASSERT_NEAR(out[r], want, 4 * std::sqrt(n + 1.0) * eps * mag + 1e-30) << "dot4 n=" << n << " row " << r;
+        }
+        // y += sum_j w_j x_j with four different x rows (rows of `rows`) stored in this dtype.
+        std::vector<float> xf(4 * n);
+        std::vector<uint16_t> xh(4 * n);
+        std::vector<float> xd(4 * n);  // the values the kernel sees, decoded
+        for (int j = 0; j < 4; ++j)
+          for (int64_t i = 0; i < n; ++i) xf[j * n + i] = rows[j * st + i];
+        const DType dt = static_cast<DType>(which);
+        if (which == 0) {
+          xd = xf;
+        } else {
+          EncodeFromF32(dt, xf.data(), xh.data(), 4 * n);
+          DecodeToF32(dt, xh.data(), xd.data(), 4 * n);
+        }
+        const void* xs[4];
+        for (int j = 0; j < 4; ++j)
+          xs[j] = which == 0 ? static_cast<const void*>(xf.data() + j * n) : static_cast<const void*>(xh.data() + j * n);
+        const float w4[4] = {alpha, -0.5f, 0.25f, 2.0f};
+        std::vector<float> out4 = y;
+        s.Axpy4(which, out4.data(), w4, xs, n);
+        for (int64_t i = 0; i < n; ++i) {
+          double want = y[i], mag = std::fabs(y[i]);
+          for (int j = 0; j < 4; ++j) want += double(w4[j]) * xd[j * n + i], mag += std::fabs(double(w4[j]) * xd[j * n + i]);
+          ASSERT_NEAR(out4[i], want, 5 * eps * mag + 1e-30) << "axpy4 i=" << i;
+        }
+      }
     }
   }
 }

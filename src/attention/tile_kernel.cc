@@ -64,12 +64,21 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     k_rows[t] = p_.k.At(b_, g_, j0 + t);
     v_rows[t] = p_.v.At(b_, g_, j0 + t);
   }
+  // Scores of every row: four query rows per pass share each K load.
+  int64_t r4 = 0;
+  for (; r4 + 4 <= rows_; r4 += 4) {
+    float out[4];
+    for (int64_t t = 0; t < n; ++t) {
+      simd.Dot4(dt, q_ + r4 * D_, D_, k_rows[t], D_, out);
+      for (int u = 0; u < 4; ++u) s_[(r4 + u) * kTileK + t] = out[u];
+    }
+  }
+  for (; r4 < rows_; ++r4)
+    for (int64_t t = 0; t < n; ++t) s_[r4 * kTileK + t] = simd.Dot(dt, q_ + r4 * D_, k_rows[t], D_);
   const MaskSpec& m = p_.mask;
   const float cap = p_.softcap;
   for (int64_t r = 0; r < rows_; ++r) {
     float* s = s_ + r * kTileK;
-    const float* q = q_ + r * D_;
-    for (int64_t t = 0; t < n; ++t) s[t] = simd.Dot(dt, q, k_rows[t], D_);
     if (cap > 0)
       for (int64_t t = 0; t < n; ++t) s[t] = cap * std::tanh(s[t] / cap);
     if (cls == TileClass::kPartial) {
@@ -98,13 +107,21 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       simd.scale(o, alpha, Dv_);
       m_[r] = m_new;
     }
+    // P.V over the visible keys only (a masked key's V may hold anything, even NaN), four V
+    // rows per pass so the output row is loaded and stored once per four keys.
     float l = l_[r];
+    float w[kTileK];
+    const void* vis[kTileK];
+    int64_t nv = 0;
     for (int64_t t = 0; t < n; ++t) {
       if (s[t] == kNegInf) continue;
-      const float w = std::exp(s[t] - m_new);
-      l += w;
-      simd.Axpy(dt, o, w, v_rows[t], Dv_);
+      w[nv] = std::exp(s[t] - m_new);
+      l += w[nv];
+      vis[nv++] = v_rows[t];
     }
+    int64_t t4 = 0;
+    for (; t4 + 4 <= nv; t4 += 4) simd.Axpy4(dt, o, w + t4, vis + t4, Dv_);
+    for (; t4 < nv; ++t4) simd.Axpy(dt, o, w[t4], vis[t4], Dv_);
     l_[r] = l;
   }
 }

@@ -20,6 +20,15 @@ struct SimdKernels {
   void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n);
   // y[i] *= a.
   void (*scale)(float* y, float a, int64_t n);
+  // Four dot products sharing one b row (each b element loaded once):
+  // out[r] = sum_i a[r * a_stride + i] * b[i], r < 4.
+  void (*dot4_f32)(const float* a, int64_t a_stride, const float* b, int64_t n, float* out);
+  void (*dot4_bf16)(const float* a, int64_t a_stride, const uint16_t* b, int64_t n, float* out);
+  void (*dot4_f16)(const float* a, int64_t a_stride, const uint16_t* b, int64_t n, float* out);
+  // y[i] += w[0] x[0][i] + w[1] x[1][i] + w[2] x[2][i] + w[3] x[3][i] (y loaded and stored once).
+  void (*axpy4_f32)(float* y, const float* w, const void* const* x, int64_t n);
+  void (*axpy4_bf16)(float* y, const float* w, const void* const* x, int64_t n);
+  void (*axpy4_f16)(float* y, const float* w, const void* const* x, int64_t n);
 
   // Dispatch on the stored dtype of b / x (0 = f32, 1 = bf16, 2 = f16, as tessera::DType).
   float Dot(int dtype, const float* a, const void* b, int64_t n) const {
@@ -30,6 +39,16 @@ struct SimdKernels {
     if (dtype == 0) return axpy_f32(y, a, static_cast<const float*>(x), n);
     if (dtype == 1) return axpy_bf16(y, a, static_cast<const uint16_t*>(x), n);
     axpy_f16(y, a, static_cast<const uint16_t*>(x), n);
+  }
+  void Dot4(int dtype, const float* a, int64_t a_stride, const void* b, int64_t n, float* out) const {
+    if (dtype == 0) return dot4_f32(a, a_stride, static_cast<const float*>(b), n, out);
+    if (dtype == 1) return dot4_bf16(a, a_stride, static_cast<const uint16_t*>(b), n, out);
+    dot4_f16(a, a_stride, static_cast<const uint16_t*>(b), n, out);
+  }
+  void Axpy4(int dtype, float* y, const float* w, const void* const* x, int64_t n) const {
+    if (dtype == 0) return axpy4_f32(y, w, x, n);
+    if (dtype == 1) return axpy4_bf16(y, w, x, n);
+    axpy4_f16(y, w, x, n);
   }
 };
 

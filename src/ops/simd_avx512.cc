@@ -58,6 +58,18 @@ void Scale(float* y, float a, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
+// Multi-row forms composed from the single-row kernels (AVX2 is the default on the machines we
+// measured; these exist so every implementation offers the full table).
+template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
+void Dot4(const float* a, int64_t st, const T* b, int64_t n, float* out) {
+  for (int r = 0; r < 4; ++r) out[r] = Dot<T, Load, Scalar>(a + r * st, b, n);
+}
+
+template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
+void Axpy4(float* y, const float* w, const void* const* x, int64_t n) {
+  for (int j = 0; j < 4; ++j) Axpy<T, Load, Scalar>(y, w[j], static_cast<const T*>(x[j]), n);
+}
+
 }  // namespace
 
 const SimdKernels* SimdAvx512() {
@@ -68,7 +80,13 @@ const SimdKernels* SimdAvx512() {
                              Axpy<float, LoadF32, IdF32>,
                              Axpy<uint16_t, LoadBf16, Bf16>,
                              Axpy<uint16_t, LoadF16, F16>,
-                             Scale};
+                             Scale,
+                             Dot4<float, LoadF32, IdF32>,
+                             Dot4<uint16_t, LoadBf16, Bf16>,
+                             Dot4<uint16_t, LoadF16, F16>,
+                             Axpy4<float, LoadF32, IdF32>,
+                             Axpy4<uint16_t, LoadBf16, Bf16>,
+                             Axpy4<uint16_t, LoadF16, F16>};
   return &k;
 }
 

@@ -37,10 +37,33 @@ void Scale(float* y, float a, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= a;
 }
 
+template <typename T, float (*Dt)(const float*, const T*, int64_t)>
+void Dot4(const float* a, int64_t stride, const T* b, int64_t n, float* out) {
+  for (int r = 0; r < 4; ++r) out[r] = Dt(a + r * stride, b, n);
+}
+
+template <typename T, void (*Ax)(float*, float, const T*, int64_t)>
+void Axpy4(float* y, const float* w, const void* const* x, int64_t n) {
+  for (int j = 0; j < 4; ++j) Ax(y, w[j], static_cast<const T*>(x[j]), n);
+}
+
 }  // namespace
 
 const SimdKernels& SimdGeneric() {
-  static const SimdKernels k{"generic", DotF32, DotBf16, DotF16, AxpyF32, AxpyBf16, AxpyF16, Scale};
+  static const SimdKernels k{"generic",
+                             DotF32,
+                             DotBf16,
+                             DotF16,
+                             AxpyF32,
+                             AxpyBf16,
+                             AxpyF16,
+                             Scale,
+                             Dot4<float, DotF32>,
+                             Dot4<uint16_t, DotBf16>,
+                             Dot4<uint16_t, DotF16>,
+                             Axpy4<float, AxpyF32>,
+                             Axpy4<uint16_t, AxpyBf16>,
+                             Axpy4<uint16_t, AxpyF16>};
   return k;
 }
 
