@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tessera/dtype.h"
 #include "tessera/status.h"
@@ -93,6 +94,8 @@ struct AttentionParams {
 
 enum class AttentionKernel { kAuto, kReference, kPrefill, kDecode };
 const char* AttentionKernelName(AttentionKernel k);
+// "auto", "reference", "prefill", "decode"; false for anything else.
+bool ParseAttentionKernel(const std::string& name, AttentionKernel* out);
 
 // What the caller provides: threads and a scratch arena (grown on first use for a shape, then
 // reused, so steady-state calls allocate nothing).

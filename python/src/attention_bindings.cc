@@ -78,14 +78,6 @@ StoredKv Store(const F32Array& x, DType dtype) {
   return s;
 }
 
-AttentionKernel ParseKernel(const std::string& name) {
-  if (name == "auto") return AttentionKernel::kAuto;
-  if (name == "reference") return AttentionKernel::kReference;
-  if (name == "prefill") return AttentionKernel::kPrefill;
-  if (name == "decode") return AttentionKernel::kDecode;
-  throw py::value_error("unknown kernel '" + name + "' (auto, reference, prefill, decode)");
-}
-
 py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32Array& v, const MaskArrays& arrays,
                                 bool causal, int32_t wl, int32_t wr, bool biw, float scale, float softcap,
                                 const std::string& kv_dtype, const std::string& kernel, int threads) {
@@ -106,7 +98,7 @@ py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32A
   p.mask = mask;
   p.scale = scale;
   p.softcap = softcap;
-  const AttentionKernel kern = ParseKernel(kernel);
+  const AttentionKernel kern = KernelFromName(kernel);
   Status st;
   {
     py::gil_scoped_release release;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/aligned_buffer.h"
+#include "tessera/attention.h"
 #include "tessera/status.h"
 #include "tessera/thread_pool.h"
 
@@ -42,6 +43,14 @@ struct PyRuntime {
   }
 };
 PyRuntime& Runtime();
+
+// The kernel named by a Python `kernel=` argument; ValueError for an unknown name.
+inline AttentionKernel KernelFromName(const std::string& name) {
+  AttentionKernel k;
+  if (!ParseAttentionKernel(name, &k))
+    throw py::value_error("unknown kernel '" + name + "' (auto, reference, prefill, decode)");
+  return k;
+}
 
 using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;

@@ -43,14 +43,6 @@ DType DTypeOf(const std::string& name) {
   return dt;
 }
 
-AttentionKernel KernelByName(const std::string& name) {
-  if (name == "auto") return AttentionKernel::kAuto;
-  if (name == "reference") return AttentionKernel::kReference;
-  if (name == "prefill") return AttentionKernel::kPrefill;
-  if (name == "decode") return AttentionKernel::kDecode;
-  throw py::value_error("unknown kernel '" + name + "' (auto, reference, prefill, decode)");
-}
-
 // ---------------------------------------------------------------------------------------------
 // TensorScatter: present = copy of past_cache, then kv::TensorScatter in place.
 
@@ -307,7 +299,7 @@ py::array_t<float> Attend(const PyStore& s, const F32Array& q, const I32Array& q
   const std::string bs = "(" + std::to_string(B) + ", " + std::to_string(S_q) + ")";
   CheckSize("q_pos", q_pos, B * S_q, bs);
   if (q_block) CheckSize("q_block", *q_block, B * S_q, bs);
-  const AttentionKernel kern = KernelByName(kernel);
+  const AttentionKernel kern = KernelFromName(kernel);
   py::array_t<float> out({B, Hq, S_q, s.g.v_head_dim});
   AttentionParams p;
   p.q = HeadsView::Dense(q.data(), DType::kF32, B, Hq, S_q, D);

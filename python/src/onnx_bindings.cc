@@ -54,14 +54,6 @@ std::optional<TensorRef> OptRefOf(const char* name, const OptArray& a) {
   return RefOf(name, *a);
 }
 
-AttentionKernel KernelOf(const std::string& name) {
-  if (name == "auto") return AttentionKernel::kAuto;
-  if (name == "reference") return AttentionKernel::kReference;
-  if (name == "prefill") return AttentionKernel::kPrefill;
-  if (name == "decode") return AttentionKernel::kDecode;
-  throw py::value_error("unknown kernel '" + name + "' (auto, reference, prefill, decode)");
-}
-
 py::array_t<float> Alloc(const std::vector<int64_t>& shape) { return py::array_t<float>(shape); }
 
 MutableTensorRef OutRef(py::array_t<float>& a) {
@@ -79,7 +71,7 @@ py::tuple RunAttention(const py::array& q, const py::array& k, const py::array& 
                        int64_t is_causal, std::optional<int64_t> q_num_heads, std::optional<int64_t> kv_num_heads,
                        std::optional<float> scale, float softcap, int opset, const std::string& kernel,
                        int threads) {
-  const AttentionKernel kern = KernelOf(kernel);
+  const AttentionKernel kern = KernelFromName(kernel);
   onnx::AttentionInputs in;
   in.q = RefOf("Q", q);
   in.k = RefOf("K", k);
@@ -119,7 +111,7 @@ py::tuple RunGroupQueryAttention(const py::array& query, const OptArray& key, co
                                  const py::array& total_sequence_length, const OptArray& attention_bias,
                                  int64_t num_heads, int64_t kv_num_heads, int64_t local_window_size, float softcap,
                                  float scale, bool in_place, const std::string& kernel, int threads) {
-  const AttentionKernel kern = KernelOf(kernel);
+  const AttentionKernel kern = KernelFromName(kernel);
   onnx::GroupQueryAttentionInputs in;
   in.query = RefOf("query", query);
   in.key = OptRefOf("key", key);

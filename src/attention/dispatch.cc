@@ -17,6 +17,16 @@ const char* AttentionKernelName(AttentionKernel k) {
   return "?";
 }
 
+bool ParseAttentionKernel(const std::string& name, AttentionKernel* out) {
+  for (AttentionKernel k : {AttentionKernel::kAuto, AttentionKernel::kReference, AttentionKernel::kPrefill,
+                            AttentionKernel::kDecode})
+    if (name == AttentionKernelName(k)) {
+      *out = k;
+      return true;
+    }
+  return false;
+}
+
 // Every input ValidateAttention() accepts is supported by all three kernels (head_dim up to
 // kMaxHeadDim, any strides, any mask), so dispatch is a pure cost choice: the split-K decode
 // kernel when one query row per head must spread the keys over threads, the tiled kernel
