@@ -4,7 +4,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -21,9 +20,22 @@ class ThreadPool {
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
+  // A non-owning reference to a callable `void(int64_t item, int thread)`: passing a lambda
+  // allocates nothing (std::function may allocate for large captures, on every kernel call).
+  class ItemFn {
+   public:
+    template <typename F>
+    ItemFn(const F& f) : obj_(&f), call_([](const void* o, int64_t i, int t) { (*static_cast<const F*>(o))(i, t); }) {}  // NOLINT
+    void operator()(int64_t item, int thread) const { call_(obj_, item, thread); }
+
+   private:
+    const void* obj_;
+    void (*call_)(const void*, int64_t, int);
+  };
+
   // Calls fn(item, thread_index) for every item in [0, n); thread_index < num_threads().
-  // Items are handed out dynamically; returns when all are done.
-  void ParallelFor(int64_t n, const std::function<void(int64_t item, int thread)>& fn);
+  // Items are handed out dynamically; returns when all are done. `fn` must outlive the call.
+  void ParallelFor(int64_t n, ItemFn fn);
 
  private:
   void WorkerLoop(int thread_index);
@@ -32,7 +44,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
-  const std::function<void(int64_t, int)>* job_ = nullptr;
+  const ItemFn* job_ = nullptr;
   int64_t job_size_ = 0;
   int64_t next_item_ = 0;
   int64_t generation_ = 0;

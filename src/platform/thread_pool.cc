@@ -49,7 +49,7 @@ void ThreadPool::WorkerLoop(int thread_index) {
   }
 }
 
-void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int)>& fn) {
+void ThreadPool::ParallelFor(int64_t n, ItemFn fn) {
   if (n <= 0) return;
   if (workers_.empty() || n == 1) {
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
