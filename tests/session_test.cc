@@ -166,6 +166,21 @@ TEST(Session, GenerateIsDeterministicAndStops) {
   EXPECT_EQ(t1, t2);  // same seed, same tokens
 }
 
+// A placeholder id outside the vocabulary works (it is replaced, never looked up) and gives the
+// same logits as an in-vocabulary placeholder with the same image embeddings.
+TEST(Session, ImagePlaceholderOutsideTheVocabulary) {
+  testing::TinyModelOptions in_vocab, out_of_vocab;
+  out_of_vocab.image_token = 500;
+  auto a = MakeTinyModel(in_vocab), b = MakeTinyModel(out_of_vocab);
+  std::mt19937 rng(3);
+  std::vector<float> e;
+  Prompt p = MakePrompt(rng, 4, 3, 5, e, a->arch().hidden);
+  Prompt q = p;
+  for (int32_t& t : q.tokens)
+    if (t == kImage) t = 500;
+  ExpectClose(AllLogits(*a, {p}, 16), AllLogits(*b, {q}, 16), 0.0, "placeholder id outside the vocabulary");
+}
+
 TEST(Session, BadInput) {
   auto m = MakeTinyModel({});
   std::mt19937 rng(1);

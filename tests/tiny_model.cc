@@ -43,7 +43,7 @@ std::unique_ptr<model::GemmaModel> MakeTinyModel(const TinyModelOptions& opt) {
   a.final_softcap = opt.gemma4 ? 30.0f : 0.0f;
   a.ple_dim = opt.ple ? 8 : 0;
   a.ple_vocab = opt.ple ? 97 : 0;
-  a.image_token_ids = {90};
+  a.image_token_ids = {opt.image_token};
   a.block_token_types = {1};
   const char* kinds = "SSFSSF";
   for (int l = 0; l < 6; ++l) {

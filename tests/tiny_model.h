@@ -14,6 +14,7 @@ struct TinyModelOptions {
   int64_t shared_layers = 0; // trailing KV-shared layers
   DType weight_dtype = DType::kF32;
   uint32_t seed = 1;
+  int32_t image_token = 90;  // may be >= vocab (97), as Gemma 3 configs allow
 };
 
 // 6 layers (sliding, sliding, full, sliding, sliding, full), hidden 32, 4 query heads; sliding

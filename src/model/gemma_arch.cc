@@ -1,5 +1,7 @@
 #include "model/gemma_arch.h"
 
+#include <cstdint>
+
 #include "model/config.h"
 
 namespace tessera::model {
@@ -37,8 +39,9 @@ StatusOr<GemmaArch> BuildArch(const ModelConfig& c) {
   a.ple_dim = c.hidden_size_per_layer_input;
   a.ple_vocab = c.has_ple() ? c.vocab_size_per_layer_input : 0;
   a.pad_token_id = static_cast<int32_t>(c.pad_token_id.value_or(0));
+  // Placeholder ids may lie outside the vocabulary (they are replaced, never looked up).
   for (const std::optional<int64_t>& id : {c.image_token_id, c.video_token_id, c.audio_token_id})
-    if (id && *id >= 0 && *id < c.vocab_size) a.image_token_ids.push_back(static_cast<int32_t>(*id));
+    if (id && *id >= 0 && *id <= INT32_MAX) a.image_token_ids.push_back(static_cast<int32_t>(*id));
   // Token types forming blocks: Gemma 3 token_type_ids 1 (image); Gemma 4 mm_token_type_ids 1
   // (image) and 2 (video); 0 text and 3 audio never do.
   a.block_token_types = g4 ? std::vector<int32_t>{1, 2} : std::vector<int32_t>{1};

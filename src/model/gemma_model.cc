@@ -30,6 +30,9 @@ Status GemmaModel::ValidateBatch(const ForwardBatch& in) const {
                              " outside [0, " + std::to_string(in.seq) + "]");
     for (int64_t i = 0; i < in.seq; ++i) {
       const int32_t t = in.tokens[b * in.seq + i];
+      // Soft (image) tokens are replaced by their embedding: their id may lie outside the
+      // vocabulary (Gemma 3 configs allow it), it is never looked up.
+      if (in.use_embed && in.use_embed[b * in.seq + i]) continue;
       if (t < 0 || t >= arch_.vocab)
         return OutOfRange("GemmaModel::Forward: token id " + std::to_string(t) + " at [" + std::to_string(b) + ", " +
                           std::to_string(i) + "] is outside the vocabulary [0, " + std::to_string(arch_.vocab) + ")");
