@@ -272,12 +272,10 @@ namespace {
 TEST(GemmaModel, RefusesAnImageBlockSplitAcrossChunks) {
   auto m = testing::MakeTinyModel({});
   const GemmaArch& a = m->arch();
-  kv::KvCacheConfig cc;
-  for (const LayerArch& l : a.layers) cc.layers.push_back({l.kind, l.kv_heads, l.head_dim, l.head_dim, l.window});
-  cc.max_context = 32;
-  cc.max_chunk = 8;
-  cc.dtype = DType::kF32;
-  auto cache = std::move(kv::KvCache::Create(cc).value());
+  runtime::SessionOptions o;
+  o.max_context = 32;
+  o.max_chunk = 8;
+  auto cache = std::move(kv::KvCache::Create(runtime::KvCacheConfigFor(a, o)).value());
   Activations act;
   act.Allocate(a, 8, 1);
   Arena scratch;

@@ -27,7 +27,9 @@ size_t DecodeScratchBytes(const AttentionParams& p, int num_threads) {
   const int64_t rows = (p.q.heads / p.k.heads) * p.q.seq;
   const int64_t items = p.q.batch * p.k.heads * splits;
   // One term per Take() in DecodeAttention, each rounded the same way.
-  return Arena::Bytes<float>(items * rows * p.v.dim) + 2 * Arena::Bytes<float>(items * rows) +
+  const int64_t k_tiles = (p.k.seq + kTileK - 1) / kTileK;
+  return Arena::Bytes<RangeSummary>(p.q.batch) + Arena::Bytes<RangeSummary>(p.q.batch * k_tiles) +
+         Arena::Bytes<float>(items * rows * p.v.dim) + 2 * Arena::Bytes<float>(items * rows) +
          Arena::Bytes<float>(num_threads * GroupTileKernel::ScratchFloats(p, rows));
 }
 
@@ -38,6 +40,13 @@ void DecodeAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch)
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t splits = SplitCount(p, threads);
   const int64_t items = B * Hkv * splits;
+
+  // Range summaries once per call (not per KV head / split): q [B], k tiles [B, k_tiles].
+  const int64_t k_tiles = (S_kv + kTileK - 1) / kTileK;
+  RangeSummary* q_sum = scratch.Take<RangeSummary>(B);
+  RangeSummary* k_sum = scratch.Take<RangeSummary>(B * k_tiles);
+  SummarizeQueryBlocks(m, B, S_q, std::max<int64_t>(S_q, 1), q_sum);
+  SummarizeKeyTiles(m, B, S_kv, kTileK, k_sum);
 
   // Partial states of every item: o [items, rows, Dv], m [items, rows], l [items, rows].
   float* part_o = scratch.Take<float>(items * rows * Dv);
@@ -50,15 +59,13 @@ void DecodeAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch)
     const int64_t split = item % splits, g = (item / splits) % Hkv, b = item / (splits * Hkv);
     GroupTileKernel kern(p, rows, thread_scratch + thread * per_thread);
     kern.Begin(b, g, 0, S_q);
-    const RangeSummary qs = Summarize(m.q_pos + b * S_q, m.q_block ? m.q_block + b * S_q : nullptr, S_q);
+    const RangeSummary& qs = q_sum[b];
     const int64_t valid = KvValid(m, b, S_kv);
     const int64_t tiles = (valid + kTileK - 1) / kTileK;
     const int64_t t0 = tiles * split / splits, t1 = tiles * (split + 1) / splits;
     for (int64_t kt = t0; kt < t1; ++kt) {
       const int64_t j0 = kt * kTileK, j1 = std::min(j0 + kTileK, valid);
-      const RangeSummary ks =
-          Summarize(m.k_pos + b * S_kv + j0, m.k_block ? m.k_block + b * S_kv + j0 : nullptr, j1 - j0);
-      kern.ConsumeTile(j0, j1, ClassifyTile(m, qs, ks, /*all_keys_valid=*/true));
+      kern.ConsumeTile(j0, j1, ClassifyTile(m, qs, k_sum[b * k_tiles + kt], /*all_keys_valid=*/true));
     }
     std::copy(kern.o(), kern.o() + rows * Dv, part_o + item * rows * Dv);
     std::copy(kern.m(), kern.m() + rows, part_m + item * rows);

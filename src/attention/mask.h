@@ -63,6 +63,29 @@ inline RangeSummary Summarize(const int32_t* pos, const int32_t* blk, int64_t n)
   return s;
 }
 
+// Summaries of each row's query blocks of `n_block` queries: out [B, ceil(S_q / n_block)].
+inline void SummarizeQueryBlocks(const MaskSpec& m, int64_t B, int64_t S_q, int64_t n_block, RangeSummary* out) {
+  const int64_t blocks = (S_q + n_block - 1) / n_block;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t qb = 0; qb < blocks; ++qb) {
+      const int64_t i0 = qb * n_block, n = std::min(n_block, S_q - i0);
+      out[b * blocks + qb] = Summarize(m.q_pos + b * S_q + i0, m.q_block ? m.q_block + b * S_q + i0 : nullptr, n);
+    }
+}
+
+// Summaries of each row's key tiles of `tile` keys, over valid keys only: out [B, ceil(S_kv / tile)].
+// O(S_kv) per row, computed once per attention call and shared by every KV head and query block.
+inline void SummarizeKeyTiles(const MaskSpec& m, int64_t B, int64_t S_kv, int64_t tile, RangeSummary* out) {
+  const int64_t tiles = (S_kv + tile - 1) / tile;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t valid = KvValid(m, b, S_kv);
+    for (int64_t kt = 0; kt < tiles; ++kt) {
+      const int64_t j0 = kt * tile, n = std::clamp<int64_t>(valid - j0, 0, tile);
+      out[b * tiles + kt] = Summarize(m.k_pos + b * S_kv + j0, m.k_block ? m.k_block + b * S_kv + j0 : nullptr, n);
+    }
+  }
+}
+
 enum class TileClass { kEmpty, kFull, kPartial };
 
 // Classifies all (query, key) pairs of a tile. `k` summarizes only the tile's valid keys and

@@ -1,6 +1,7 @@
 // Prefill: work items are (batch row, KV group, query block). Each item walks the key tiles of
 // its row, skipping tiles the range arithmetic proves empty, so cost follows visible pairs.
 #include <algorithm>
+#include <vector>
 
 #include "attention/kernels.h"
 #include "attention/tile_kernel.h"
@@ -40,19 +41,8 @@ void PrefillAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch
   // Range summaries, computed once per call: O(S_q + S_kv), never O(S_q * S_kv).
   RangeSummary* q_sum = scratch.Take<RangeSummary>(B * plan.q_blocks);  // [B, q_blocks]
   RangeSummary* k_sum = scratch.Take<RangeSummary>(B * plan.k_tiles);   // [B, k_tiles], valid keys only
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t qb = 0; qb < plan.q_blocks; ++qb) {
-      const int64_t i0 = qb * plan.n_q_block, n = std::min(plan.n_q_block, S_q - i0);
-      q_sum[b * plan.q_blocks + qb] =
-          Summarize(m.q_pos + b * S_q + i0, m.q_block ? m.q_block + b * S_q + i0 : nullptr, n);
-    }
-    const int64_t valid = KvValid(m, b, S_kv);
-    for (int64_t kt = 0; kt < plan.k_tiles; ++kt) {
-      const int64_t j0 = kt * kTileK, n = std::clamp<int64_t>(valid - j0, 0, kTileK);
-      k_sum[b * plan.k_tiles + kt] =
-          Summarize(m.k_pos + b * S_kv + j0, m.k_block ? m.k_block + b * S_kv + j0 : nullptr, n);
-    }
-  }
+  SummarizeQueryBlocks(m, B, S_q, plan.n_q_block, q_sum);
+  SummarizeKeyTiles(m, B, S_kv, kTileK, k_sum);
 
   const int64_t max_rows = plan.group * plan.n_q_block;
   const int64_t per_thread = GroupTileKernel::ScratchFloats(p, max_rows);
@@ -87,18 +77,16 @@ TileCensus CensusPrefillTiles(const AttentionParams& p) {
   using namespace attn;
   const Plan plan = MakePlan(p);
   const MaskSpec& m = p.mask;
-  const int64_t S_q = p.q.seq, S_kv = p.k.seq;
+  const int64_t B = p.q.batch;
+  // A diagnostic, outside the forward pass: plain vectors are fine here.
+  std::vector<RangeSummary> q_sum(B * plan.q_blocks), k_sum(B * plan.k_tiles);
+  SummarizeQueryBlocks(m, B, p.q.seq, plan.n_q_block, q_sum.data());
+  SummarizeKeyTiles(m, B, p.k.seq, kTileK, k_sum.data());
   TileCensus census;
-  for (int64_t b = 0; b < p.q.batch; ++b) {
-    const int64_t valid = KvValid(m, b, S_kv);
+  for (int64_t b = 0; b < B; ++b) {
     for (int64_t qb = 0; qb < plan.q_blocks; ++qb) {
-      const int64_t i0 = qb * plan.n_q_block, n = std::min(plan.n_q_block, S_q - i0);
-      const RangeSummary qs = Summarize(m.q_pos + b * S_q + i0, m.q_block ? m.q_block + b * S_q + i0 : nullptr, n);
       for (int64_t kt = 0; kt < plan.k_tiles; ++kt) {
-        const int64_t j0 = kt * kTileK, nk = std::clamp<int64_t>(valid - j0, 0, kTileK);
-        const RangeSummary ks =
-            Summarize(m.k_pos + b * S_kv + j0, m.k_block ? m.k_block + b * S_kv + j0 : nullptr, nk);
-        switch (ClassifyTile(m, qs, ks, true)) {
+        switch (ClassifyTile(m, q_sum[b * plan.q_blocks + qb], k_sum[b * plan.k_tiles + kt], true)) {
           case TileClass::kEmpty: ++census.empty; break;
           case TileClass::kFull: ++census.full; break;
           case TileClass::kPartial: ++census.partial; break;

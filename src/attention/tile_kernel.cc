@@ -11,14 +11,13 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-}  // namespace
-
 // Sub-buffers are rounded to 16 floats so each starts on a 64-byte boundary.
-inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
+int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
 
 int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_rows) {
   const int64_t D = p.q.dim, Dv = p.v.dim;
-  (void)D;
   return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
 }
 
