@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ops/elementwise.h"
+#include "ops/gemm.h"
 #include "ops/linear.h"
 #include "runtime/sampler.h"
 
@@ -31,6 +32,63 @@ TEST(Linear, MatchesReferenceForAllWeightDtypes) {
       // f32 accumulation of `in` products of N(0,1) values vs double: ~sqrt(in) * 6e-8 * |terms|.
       for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 2e-5 * std::sqrt(double(in)) * 4) << i;
     }
+  }
+}
+
+// The blocked GEMM directly and through Linear, with token counts, widths and depths that cross
+// every micro-tile (6 x 16) and block (256 deep, 128 wide) edge, strided x and y, 1 and 3 threads.
+TEST(Linear, GemmMatchesReferenceAcrossTileAndBlockEdges) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  ThreadPool pool3(3);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (auto [n, in, out] : {std::tuple{1, 5, 3}, {6, 256, 16}, {7, 257, 17}, {13, 600, 129}, {37, 513, 300},
+                              {64, 1024, 128}, {9, 31, 255}}) {
+      const int64_t xs = in + 5, ys = out + 3;
+      std::vector<float> wf(out * in), x(n * xs), y(n * ys, -7.0f), ref(n * ys, -7.0f);
+      for (float& v : wf) v = nd(rng);
+      for (float& v : x) v = nd(rng);
+      std::vector<uint8_t> w(wf.size() * DTypeSize(dt));
+      EncodeFromF32(dt, wf.data(), w.data(), wf.size());
+      const ops::WeightView wv{w.data(), dt, out, in};
+      ops::LinearReference(wv, x.data(), n, xs, ref.data(), ys);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
+        for (int path = 0; path < 2; ++path) {
+          std::fill(y.begin(), y.end(), -7.0f);
+          if (path == 0) ops::Gemm(wv, x.data(), n, xs, y.data(), ys, pool);
+          else ops::Linear(wv, x.data(), n, xs, y.data(), ys, pool);
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t o = 0; o < ys; ++o) {
+              const size_t i = t * ys + o;
+              if (o >= out) {
+                ASSERT_EQ(y[i], -7.0f) << "wrote past the row: t=" << t << " o=" << o;
+              } else {
+                ASSERT_NEAR(y[i], ref[i], 2e-5 * std::sqrt(double(in)) * 4) << DTypeName(dt) << " n=" << n << " in=" << in
+                                                                            << " out=" << out << " t=" << t << " o=" << o;
+              }
+            }
+        }
+      }
+    }
+  }
+}
+
+// Each GEMM output is one FMA chain in k order: the same token gives bit-identical results alone,
+// in any batch and at any position of a micro-tile (prefill chunking cannot change logits).
+TEST(Linear, GemmIsBatchInvariant) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd;
+  ThreadPool pool(2);
+  const int64_t in = 700, out = 150, n = 23;
+  std::vector<float> wf(out * in), x(n * in), all(n * out), part(n * out);
+  for (float& v : wf) v = nd(rng);
+  for (float& v : x) v = nd(rng);
+  const ops::WeightView wv{wf.data(), DType::kF32, out, in};
+  ops::Gemm(wv, x.data(), n, in, all.data(), out, &pool);
+  for (int64_t start : {0, 1, 5, 11}) {
+    const int64_t cnt = n - start;
+    ops::Gemm(wv, x.data() + start * in, cnt, in, part.data(), out, nullptr);
+    for (int64_t i = 0; i < cnt * out; ++i) ASSERT_EQ(part[i], all[start * out + i]) << start << " " << i;
   }
 }
 

@@ -3,16 +3,26 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/gemm.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
 
 namespace tessera::ops {
 namespace {
 constexpr int64_t kRowsPerItem = 16;  // output rows per work item
+// From this many tokens on, packing weight blocks for the GEMM micro-tile pays for itself
+// (bench/linear_bench.cc); below it each weight row is streamed once through the row-dot path.
+constexpr int64_t kGemmMinTokens = 4;
 }  // namespace
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool) {
+  if (n >= kGemmMinTokens) return Gemm(w, x, n, x_stride, y, y_stride, pool);
+  LinearRowDot(w, x, n, x_stride, y, y_stride, pool);
+}
+
+void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                  ThreadPool* pool) {
   const int64_t items = (w.out + kRowsPerItem - 1) / kRowsPerItem;
   const size_t es = DTypeSize(w.dtype);
   const SimdKernels& simd = Simd();

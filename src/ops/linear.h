@@ -16,9 +16,14 @@ struct WeightView {
 };
 
 // x: [n, in] f32 with row stride x_stride; y: [n, out] f32 with row stride y_stride.
-// Work is split over output rows across the pool.
+// Picks the row-dot path for a few tokens (decode: each weight row is read once, memory-bound) and
+// the blocked GEMM (ops/gemm.h) for more (prefill: compute-bound).
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool);
+
+// The row-dot path alone: work split over output rows, four tokens share each weight-row load.
+void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                  ThreadPool* pool);
 
 // Plain loops with double accumulation: the reference the tests compare Linear against.
 void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride);

@@ -29,6 +29,16 @@ struct SimdKernels {
   void (*axpy4_f32)(float* y, const float* w, const void* const* x, int64_t n);
   void (*axpy4_bf16)(float* y, const float* w, const void* const* x, int64_t n);
   void (*axpy4_f16)(float* y, const float* w, const void* const* x, int64_t n);
+  // GEMM micro-tile (ops/gemm.cc): for r < mr, j < nr
+  //   c[r * c_stride + j] (+)= sum_{k < kc} a[r][k] * bp[k * 16 + j]
+  // a: 6 row pointers (rows >= mr may alias row 0; their results are discarded); bp: a 64-byte aligned packed
+  // [kc][16] f32 weight panel; accumulate: add to c instead of overwriting it. Each c element is
+  // one FMA chain in k order, so a result never depends on mr, nr or the batch it came in.
+  void (*gemm_tile)(const float* const* a, const float* bp, int64_t kc, float* c, int64_t c_stride, int mr, int nr,
+                    bool accumulate);
+  // Packs one GEMM weight panel: dst[k * 16 + j] = widen(src[j * src_stride + k]) for j < rows,
+  // 0 for rows <= j < 16, k < kc. src is stored as `dtype` (0 f32, 1 bf16, 2 f16); dst 64-byte aligned.
+  void (*pack_panel16)(int dtype, const void* src, int64_t src_stride, int rows, int64_t kc, float* dst);
 
   // Dispatch on the stored dtype of b / x (0 = f32, 1 = bf16, 2 = f16, as tessera::DType).
   float Dot(int dtype, const float* a, const void* b, int64_t n) const {

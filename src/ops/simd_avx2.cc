@@ -118,6 +118,89 @@ void Axpy4(float* y, const float* w, const void* const* xv, int64_t n) {
   for (; i < n; ++i) y[i] += w[0] * Scalar(x0[i]) + w[1] * Scalar(x1[i]) + w[2] * Scalar(x2[i]) + w[3] * Scalar(x3[i]);
 }
 
+// 6 rows x 16 columns in 12 accumulators: per k, two panel loads and six broadcasts feed 12 FMAs.
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+         c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+  for (int64_t k = 0; k < kc; ++k, bp += 16) {
+    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+    __m256 x = _mm256_broadcast_ss(a0 + k);
+    c00 = _mm256_fmadd_ps(x, b0, c00);
+    c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a1 + k);
+    c10 = _mm256_fmadd_ps(x, b0, c10);
+    c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a2 + k);
+    c20 = _mm256_fmadd_ps(x, b0, c20);
+    c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a3 + k);
+    c30 = _mm256_fmadd_ps(x, b0, c30);
+    c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a4 + k);
+    c40 = _mm256_fmadd_ps(x, b0, c40);
+    c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a5 + k);
+    c50 = _mm256_fmadd_ps(x, b0, c50);
+    c51 = _mm256_fmadd_ps(x, b1, c51);
+  }
+  alignas(32) float t[6][16];
+  _mm256_store_ps(t[0], c00), _mm256_store_ps(t[0] + 8, c01), _mm256_store_ps(t[1], c10), _mm256_store_ps(t[1] + 8, c11);
+  _mm256_store_ps(t[2], c20), _mm256_store_ps(t[2] + 8, c21), _mm256_store_ps(t[3], c30), _mm256_store_ps(t[3] + 8, c31);
+  _mm256_store_ps(t[4], c40), _mm256_store_ps(t[4] + 8, c41), _mm256_store_ps(t[5], c50), _mm256_store_ps(t[5] + 8, c51);
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * cs;
+    if (nr == 16) {
+      const __m256 v0 = _mm256_load_ps(t[r]), v1 = _mm256_load_ps(t[r] + 8);
+      _mm256_storeu_ps(cr, acc ? _mm256_add_ps(_mm256_loadu_ps(cr), v0) : v0);
+      _mm256_storeu_ps(cr + 8, acc ? _mm256_add_ps(_mm256_loadu_ps(cr + 8), v1) : v1);
+    } else {
+      for (int j = 0; j < nr; ++j) cr[j] = acc ? cr[j] + t[r][j] : t[r][j];
+    }
+  }
+}
+
+// In-register 8x8 transpose: r[i] holds row i on entry and column i on return.
+inline void Transpose8(__m256* r) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// 16 weight rows x 8 k at a time: widen, transpose two 8x8 blocks, store 8 packed k rows.
+template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
+void PackPanel(const T* src, int64_t st, int rows, int64_t kc, float* dst) {
+  int64_t k = 0;
+  for (; k + 8 <= kc; k += 8) {
+    __m256 lo[8], hi[8];
+    for (int j = 0; j < 8; ++j) lo[j] = j < rows ? Load(src + j * st + k) : _mm256_setzero_ps();
+    for (int j = 0; j < 8; ++j) hi[j] = j + 8 < rows ? Load(src + (j + 8) * st + k) : _mm256_setzero_ps();
+    Transpose8(lo);
+    Transpose8(hi);
+    for (int i = 0; i < 8; ++i) {
+      _mm256_store_ps(dst + (k + i) * 16, lo[i]);
+      _mm256_store_ps(dst + (k + i) * 16 + 8, hi[i]);
+    }
+  }
+  for (; k < kc; ++k)
+    for (int j = 0; j < 16; ++j) dst[k * 16 + j] = j < rows ? Scalar(src[j * st + k]) : 0.0f;
+}
+
+void PackPanel16(int dtype, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
+  if (dtype == 0) return PackPanel<float, LoadF32, IdF32>(static_cast<const float*>(src), st, rows, kc, dst);
+  if (dtype == 1) return PackPanel<uint16_t, LoadBf16, Bf16>(static_cast<const uint16_t*>(src), st, rows, kc, dst);
+  PackPanel<uint16_t, LoadF16, F16>(static_cast<const uint16_t*>(src), st, rows, kc, dst);
+}
+
 }  // namespace
 
 const SimdKernels* SimdAvx2() {
@@ -134,7 +217,9 @@ const SimdKernels* SimdAvx2() {
                              Dot4<uint16_t, LoadF16, F16>,
                              Axpy4<float, LoadF32, IdF32>,
                              Axpy4<uint16_t, LoadBf16, Bf16>,
-                             Axpy4<uint16_t, LoadF16, F16>};
+                             Axpy4<uint16_t, LoadF16, F16>,
+                             GemmTile,
+                             PackPanel16};
   return &k;
 }
 

@@ -70,6 +70,28 @@ void Axpy4(float* y, const float* w, const void* const* x, int64_t n) {
   for (int j = 0; j < 4; ++j) Axpy<T, Load, Scalar>(y, w[j], static_cast<const T*>(x[j]), n);
 }
 
+// 6 rows x 16 columns, one 16-lane accumulator per row: one panel load and six broadcasts per k.
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+  for (int64_t k = 0; k < kc; ++k, bp += 16) {
+    const __m512 b = _mm512_load_ps(bp);
+    c0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[k]), b, c0);
+    c1 = _mm512_fmadd_ps(_mm512_set1_ps(a1[k]), b, c1);
+    c2 = _mm512_fmadd_ps(_mm512_set1_ps(a2[k]), b, c2);
+    c3 = _mm512_fmadd_ps(_mm512_set1_ps(a3[k]), b, c3);
+    c4 = _mm512_fmadd_ps(_mm512_set1_ps(a4[k]), b, c4);
+    c5 = _mm512_fmadd_ps(_mm512_set1_ps(a5[k]), b, c5);
+  }
+  const __m512 rows[6] = {c0, c1, c2, c3, c4, c5};
+  const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1u);
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * cs;
+    const __m512 v = acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), rows[r]) : rows[r];
+    _mm512_mask_storeu_ps(cr, m, v);
+  }
+}
+
 }  // namespace
 
 const SimdKernels* SimdAvx512() {
@@ -86,7 +108,9 @@ const SimdKernels* SimdAvx512() {
                              Dot4<uint16_t, LoadF16, F16>,
                              Axpy4<float, LoadF32, IdF32>,
                              Axpy4<uint16_t, LoadBf16, Bf16>,
-                             Axpy4<uint16_t, LoadF16, F16>};
+                             Axpy4<uint16_t, LoadF16, F16>,
+                             GemmTile,
+                             SimdAvx2()->pack_panel16};
   return &k;
 }
 

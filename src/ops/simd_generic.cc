@@ -1,5 +1,7 @@
 // Portable implementation: independent partial sums so compilers vectorize without
 // reassociation flags.
+#include <cmath>
+
 #include "ops/simd.h"
 #include "tessera/dtype.h"
 
@@ -47,6 +49,28 @@ void Axpy4(float* y, const float* w, const void* const* x, int64_t n) {
   for (int j = 0; j < 4; ++j) Ax(y, w[j], static_cast<const T*>(x[j]), n);
 }
 
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+  for (int r = 0; r < mr; ++r) {
+    float t[16] = {};
+    for (int64_t k = 0; k < kc; ++k)
+      for (int j = 0; j < 16; ++j) t[j] = std::fma(a[r][k], bp[k * 16 + j], t[j]);
+    for (int j = 0; j < nr; ++j) c[r * cs + j] = acc ? c[r * cs + j] + t[j] : t[j];
+  }
+}
+
+void PackPanel16(int dtype, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
+  const DType dt = static_cast<DType>(dtype);
+  const size_t es = DTypeSize(dt);
+  float row[256];
+  for (int j = 0; j < 16; ++j) {
+    for (int64_t k0 = 0; k0 < kc; k0 += 256) {
+      const int64_t m = kc - k0 < 256 ? kc - k0 : 256;
+      if (j < rows) DecodeToF32(dt, static_cast<const char*>(src) + (j * st + k0) * es, row, m);
+      for (int64_t k = 0; k < m; ++k) dst[(k0 + k) * 16 + j] = j < rows ? row[k] : 0.0f;
+    }
+  }
+}
+
 }  // namespace
 
 const SimdKernels& SimdGeneric() {
@@ -63,7 +87,9 @@ const SimdKernels& SimdGeneric() {
                              Dot4<uint16_t, DotF16>,
                              Axpy4<float, AxpyF32>,
                              Axpy4<uint16_t, AxpyBf16>,
-                             Axpy4<uint16_t, AxpyF16>};
+                             Axpy4<uint16_t, AxpyF16>,
+                             GemmTile,
+                             PackPanel16};
   return k;
 }
 

@@ -1,0 +1,87 @@
+// Linear (y = x W^T) on Gemma-width weights: the row-dot path vs the blocked GEMM for token counts
+// from decode (1) to a prefill chunk (256), beside the machine's roofline measured in the same run
+// (read bandwidth, FMA peak). Picks the crossover `kGemmMinTokens` in ops/linear.cc.
+//
+//   build/release/tessera_bench_linear [--threads N] [--reps R]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/gemm.h"
+#include "ops/linear.h"
+#include "roofline.h"
+#include "tessera/dtype.h"
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+template <typename F>
+double MedianMs(int reps, F&& f) {
+  f();  // warm-up
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = DefaultThreadCount(), reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads") {
+      threads = std::atoi(argv[i + 1]);
+    } else if (a == "--reps") {
+      reps = std::atoi(argv[i + 1]);
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const double bw1 = bench::ReadBandwidthGBs(1), bwn = bench::ReadBandwidthGBs(threads);
+  const double peak = bench::FmaPeakGflops(threads);
+  std::printf("roofline: read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); f32 FMA peak %.1f GFLOP/s\n\n",
+              bw1, bwn, threads, peak);
+  ThreadPool pool(threads);
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
+                          {"gemma4-12b q (sliding)", 4096, 3840}, {"gemma3-1b mlp up", 6912, 1152}};
+  std::printf("%-24s %-5s %5s %12s %12s %12s %10s %10s\n", "weight", "dtype", "n", "row-dot ms", "gemm ms",
+              "best GFLOP/s", "% FMA peak", "W GB/s");
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (const Shape& s : shapes) {
+    std::vector<float> wf(s.out * s.in);
+    for (float& v : wf) v = nd(rng);
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      std::vector<uint8_t> w(wf.size() * DTypeSize(dt));
+      EncodeFromF32(dt, wf.data(), w.data(), wf.size());
+      const ops::WeightView wv{w.data(), dt, s.out, s.in};
+      for (int64_t n : {1, 4, 8, 16, 64, 256}) {
+        std::vector<float> x(n * s.in), y(n * s.out);
+        for (float& v : x) v = nd(rng);
+        const double row = MedianMs(reps, [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
+        const double gemm = MedianMs(reps, [&] { ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
+        const double best = std::min(row, gemm), flops = 2.0 * n * s.out * s.in;
+        std::printf("%-24s %-5s %5lld %12.3f %12.3f %12.1f %10.0f %10.1f\n", s.name, DTypeName(dt), (long long)n, row,
+                    gemm, flops / best / 1e6, peak > 0 ? 100 * flops / best / 1e6 / peak : 0.0,
+                    double(w.size()) / best / 1e6);
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,91 @@
+#include "roofline.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+
+namespace tessera::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    s0 = _mm256_add_ps(s0, _mm256_load_ps(p + i));
+    s1 = _mm256_add_ps(s1, _mm256_load_ps(p + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_load_ps(p + i + 16));
+    s3 = _mm256_add_ps(s3, _mm256_load_ps(p + i + 24));
+  }
+  alignas(32) float t[8];
+  _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+float SumPlain(const float* p, int64_t n) {
+  float s[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += p[i + j];
+  return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+__attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
+  __m256 a[10];
+  for (int j = 0; j < 10; ++j) a[j] = _mm256_set1_ps(1.0f + j * 1e-3f);
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 10; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  __m256 s = a[0];
+  for (int j = 1; j < 10; ++j) s = _mm256_add_ps(s, a[j]);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  return t[0];
+}
+
+// Wall seconds for fn(t) on `threads` threads started together.
+double TimeOnThreads(int threads, const std::function<void(int)>& fn) {
+  std::vector<std::thread> ts;
+  const auto t0 = Clock::now();
+  for (int t = 0; t < threads; ++t) ts.emplace_back(fn, t);
+  for (auto& t : ts) t.join();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+double ReadBandwidthGBs(int threads, int64_t bytes, int reps) {
+  const int64_t n = bytes / 4;
+  AlignedBuffer buf(static_cast<size_t>(bytes));  // zero-filled, so every page is resident
+  float* p = static_cast<float*>(buf.data());
+  const int64_t per = (n / threads) & ~int64_t(31);
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  std::vector<float> sink(threads);
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double s =
+        TimeOnThreads(threads, [&](int t) { sink[t] += avx2 ? SumAvx2(p + t * per, per) : SumPlain(p + t * per, per); });
+    best = std::max(best, per * threads * 4.0 / s / 1e9);
+  }
+  return best;
+}
+
+double FmaPeakGflops(int threads) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+  const int64_t iters = 20'000'000;
+  std::vector<float> sink(threads);
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    const double s = TimeOnThreads(threads, [&](int t) { sink[t] += FmaLoopAvx2(iters); });
+    best = std::max(best, threads * iters * 10.0 * 8 * 2 / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,19 @@
+// Blocked GEMM for prefill-sized Linear calls: y[n, out] = x[n, in] W[out, in]^T with W in f32,
+// bf16 or f16. Weight panels are widened to f32 once per block into a packed [k][16] layout on the
+// stack and reused by every token of the block, so the micro-tile (ops/simd.h gemm_tile) runs at
+// the FMA rate instead of the weight-streaming rate of the row-dot path.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/linear.h"
+#include "tessera/thread_pool.h"
+
+namespace tessera::ops {
+
+// Same contract as Linear (ops/linear.h). Work is split over blocks of output columns and, when
+// there are too few of those for the pool, over token ranges. Allocates nothing.
+void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+          ThreadPool* pool);
+
+}  // namespace tessera::ops
