@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs the peers of the end-to-end benchmark (bench/e2e_peers.py): onnxruntime-genai (+ the
+# model builder's undeclared deps torch / transformers / onnx-ir) and llama-cpp-python, into their
+# own venv bench/.peers/venv (git-ignored) so the project's .venv is untouched, and fetches the
+# llama-cpp-python sdist for llama.cpp's convert_hf_to_gguf.py (bench/.peers/llama-sdist).
+# No peer source is committed. Idempotent: a second run only checks.
+#   bash bench/setup_peers.sh
+# The llama-cpp-python build (~8 min on 2 cores) runs under `flock /tmp/tessera-cpu.lock` so it
+# does not disturb timing runs that take the same lock.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+peers="bench/.peers"
+venv="$peers/venv"
+llama_version="0.3.36"            # llama-cpp-python (vendors llama.cpp / ggml 0.25.3)
+reqs="bench/requirements-e2e.txt"
+lock="${TESSERA_CPU_LOCK:-/tmp/tessera-cpu.lock}"
+log() { printf '[setup_peers] %s\n' "$*"; }
+
+# --- Debian packages (compilers for the llama.cpp build) ----------------------------------------
+debs=(cmake ninja-build g++ python3-venv util-linux)
+missing=()
+for p in "${debs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# --- venv + pinned Python packages ---------------------------------------------------------------
+mkdir -p "$peers"
+py="${PYTHON:-python3}"
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.stamp-requirements-e2e.txt"
+if ! cmp -s "$reqs" "$stamp" 2>/dev/null; then
+  log "pip install -r $reqs (torch pulls large wheels: a few minutes the first time)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs"
+  cp "$reqs" "$stamp"
+fi
+
+# --- llama-cpp-python (built from its sdist) -----------------------------------------------------
+have="$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))' 2>/dev/null || true)"
+if [ "$have" != "$llama_version" ]; then
+  log "building llama-cpp-python==$llama_version (~8 min on 2 cores, under $lock)"
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" flock "$lock" \
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "llama-cpp-python==$llama_version"
+fi
+
+# --- llama.cpp converter from the same sdist ------------------------------------------------------
+sd="$peers/llama-sdist"
+if [ ! -f "$sd/vendor/llama.cpp/convert_hf_to_gguf.py" ]; then
+  log "fetching the llama-cpp-python $llama_version sdist for convert_hf_to_gguf.py"
+  rm -rf "$peers/dl" "$sd"
+  mkdir -p "$peers/dl" "$sd"
+  "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
+    "llama-cpp-python==$llama_version" -d "$peers/dl"
+  tar xzf "$peers/dl/llama_cpp_python-$llama_version.tar.gz" -C "$sd" --strip-components=1 \
+    "llama_cpp_python-$llama_version/vendor/llama.cpp/convert_hf_to_gguf.py" \
+    "llama_cpp_python-$llama_version/vendor/llama.cpp/conversion" \
+    "llama_cpp_python-$llama_version/vendor/llama.cpp/gguf-py"
+  rm -rf "$peers/dl"
+fi
+
+"$venv/bin/python" - <<'PY'
+import importlib.metadata as m
+for p in ("onnxruntime", "onnxruntime-genai", "llama_cpp_python", "torch", "transformers", "onnx-ir"):
+    print(f"[setup_peers] {p} {m.version(p)}")
+import onnxruntime_genai, llama_cpp  # noqa: F401  (both load)
+PY
+log "ok: $venv, converter in $sd/vendor/llama.cpp"
