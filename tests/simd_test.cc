@@ -2,6 +2,7 @@
 // lengths (covering every tail) and all operand dtypes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -151,7 +152,72 @@ TEST(Simd, GemmPackAndTileMatchScalarFmaChains) {
             for (int64_t kk = 0; kk < kc; ++kk) chain = std::fma(a[r * kc + kk], bp[kk * 16 + j], chain);
             ASSERT_EQ(c[r * 20 + j], acc ? want[r * 20 + j] + chain : chain) << "r=" << r << " j=" << j;
           }
+        // gemm_tile_b reads the same B in place, [kc][st] in the stored dtype (V rows in
+        // attention), and must give the same chains; rows >= mr and columns >= nr untouched.
+        std::vector<float> bf(kc * st);
+        for (float& v : bf) v = nd(rng);
+        std::vector<uint8_t> bs(bf.size() * DTypeSize(dt));
+        EncodeFromF32(dt, bf.data(), bs.data(), bf.size());
+        std::vector<float> bw(bf.size());
+        DecodeToF32(dt, bs.data(), bw.data(), bf.size());
+        // pack_rows16: the same B as 16-column panels (exact widening copy, zeros past cols).
+        const int64_t cols = std::max<int64_t>(1, st - trial % 4);
+        AlignedBuffer rp_buf(((cols + 15) / 16) * kc * 16 * sizeof(float));
+        float* rp = static_cast<float*>(rp_buf.data());
+        s.pack_rows16(static_cast<int>(dt), bs.data(), st, kc, cols, rp);
+        for (int64_t p = 0; p * 16 < cols; ++p)
+          for (int64_t kk = 0; kk < kc; ++kk)
+            for (int j = 0; j < 16; ++j)
+              ASSERT_EQ(rp[(p * kc + kk) * 16 + j], p * 16 + j < cols ? bw[kk * st + p * 16 + j] : 0.0f)
+                  << "pack_rows16 p=" << p << " k=" << kk << " j=" << j;
+        const int nr = static_cast<int>(std::clamp<int64_t>(st - trial % 3, 1, 16));
+        for (float& v : c) v = nd(rng);
+        want = c;
+        s.gemm_tile_b(static_cast<int>(dt), ap, bs.data(), st, kc, c.data(), 20, mr, nr, acc);
+        for (int r = 0; r < 6; ++r)
+          for (int j = 0; j < 20; ++j) {
+            if (r >= mr || j >= nr) {
+              ASSERT_EQ(c[r * 20 + j], want[r * 20 + j]) << "tile_b wrote outside r=" << r << " j=" << j;
+              continue;
+            }
+            float chain = 0.0f;
+            for (int64_t kk = 0; kk < kc; ++kk) chain = std::fma(a[r * kc + kk], bw[kk * st + j], chain);
+            ASSERT_EQ(c[r * 20 + j], acc ? want[r * 20 + j] + chain : chain) << "tile_b r=" << r << " j=" << j;
+          }
       }
+    }
+  }
+}
+
+// The softmax numerator: every lane and tail length, arguments from 0 down past the f32 underflow
+// (-87.3) and -inf, against exp in double: a few ulps relative, exact 0 for -inf.
+TEST(Simd, ExpSubSumMatchesDoubleExp) {
+  const SimdKernels* impls[4];
+  const int n_impl = AvailableSimd(impls, 4);
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<float> ud(-95.0f, 0.0f);
+  for (int k = 0; k < n_impl; ++k) {
+    const SimdKernels& s = *impls[k];
+    SCOPED_TRACE(s.name);
+    for (int64_t n = 0; n < 70; ++n) {
+      const float m = n % 2 ? 3.5f : -20.0f;
+      std::vector<float> x(n), y(n);
+      for (int64_t i = 0; i < n; ++i) x[i] = i % 11 == 5 ? -INFINITY : (i % 7 == 0 ? m : ud(rng) + m);
+      y = x;
+      const float sum = s.exp_sub_sum(y.data(), n, m);
+      double want_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(double(x[i]) - double(m));
+        want_sum += want;
+        if (std::isinf(x[i])) {
+          ASSERT_EQ(y[i], 0.0f) << i;
+        } else if (double(x[i]) - m < -87.3) {
+          ASSERT_LE(y[i], 1.22e-38f) << i;  // underflow: 0 or at most exp(-87.3) = 1.2146e-38
+        } else {
+          ASSERT_NEAR(y[i], want, 4e-7 * want) << "n=" << n << " i=" << i << " x-m=" << double(x[i]) - m;
+        }
+      }
+      ASSERT_NEAR(sum, want_sum, 1e-6 * want_sum + 1e-30) << n;
     }
   }
 }

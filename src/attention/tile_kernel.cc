@@ -14,11 +14,14 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Sub-buffers are rounded to 16 floats so each starts on a 64-byte boundary.
 int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
+constexpr int64_t kScoreChunk = 64;  // head dims summed per FMA chain in the packed score path
+
 }  // namespace
 
 int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_rows) {
   const int64_t D = p.q.dim, Dv = p.v.dim;
-  return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
+  return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + Pad16(kTileK * D) + kTileK * Pad16(Dv) + Pad16(max_rows * Dv) +
+         2 * Pad16(max_rows);
 }
 
 GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch)
@@ -31,6 +34,8 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
   };
   q_ = take(max_rows * D_);
   s_ = take(max_rows * kTileK);
+  kp_ = take(kTileK * D_);
+  vp_ = take(kTileK * Pad16(Dv_));
   o_ = take(max_rows * Dv_);
   m_ = take(max_rows);
   l_ = take(max_rows);
@@ -63,17 +68,37 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     k_rows[t] = p_.k.At(b_, g_, j0 + t);
     v_rows[t] = p_.v.At(b_, g_, j0 + t);
   }
-  // Scores of every row: four query rows per pass share each K load.
-  int64_t r4 = 0;
-  for (; r4 + 4 <= rows_; r4 += 4) {
-    float out[4];
-    for (int64_t t = 0; t < n; ++t) {
-      simd.Dot4(dt, q_ + r4 * D_, D_, k_rows[t], D_, out);
-      for (int u = 0; u < 4; ++u) s_[(r4 + u) * kTileK + t] = out[u];
+  if (rows_ >= kPackedRows) {
+    // Scores on the GEMM micro-tile: the K tile widened and transposed once into 16-key panels,
+    // then six query rows at a time against each panel.
+    for (int64_t t = 0; t < n; t += 16)
+      simd.pack_panel16(dt, k_rows[t], p_.k.stride_seq, static_cast<int>(std::min<int64_t>(16, n - t)), D_,
+                        kp_ + t * D_);
+    // Each score sums kScoreChunk-long FMA chains: one chain over all of D (up to 512 terms)
+    // loses accuracy that the 16-lane dot products did not.
+    for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
+      const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
+      for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
+        const float* a[6];
+        for (int r = 0; r < 6; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
+        for (int64_t t = 0; t < n; t += 16)
+          simd.gemm_tile(a, kp_ + t * D_ + d0 * 16, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
+                         static_cast<int>(std::min<int64_t>(16, n - t)), d0 > 0);
+      }
     }
+  } else {
+    // Few rows (decode with a small group): four query rows per pass share each K load.
+    int64_t r4 = 0;
+    for (; r4 + 4 <= rows_; r4 += 4) {
+      float out[4];
+      for (int64_t t = 0; t < n; ++t) {
+        simd.Dot4(dt, q_ + r4 * D_, D_, k_rows[t], D_, out);
+        for (int u = 0; u < 4; ++u) s_[(r4 + u) * kTileK + t] = out[u];
+      }
+    }
+    for (; r4 < rows_; ++r4)
+      for (int64_t t = 0; t < n; ++t) s_[r4 * kTileK + t] = simd.Dot(dt, q_ + r4 * D_, k_rows[t], D_);
   }
-  for (; r4 < rows_; ++r4)
-    for (int64_t t = 0; t < n; ++t) s_[r4 * kTileK + t] = simd.Dot(dt, q_ + r4 * D_, k_rows[t], D_);
   const MaskSpec& m = p_.mask;
   const float cap = p_.softcap;
   for (int64_t r = 0; r < rows_; ++r) {
@@ -97,7 +122,10 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     }
     float tile_max = kNegInf;
     for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
-    if (tile_max == kNegInf) continue;  // nothing visible to this row in this tile
+    if (tile_max == kNegInf) {  // nothing visible to this row in this tile
+      if (cls == TileClass::kFull) std::fill(s, s + n, 0.0f);  // (only -inf scores): no weight in P.V
+      continue;
+    }
     const float m_new = std::max(m_[r], tile_max);
     float* o = o_ + r * Dv_;
     if (m_[r] != m_new) {
@@ -106,22 +134,43 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       simd.scale(o, alpha, Dv_);
       m_[r] = m_new;
     }
-    // P.V over the visible keys only (a masked key's V may hold anything, even NaN), four V
+    // Softmax weights in place (masked keys, -inf, become 0).
+    l_[r] += simd.exp_sub_sum(s, n, m_new);
+    if (cls == TileClass::kFull) continue;  // every key visible: P.V runs below for all rows
+    // P.V over the keys with weight only (a masked key's V may hold anything, even NaN), four V
     // rows per pass so the output row is loaded and stored once per four keys.
-    float l = l_[r];
     float w[kTileK];
     const void* vis[kTileK];
     int64_t nv = 0;
     for (int64_t t = 0; t < n; ++t) {
-      if (s[t] == kNegInf) continue;
-      w[nv] = std::exp(s[t] - m_new);
-      l += w[nv];
+      if (s[t] == 0.0f) continue;
+      w[nv] = s[t];
       vis[nv++] = v_rows[t];
     }
     int64_t t4 = 0;
     for (; t4 + 4 <= nv; t4 += 4) simd.Axpy4(dt, o, w + t4, vis + t4, Dv_);
     for (; t4 < nv; ++t4) simd.Axpy(dt, o, w[t4], vis[t4], Dv_);
-    l_[r] = l;
+  }
+  if (cls != TileClass::kFull) return;
+  // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.
+  // Many rows: V widened once into 16-dim panels (reading V in place re-fetches it per row group,
+  // and its 1-2 KiB row stride maps a tile onto a few L1 sets). Few rows: V read in place.
+  const size_t es = DTypeSize(p_.v.dtype);
+  const bool packed = rows_ >= kPackedRows;
+  if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);
+  for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
+    const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
+    const float* a[6];
+    for (int r = 0; r < 6; ++r) a[r] = s_ + (r0 + (r < mr ? r : 0)) * kTileK;
+    for (int64_t c0 = 0; c0 < Dv_; c0 += 16) {
+      const int nr = static_cast<int>(std::min<int64_t>(16, Dv_ - c0));
+      if (packed) {
+        simd.gemm_tile(a, vp_ + c0 * n, n, o_ + r0 * Dv_ + c0, Dv_, mr, nr, true);
+      } else {
+        simd.gemm_tile_b(dt, a, static_cast<const char*>(v_rows[0]) + c0 * es, p_.v.stride_seq, n, o_ + r0 * Dv_ + c0,
+                         Dv_, mr, nr, true);
+      }
+    }
   }
 }
 

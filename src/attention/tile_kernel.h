@@ -1,6 +1,8 @@
 // The inner engine shared by the prefill and decode kernels: a block of query rows (all query
 // heads of one KV group x a run of query positions) consumes key tiles with an online softmax.
-// Each K/V tile is decoded to f32 once and used by every query head of the group.
+// Each K/V tile is read once per KV group and used by every query row: scores run on the GEMM
+// micro-tile over a packed (widened, transposed) copy of the K tile, and P.V of fully visible
+// tiles on the micro-tile reading V in place; bf16/f16 are widened once per tile, not per row.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,9 @@ namespace tessera::attn {
 
 inline constexpr int64_t kTileK = 64;         // keys per tile
 inline constexpr int64_t kRowsPerBlock = 64;  // target query rows (heads x positions) per block
+// From this many rows on, the K and V tiles are packed (widened once, laid out for the GEMM
+// micro-tile); fewer rows read them in place, each element once.
+inline constexpr int64_t kPackedRows = 4;
 
 class GroupTileKernel {
  public:
@@ -39,7 +44,9 @@ class GroupTileKernel {
   int64_t group_, D_, Dv_;
   int64_t b_ = 0, g_ = 0, i0_ = 0, n_q_ = 0, rows_ = 0, valid_ = 0;
   float* q_;   // [max_rows, D]  queries times scale
-  float* s_;   // [max_rows, kTileK] scores of the current tile
+  float* s_;   // [max_rows, kTileK] scores of the current tile, then its softmax weights
+  float* kp_;  // [kTileK / 16][D][16] the current K tile packed as f32 panels of 16 keys
+  float* vp_;  // [ceil(Dv / 16)][kTileK][16] the current V tile packed as f32 panels of 16 dims
   float* o_;   // [max_rows, Dv] unnormalized output accumulator
   float* m_;   // [max_rows]     running max
   float* l_;   // [max_rows]     running denominator

@@ -36,6 +36,18 @@ struct SimdKernels {
   // one FMA chain in k order, so a result never depends on mr, nr or the batch it came in.
   void (*gemm_tile)(const float* const* a, const float* bp, int64_t kc, float* c, int64_t c_stride, int mr, int nr,
                     bool accumulate);
+  // The same tile reading B in place: B[k][j] = widen(b[k * ldb + j]) (b stored as `dtype`, 0 f32,
+  // 1 bf16, 2 f16), only j < nr <= 16 read. Rows >= mr are neither computed nor read. Each output
+  // is the same FMA chain as gemm_tile's. Used for P.V, where V rows are already [key][dim].
+  void (*gemm_tile_b)(int dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c,
+                      int64_t c_stride, int mr, int nr, bool accumulate);
+  // Packs rows into 16-column panels without transposing: for p < ceil(cols / 16), t < rows,
+  // j < 16: dst[(p * rows + t) * 16 + j] = widen(src[t * src_stride + p * 16 + j]), 0 past cols.
+  // (V tiles for P.V on gemm_tile.) dst 64-byte aligned.
+  void (*pack_rows16)(int dtype, const void* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst);
+  // Softmax numerator in place: s[i] = exp(s[i] - m) (-inf gives 0); returns the sum. Relative
+  // error of each exp within a few f32 ulps of std::exp.
+  float (*exp_sub_sum)(float* s, int64_t n, float m);
   // Packs one GEMM weight panel: dst[k * 16 + j] = widen(src[j * src_stride + k]) for j < rows,
   // 0 for rows <= j < 16, k < kc. src is stored as `dtype` (0 f32, 1 bf16, 2 f16); dst 64-byte aligned.
   void (*pack_panel16)(int dtype, const void* src, int64_t src_stride, int rows, int64_t kc, float* dst);

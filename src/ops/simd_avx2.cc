@@ -160,6 +160,128 @@ void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int6
   }
 }
 
+// MR rows x 16 columns with B read in place (stored dtype, row stride ldb), two 8-lane
+// accumulators per row; MR is a compile-time constant so short row groups waste no FMAs.
+template <int MR, typename T, __m256 (*Load)(const T*)>
+void TileB16(const float* const* a, const T* b, int64_t ldb, int64_t kc, float* c, int64_t cs, bool acc) {
+  __m256 lo[MR], hi[MR];
+  for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k, b += ldb) {
+    const __m256 b0 = Load(b), b1 = Load(b + 8);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a[r] + k);
+      lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * cs;
+    _mm256_storeu_ps(cr, acc ? _mm256_add_ps(_mm256_loadu_ps(cr), lo[r]) : lo[r]);
+    _mm256_storeu_ps(cr + 8, acc ? _mm256_add_ps(_mm256_loadu_ps(cr + 8), hi[r]) : hi[r]);
+  }
+}
+
+// Column tails (nr < 16, head dims that are not a multiple of 16): the same FMA chains, scalar.
+template <typename T, float (*Scalar)(T)>
+void TileBTail(const float* const* a, const T* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr, int nr,
+               bool acc) {
+  for (int r = 0; r < mr; ++r)
+    for (int j = 0; j < nr; ++j) {
+      float t = 0.0f;
+      for (int64_t k = 0; k < kc; ++k) t = __builtin_fmaf(a[r][k], Scalar(b[k * ldb + j]), t);
+      c[r * cs + j] = acc ? c[r * cs + j] + t : t;
+    }
+}
+
+template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
+void TileBRows(const float* const* a, const T* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr, int nr,
+               bool acc) {
+  if (nr < 16) return TileBTail<T, Scalar>(a, b, ldb, kc, c, cs, mr, nr, acc);
+  switch (mr) {
+    case 1: return TileB16<1, T, Load>(a, b, ldb, kc, c, cs, acc);
+    case 2: return TileB16<2, T, Load>(a, b, ldb, kc, c, cs, acc);
+    case 3: return TileB16<3, T, Load>(a, b, ldb, kc, c, cs, acc);
+    case 4: return TileB16<4, T, Load>(a, b, ldb, kc, c, cs, acc);
+    case 5: return TileB16<5, T, Load>(a, b, ldb, kc, c, cs, acc);
+    default: return TileB16<6, T, Load>(a, b, ldb, kc, c, cs, acc);
+  }
+}
+
+void GemmTileB(int dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr,
+               int nr, bool acc) {
+  if (dtype == 0) return TileBRows<float, LoadF32, IdF32>(a, static_cast<const float*>(b), ldb, kc, c, cs, mr, nr, acc);
+  if (dtype == 1)
+    return TileBRows<uint16_t, LoadBf16, Bf16>(a, static_cast<const uint16_t*>(b), ldb, kc, c, cs, mr, nr, acc);
+  TileBRows<uint16_t, LoadF16, F16>(a, static_cast<const uint16_t*>(b), ldb, kc, c, cs, mr, nr, acc);
+}
+
+template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
+void PackRows(const T* src, int64_t st, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t p = 0; p * 16 < cols; ++p) {
+    const int64_t w = cols - p * 16;
+    float* d = dst + p * rows * 16;
+    const T* s = src + p * 16;
+    if (w >= 16) {
+      for (int64_t t = 0; t < rows; ++t, d += 16, s += st) {
+        _mm256_store_ps(d, Load(s));
+        _mm256_store_ps(d + 8, Load(s + 8));
+      }
+    } else {
+      for (int64_t t = 0; t < rows; ++t, d += 16, s += st)
+        for (int64_t j = 0; j < 16; ++j) d[j] = j < w ? Scalar(s[j]) : 0.0f;
+    }
+  }
+}
+
+void PackRows16(int dtype, const void* src, int64_t st, int64_t rows, int64_t cols, float* dst) {
+  if (dtype == 0) return PackRows<float, LoadF32, IdF32>(static_cast<const float*>(src), st, rows, cols, dst);
+  if (dtype == 1) return PackRows<uint16_t, LoadBf16, Bf16>(static_cast<const uint16_t*>(src), st, rows, cols, dst);
+  PackRows<uint16_t, LoadF16, F16>(static_cast<const uint16_t*>(src), st, rows, cols, dst);
+}
+
+// exp(x) for 8 lanes: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact product),
+// e^r by its degree-7 Taylor polynomial (truncation error < 6e-9 relative), times
+// 2^n built in the exponent bits. Inputs below -87.3 (and -inf) give 0; the softmax never passes
+// positive arguments, but inputs are clamped at 88 all the same.
+inline __m256 Exp(__m256 x) {
+  const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(too_small, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+float ExpSubSum(float* s, int64_t n, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(s + i), vm));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {  // tail through a padded register (padding lanes are -inf: exp gives 0)
+    alignas(32) float t[8];
+    for (int j = 0; j < 8; ++j) t[j] = i + j < n ? s[i + j] : -__builtin_inff();
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_load_ps(t), vm));
+    _mm256_store_ps(t, e);
+    for (int j = 0; i + j < n; ++j) s[i + j] = t[j];
+    acc = _mm256_add_ps(acc, e);
+  }
+  return HSum(acc);
+}
+
 // In-register 8x8 transpose: r[i] holds row i on entry and column i on return.
 inline void Transpose8(__m256* r) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -219,6 +341,9 @@ const SimdKernels* SimdAvx2() {
                              Axpy4<uint16_t, LoadBf16, Bf16>,
                              Axpy4<uint16_t, LoadF16, F16>,
                              GemmTile,
+                             GemmTileB,
+                             PackRows16,
+                             ExpSubSum,
                              PackPanel16};
   return &k;
 }

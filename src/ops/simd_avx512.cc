@@ -110,6 +110,9 @@ const SimdKernels* SimdAvx512() {
                              Axpy4<uint16_t, LoadBf16, Bf16>,
                              Axpy4<uint16_t, LoadF16, F16>,
                              GemmTile,
+                             SimdAvx2()->gemm_tile_b,
+                             SimdAvx2()->pack_rows16,
+                             SimdAvx2()->exp_sub_sum,
                              SimdAvx2()->pack_panel16};
   return &k;
 }

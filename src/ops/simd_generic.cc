@@ -58,6 +58,40 @@ void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int6
   }
 }
 
+void GemmTileB(int dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr,
+               int nr, bool acc) {
+  const DType dt = static_cast<DType>(dtype);
+  const size_t es = DTypeSize(dt);
+  for (int r = 0; r < mr; ++r) {
+    float t[16] = {};
+    for (int64_t k = 0; k < kc; ++k) {
+      float row[16];
+      DecodeToF32(dt, static_cast<const char*>(b) + k * ldb * es, row, nr);
+      for (int j = 0; j < nr; ++j) t[j] = std::fma(a[r][k], row[j], t[j]);
+    }
+    for (int j = 0; j < nr; ++j) c[r * cs + j] = acc ? c[r * cs + j] + t[j] : t[j];
+  }
+}
+
+void PackRows16(int dtype, const void* src, int64_t st, int64_t rows, int64_t cols, float* dst) {
+  const DType dt = static_cast<DType>(dtype);
+  const size_t es = DTypeSize(dt);
+  for (int64_t p = 0; p * 16 < cols; ++p) {
+    const int64_t w = cols - p * 16 < 16 ? cols - p * 16 : 16;
+    for (int64_t t = 0; t < rows; ++t) {
+      float* d = dst + (p * rows + t) * 16;
+      DecodeToF32(dt, static_cast<const char*>(src) + (t * st + p * 16) * es, d, w);
+      for (int64_t j = w; j < 16; ++j) d[j] = 0.0f;
+    }
+  }
+}
+
+float ExpSubSum(float* s, int64_t n, float m) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - m));
+  return sum;
+}
+
 void PackPanel16(int dtype, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
   const DType dt = static_cast<DType>(dtype);
   const size_t es = DTypeSize(dt);
@@ -89,6 +123,9 @@ const SimdKernels& SimdGeneric() {
                              Axpy4<uint16_t, AxpyBf16>,
                              Axpy4<uint16_t, AxpyF16>,
                              GemmTile,
+                             GemmTileB,
+                             PackRows16,
+                             ExpSubSum,
                              PackPanel16};
   return k;
 }

@@ -1,0 +1,154 @@
+// Attention kernels at the performance issue's Gemma shapes, timed in C++ (no binding overhead)
+// beside the machine's roofline measured in the same run (bench/roofline.h):
+//   decode  (16 q, 8 kv, 256) and (16 q, 1 kv, 512), bf16 K/V, 1k / 8k / 32k keys: ms, GB/s of K/V
+//           read, % of the multi-thread read bandwidth, GFLOP/s and % of the FMA peak;
+//   prefill (16 q, 8 kv, 256) f32, S = 2048 / 4096 / 8192: causal and window 1024, each with and
+//           without a 256-token image block in the middle: ms, GFLOP/s on visible pairs, % of peak,
+//           the window / causal cost ratio and the image-block overhead.
+// The onnxruntime comparison of the same shapes is bench/attention_peers.py.
+//
+//   build/release/tessera_bench_attention [--threads N] [--reps R] [--max-s 8192] [--max-keys 32768]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "roofline.h"
+#include "tessera/attention.h"
+
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+template <typename F>
+double MedianMs(int reps, F&& f) {
+  f();  // warm-up (grows the scratch arena)
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void Check(const Status& s) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "attention failed: %s\n", s.message().c_str());
+    std::exit(1);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = DefaultThreadCount(), reps = 5;
+  int64_t max_s = 8192, max_keys = 32768;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--max-s") max_s = std::atoll(argv[i + 1]);
+    else if (a == "--max-keys") max_keys = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  const double bw = bench::ReadBandwidthGBs(threads), peak = bench::FmaPeakGflops(threads);
+  std::printf("roofline (%d threads): read bandwidth %.1f GB/s, f32 FMA peak %.1f GFLOP/s\n\n", threads, bw, peak);
+  ThreadPool pool(threads);
+  Arena arena;
+  AttentionContext ctx{&pool, &arena};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+
+  std::printf("%-26s %7s %10s %9s %8s %10s %8s\n", "decode (bf16 K/V)", "keys", "ms", "GB/s", "% bw", "GFLOP/s",
+              "% peak");
+  for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 256}, {16, 1, 512}}) {
+    for (int64_t keys : {1024, 8192, 32768}) {
+      if (keys > max_keys) continue;
+      std::vector<float> q(hq * d), out(hq * d), kf(hkv * keys * d);
+      for (float& v : q) v = nd(rng);
+      for (float& v : kf) v = nd(rng);
+      std::vector<uint16_t> k(kf.size()), v(kf.size());
+      EncodeFromF32(DType::kBF16, kf.data(), k.data(), kf.size());
+      for (float& x : kf) x = nd(rng);
+      EncodeFromF32(DType::kBF16, kf.data(), v.data(), kf.size());
+      std::vector<int32_t> qpos{static_cast<int32_t>(keys - 1)}, kpos(keys);
+      for (int64_t j = 0; j < keys; ++j) kpos[j] = static_cast<int32_t>(j);
+      AttentionParams p;
+      p.q = HeadsView::Dense(q.data(), DType::kF32, 1, hq, 1, d);
+      p.k = HeadsView::Dense(k.data(), DType::kBF16, 1, hkv, keys, d);
+      p.v = HeadsView::Dense(v.data(), DType::kBF16, 1, hkv, keys, d);
+      p.out = OutView::Dense(out.data(), 1, hq, 1, d);
+      p.mask.q_pos = qpos.data();
+      p.mask.k_pos = kpos.data();
+      p.scale = 1.0f / 16;
+      const double ms = MedianMs(reps * 4, [&] { Check(Attention(p, ctx)); });
+      const double bytes = 2.0 * hkv * keys * d * 2, flops = 4.0 * hq * keys * d;
+      char name[64];
+      std::snprintf(name, sizeof name, "%lldq/%lldkv x %lld", (long long)hq, (long long)hkv, (long long)d);
+      std::printf("%-26s %7lld %10.3f %9.1f %8.0f %10.1f %8.0f\n", name, (long long)keys, ms, bytes / ms / 1e6,
+                  100 * bytes / ms / 1e6 / bw, flops / ms / 1e6, 100 * flops / ms / 1e6 / peak);
+    }
+  }
+
+  std::printf("\n%-26s %7s %10s %10s %8s %14s %14s\n", "prefill 16q/8kv x 256 f32", "S", "ms", "GFLOP/s", "% peak",
+              "window/causal", "image overhead");
+  const int64_t hq = 16, hkv = 8, d = 256;
+  for (int64_t s : {2048, 4096, 8192}) {
+    if (s > max_s) continue;
+    std::vector<float> q(hq * s * d), k(hkv * s * d), v(hkv * s * d), out(hq * s * d);
+    for (float& x : q) x = nd(rng);
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    std::vector<int32_t> pos(s), blk(s, -1);
+    for (int64_t j = 0; j < s; ++j) pos[j] = static_cast<int32_t>(j);
+    for (int64_t j = s / 2; j < s / 2 + 256; ++j) blk[j] = 0;
+    double causal_ms[2] = {0, 0};
+    for (int window : {0, 1}) {
+      double plain_ms = 0;
+      for (int image : {0, 1}) {
+        AttentionParams p;
+        p.q = HeadsView::Dense(q.data(), DType::kF32, 1, hq, s, d);
+        p.k = HeadsView::Dense(k.data(), DType::kF32, 1, hkv, s, d);
+        p.v = HeadsView::Dense(v.data(), DType::kF32, 1, hkv, s, d);
+        p.out = OutView::Dense(out.data(), 1, hq, s, d);
+        p.mask.q_pos = pos.data();
+        p.mask.k_pos = pos.data();
+        p.mask.window_left = window ? 1023 : -1;
+        if (image) p.mask.q_block = p.mask.k_block = blk.data();
+        p.scale = 1.0f / 16;
+        // Visible pairs, counted from the mask definition.
+        int64_t pairs = 0;
+        for (int64_t i = 0; i < s; ++i) {
+          int64_t lo = window ? std::max<int64_t>(0, i - 1023) : 0, hi = i;
+          if (image && blk[i] == 0) lo = std::min(lo, s / 2), hi = s / 2 + 255;
+          pairs += hi - lo + 1;
+        }
+        const double ms = MedianMs(std::max(1, reps / 2), [&] { Check(Attention(p, ctx)); });
+        const double gf = 4.0 * hq * d * pairs / ms / 1e6;
+        char name[64], ratio[32] = "", over[32] = "";
+        std::snprintf(name, sizeof name, "%s%s", window ? "window 1024" : "causal", image ? " + image" : "");
+        if (image) {
+          std::snprintf(over, sizeof over, "%+.1f%%", 100 * (ms / plain_ms - 1));
+          if (window) std::snprintf(ratio, sizeof ratio, "%.2f", ms / causal_ms[image]);
+        } else if (window) {
+          std::snprintf(ratio, sizeof ratio, "%.2f", ms / causal_ms[image]);
+        }
+        if (!window) causal_ms[image] = ms;
+        if (!image) plain_ms = ms;
+        std::printf("%-26s %7lld %10.1f %10.1f %8.0f %14s %14s\n", name, (long long)s, ms, gf, 100 * gf / peak, ratio,
+                    over);
+      }
+    }
+  }
+  return 0;
+}
