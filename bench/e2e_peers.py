@@ -105,6 +105,7 @@ def main():
     ap.add_argument("--llama-batch", type=int, default=512, help="llama.cpp n_batch = n_ubatch")
     ap.add_argument("--llama-flash-attn", choices=["on", "off"], default="on")
     ap.add_argument("--retry-failed", action="store_true", help="retry exports/conversions that failed before")
+    ap.add_argument("--prepare-only", action="store_true", help="write checkpoints and conversions, measure nothing")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per measured run")
     ap.add_argument("--max-foreign", type=float, default=0.25,
                     help="rerun a measurement when other processes kept more than this many cores busy")
@@ -137,7 +138,7 @@ def main():
             f"numpy f32 GEMM {gemm:.1f} GFLOP/s (lock waited {lk.waited:.0f} s)")
         return max(max(p["one_stream"], p["multi_stream"]) for p in probes)
 
-    bw = probe()
+    bw = probe() if not args.prepare_only else 0.0
     report = {"bandwidth_probes": probes, "threads": args.threads, "steps": steps, "quick": args.quick,
               "tree": rev, "shapes": {}}
     tables = []
@@ -169,6 +170,9 @@ def main():
                 notes.append(f"{e}: {why}")
                 log(f"{tag}: {e} unavailable: {why}")
         weight_bytes = info["text_weight_bytes"]
+        if args.prepare_only:
+            log(f"{tag}: prepared {sorted(models)}" + "".join(f"; {n}" for n in notes))
+            continue
 
         def warm(e):  # page cache holds the file an mmap engine will touch (not timed)
             path = os.path.join(hf, "model.safetensors") if e == "tessera" else models[e]
@@ -214,6 +218,10 @@ def main():
                 if "cpu_ratio" in r:
                     msg += f", cpu/wall {r['cpu_ratio']:.2f}, {r['threads_seen']} OS threads"
                 msg += f", foreign load {r.get('foreign_cores', 0):.2f} cores"
+                ref_t = res.get("tessera", {}).get("check", {}).get("tokens")
+                if name == "check" and e != "tessera" and ref_t:
+                    lead, same, tot = agreement(ref_t, r["tokens"])
+                    msg += f", greedy vs Tessera: {lead}/{tot} leading ({same}/{tot} positions)"
                 log(msg + f", peak RSS {r['maxrss_kb'] / 2**20:.2f} GiB, wall {r['wall_s']:.0f} s")
 
         # --- table -----------------------------------------------------------------------------------
@@ -285,6 +293,8 @@ def main():
         print("\n" + table + "\n", flush=True)
         report["shapes"][tag] = {"config": saved_cfg, "weight_bytes": weight_bytes, "tessera_kv_bytes": kv_t,
                                  "results": res, "notes": notes}
+    if args.prepare_only:
+        return
     out = os.path.join(args.work, f"results-{'quick' if args.quick else 'full'}-{time.strftime('%Y%m%d-%H%M%S')}.json")
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
