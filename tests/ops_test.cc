@@ -10,6 +10,7 @@
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
 #include "ops/linear.h"
+#include "ops/simd.h"
 #include "runtime/sampler.h"
 
 namespace tessera {
@@ -139,6 +140,34 @@ TEST(Elementwise, GeGluMatchesTanhGelu) {
     const double gelu = 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     EXPECT_NEAR(out[i], gelu * u[i], 1e-6);
   }
+}
+
+// Every SIMD implementation (and the pooled entry point) against the formula in double over
+// the range the MLP sees and far beyond it (tanh saturation, tiny arguments), every tail length.
+TEST(Elementwise, GeluTanhMulAllImplementationsMatchDouble) {
+  const ops::SimdKernels* impls[4];
+  const int n_impl = ops::AvailableSimd(impls, 4);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
+  for (int k = 0; k < n_impl; ++k) {
+    SCOPED_TRACE(impls[k]->name);
+    for (int64_t n : {1, 7, 8, 9, 33, 1000}) {
+      std::vector<float> g(n), u(n), out(n);
+      for (int64_t i = 0; i < n; ++i) g[i] = i % 13 == 3 ? nd(rng) * 1e-4f : (i % 17 == 5 ? nd(rng) * 30 : nd(rng)), u[i] = nd(rng);
+      impls[k]->gelu_tanh_mul(g.data(), u.data(), n, out.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = gelu(g[i]) * u[i];
+        ASSERT_NEAR(out[i], want, 1e-6 * std::fabs(u[i]) * (std::fabs(g[i]) + 1e-3) + 1e-6 * std::fabs(want)) << g[i];
+      }
+      impls[k]->gelu_tanh_mul(g.data(), nullptr, n, g.data());  // in place, no multiplier
+    }
+  }
+  ThreadPool pool(2);
+  std::vector<float> g(50000), u(50000), out(50000);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = nd(rng), u[i] = nd(rng);
+  ops::GeGlu(g.data(), u.data(), 50000, out.data(), &pool);
+  for (size_t i = 0; i < g.size(); i += 97) ASSERT_NEAR(out[i], gelu(g[i]) * u[i], 1e-5 * (1 + std::fabs(gelu(g[i]) * u[i])));
 }
 
 TEST(Sampler, GreedyTemperatureTopKTopP) {

@@ -185,7 +185,7 @@ void GemmaModel::Mlp(int64_t l, int64_t n, Activations& act, ThreadPool* pool) c
   float* up = F(act.up);
   ops::Linear(w.gate, F(act.x), n, H, gate, I, pool);
   ops::Linear(w.up, F(act.x), n, H, up, I, pool);
-  ops::GeGlu(gate, up, n * I, gate);
+  ops::GeGlu(gate, up, n * I, gate, pool);
   ops::Linear(w.down, gate, n, I, F(act.x), H, pool);
 }
 
@@ -195,7 +195,7 @@ void GemmaModel::PerLayerResidual(int64_t l, int64_t n, Activations& act, Thread
   const int64_t P = arch_.ple_dim, H = arch_.hidden, LP = arch_.num_layers() * P;
   float* g = F(act.ple_tmp);
   ops::Linear(w.ple_gate, F(act.h), n, H, g, P, pool);
-  ops::GeluTanh(g, n * P);
+  ops::GeluTanh(g, n * P, pool);
   const float* ple = F(act.ple);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < P; ++i) g[t * P + i] *= ple[t * LP + l * P + i];

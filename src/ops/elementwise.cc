@@ -1,6 +1,9 @@
 #include "ops/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "ops/simd.h"
 
 namespace tessera::ops {
 
@@ -35,19 +38,24 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t d, int64_t x_stride, int64
 }
 
 namespace {
-inline float Gelu(float g) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
-}
+constexpr int64_t kGeluChunk = 16384;  // elements per work item
 }  // namespace
 
-void GeluTanh(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = Gelu(x[i]);
+void GeGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
+  const SimdKernels& simd = Simd();
+  auto run = [&](int64_t item, int) {
+    const int64_t i0 = item * kGeluChunk, m = std::min(kGeluChunk, n - i0);
+    simd.gelu_tanh_mul(gate + i0, up ? up + i0 : nullptr, m, out + i0);
+  };
+  const int64_t items = (n + kGeluChunk - 1) / kGeluChunk;
+  if (pool && items > 1) {
+    pool->ParallelFor(items, run);
+  } else {
+    for (int64_t i = 0; i < items; ++i) run(i, 0);
+  }
 }
 
-void GeGlu(const float* gate, const float* up, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = Gelu(gate[i]) * up[i];
-}
+void GeluTanh(float* x, int64_t n, ThreadPool* pool) { GeGlu(x, nullptr, n, x, pool); }
 
 void SoftCap(float* x, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "tessera/thread_pool.h"
+
 namespace tessera::ops {
 
 // y[r] = x[r] * (mean(x[r]^2) + eps)^-1/2 * (offset + w), for n rows of width d.
@@ -18,11 +20,11 @@ void RmsNorm(const float* x, int64_t x_stride, const float* w, float offset, flo
 void Rope(float* x, int64_t n, int64_t heads, int64_t d, int64_t x_stride, int64_t head_stride, const int32_t* pos,
           const float* inv_freq /* [d/2] */, float attention_scaling);
 
-// x[i] = gelu_tanh(x[i]) for n elements.
-void GeluTanh(float* x, int64_t n);
+// x[i] = gelu_tanh(x[i]) for n elements (vectorized, tanh from exp; split across `pool`).
+void GeluTanh(float* x, int64_t n, ThreadPool* pool = nullptr);
 
 // out[i] = gelu_tanh(gate[i]) * up[i] for n elements (may alias gate).
-void GeGlu(const float* gate, const float* up, int64_t n, float* out);
+void GeGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool = nullptr);
 
 // x = c * tanh(x / c) for n elements.
 void SoftCap(float* x, int64_t n, float cap);

@@ -48,6 +48,9 @@ struct SimdKernels {
   // Softmax numerator in place: s[i] = exp(s[i] - m) (-inf gives 0); returns the sum. Relative
   // error of each exp within a few f32 ulps of std::exp.
   float (*exp_sub_sum)(float* s, int64_t n, float m);
+  // out[i] = gelu_tanh(g[i]) * (u ? u[i] : 1), 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))),
+  // tanh from exp. out may alias g.
+  void (*gelu_tanh_mul)(const float* g, const float* u, int64_t n, float* out);
   // Packs one GEMM weight panel: dst[k * 16 + j] = widen(src[j * src_stride + k]) for j < rows,
   // 0 for rows <= j < 16, k < kc. src is stored as `dtype` (0 f32, 1 bf16, 2 f16); dst 64-byte aligned.
   void (*pack_panel16)(int dtype, const void* src, int64_t src_stride, int rows, int64_t kc, float* dst);

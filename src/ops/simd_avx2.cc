@@ -282,6 +282,33 @@ float ExpSubSum(float* s, int64_t n, float m) {
   return HSum(acc);
 }
 
+// tanh(z) = sign(z) (1 - 2 / (e^{2|z|} + 1)); e^{2|z|} saturates (2|z| clamped at 88), giving 1.
+inline __m256 Tanh(__m256 z) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 a = _mm256_andnot_ps(sign, z);
+  const __m256 e = Exp(_mm256_min_ps(_mm256_add_ps(a, a), _mm256_set1_ps(88.0f)));
+  const __m256 t = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+  return _mm256_or_ps(t, _mm256_and_ps(sign, z));
+}
+
+void GeluTanhMul(const float* g, const float* u, int64_t n, float* out) {
+  const __m256 c = _mm256_set1_ps(0.7978845608028654f), k = _mm256_set1_ps(0.044715f), half = _mm256_set1_ps(0.5f),
+               one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(g + i);
+    const __m256 inner = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(k, x), _mm256_mul_ps(x, x), x));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, Tanh(inner)));
+    if (u) y = _mm256_mul_ps(y, _mm256_loadu_ps(u + i));
+    _mm256_storeu_ps(out + i, y);
+  }
+  for (; i < n; ++i) {
+    const float x = g[i];
+    const float gelu = 0.5f * x * (1.0f + __builtin_tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    out[i] = u ? gelu * u[i] : gelu;
+  }
+}
+
 // In-register 8x8 transpose: r[i] holds row i on entry and column i on return.
 inline void Transpose8(__m256* r) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -344,6 +371,7 @@ const SimdKernels* SimdAvx2() {
                              GemmTileB,
                              PackRows16,
                              ExpSubSum,
+                             GeluTanhMul,
                              PackPanel16};
   return &k;
 }

@@ -113,6 +113,7 @@ const SimdKernels* SimdAvx512() {
                              SimdAvx2()->gemm_tile_b,
                              SimdAvx2()->pack_rows16,
                              SimdAvx2()->exp_sub_sum,
+                             SimdAvx2()->gelu_tanh_mul,
                              SimdAvx2()->pack_panel16};
   return &k;
 }

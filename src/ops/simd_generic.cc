@@ -92,6 +92,15 @@ float ExpSubSum(float* s, int64_t n, float m) {
   return sum;
 }
 
+void GeluTanhMul(const float* g, const float* u, int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    const float gelu = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+    out[i] = u ? gelu * u[i] : gelu;
+  }
+}
+
 void PackPanel16(int dtype, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
   const DType dt = static_cast<DType>(dtype);
   const size_t es = DTypeSize(dt);
@@ -126,6 +135,7 @@ const SimdKernels& SimdGeneric() {
                              GemmTileB,
                              PackRows16,
                              ExpSubSum,
+                             GeluTanhMul,
                              PackPanel16};
   return k;
 }
