@@ -78,6 +78,20 @@ TEST(Simd, AllImplementationsMatchDoubleReferences) {
           for (int64_t i = 0; i < n; ++i) want += double(rows[r * st + i]) * x[i], mag += std::fabs(double(rows[r * st + i]) * x[i]);
           ASSERT_NEAR(out[r], want, 4 * std::sqrt(n + 1.0) * eps * mag + 1e-30) << "dot4 n=" << n << " row " << r;
         }
+        // Four stored rows (this dtype, stride st) against one f32 row a.
+        {
+          const DType dt = which == 0 ? DType::kF32 : which == 1 ? DType::kBF16 : DType::kF16;
+          std::vector<uint8_t> enc(rows.size() * DTypeSize(dt));
+          EncodeFromF32(dt, rows.data(), enc.data(), rows.size());
+          std::vector<float> dec(rows.size());
+          DecodeToF32(dt, enc.data(), dec.data(), rows.size());
+          s.DotRows4(which, a.data(), enc.data(), st, n, out);
+          for (int r = 0; r < 4; ++r) {
+            double want = 0, mag = 0;
+            for (int64_t i = 0; i < n; ++i) want += double(a[i]) * dec[r * st + i], mag += std::fabs(double(a[i]) * dec[r * st + i]);
+            ASSERT_NEAR(out[r], want, 4 * std::sqrt(n + 1.0) * eps * mag + 1e-30) << "dot_rows4 n=" << n << " row " << r;
+          }
+        }
         // y += sum_j w_j x_j with four different x rows (rows of `rows`) stored in this dtype.
         std::vector<float> xf(4 * n);
         std::vector<uint16_t> xh(4 * n);

@@ -9,7 +9,8 @@
 
 namespace tessera::ops {
 namespace {
-constexpr int64_t kRowsPerItem = 16;  // output rows per work item
+constexpr int64_t kMinRowsPerItem = 16;  // output rows per work item, at least
+constexpr int64_t kItemsPerThread = 8;   // enough items to balance, few enough to hand out cheaply
 // From this many tokens on, packing weight blocks for the GEMM micro-tile pays for itself
 // (bench/linear_bench.cc); below it each weight row is streamed once through the row-dot path.
 constexpr int64_t kGemmMinTokens = 4;
@@ -23,15 +24,32 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
 
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                   ThreadPool* pool) {
-  const int64_t items = (w.out + kRowsPerItem - 1) / kRowsPerItem;
+  // A 262144-row LM head in 16-row items would be 16384 hand-outs per token; a few large
+  // contiguous ranges per thread also keep each thread's weight stream sequential.
+  const int threads = pool ? pool->num_threads() : 1;
+  const int64_t rows_per_item =
+      std::max(kMinRowsPerItem, (w.out + threads * kItemsPerThread - 1) / (threads * kItemsPerThread));
+  const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const size_t es = DTypeSize(w.dtype);
   const SimdKernels& simd = Simd();
   const int dt = static_cast<int>(w.dtype);
   // Each weight row is read from memory once (bf16/f16 widened in registers) and stays in L1 for
   // the n tokens that use it; four tokens share each load of it.
   auto run = [&](int64_t item, int) {
-    const int64_t o0 = item * kRowsPerItem, o1 = std::min(w.out, o0 + kRowsPerItem);
-    for (int64_t o = o0; o < o1; ++o) {
+    const int64_t o0 = item * rows_per_item, o1 = std::min(w.out, o0 + rows_per_item);
+    int64_t o = o0;
+    if (n < 4) {
+      // Decode: four weight rows per pass share each load of the token row.
+      for (; o + 4 <= o1; o += 4) {
+        const char* wrows = static_cast<const char*>(w.data) + o * w.in * es;
+        for (int64_t t = 0; t < n; ++t) {
+          float out[4];
+          simd.DotRows4(dt, x + t * x_stride, wrows, w.in, w.in, out);
+          for (int u = 0; u < 4; ++u) y[t * y_stride + o + u] = out[u];
+        }
+      }
+    }
+    for (; o < o1; ++o) {
       const char* wrow = static_cast<const char*>(w.data) + o * w.in * es;
       int64_t t = 0;
       for (; t + 4 <= n; t += 4) {

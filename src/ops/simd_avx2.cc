@@ -98,6 +98,42 @@ void Dot4(const float* a, int64_t st, const T* b, int64_t n, float* out) {
   }
 }
 
+// Four b rows against one a: 8 accumulators (4 rows x 2 chains), one a load per 4 rows.
+template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
+void DotRows4(const float* a, const T* b, int64_t st, int64_t n, float* out) {
+  const T *b0 = b, *b1 = b + st, *b2 = b + 2 * st, *b3 = b + 3 * st;
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 x0 = _mm256_loadu_ps(a + i), x1 = _mm256_loadu_ps(a + i + 8);
+    s0 = _mm256_fmadd_ps(x0, Load(b0 + i), s0);
+    s1 = _mm256_fmadd_ps(x0, Load(b1 + i), s1);
+    s2 = _mm256_fmadd_ps(x0, Load(b2 + i), s2);
+    s3 = _mm256_fmadd_ps(x0, Load(b3 + i), s3);
+    t0 = _mm256_fmadd_ps(x1, Load(b0 + i + 8), t0);
+    t1 = _mm256_fmadd_ps(x1, Load(b1 + i + 8), t1);
+    t2 = _mm256_fmadd_ps(x1, Load(b2 + i + 8), t2);
+    t3 = _mm256_fmadd_ps(x1, Load(b3 + i + 8), t3);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(a + i);
+    s0 = _mm256_fmadd_ps(x0, Load(b0 + i), s0);
+    s1 = _mm256_fmadd_ps(x0, Load(b1 + i), s1);
+    s2 = _mm256_fmadd_ps(x0, Load(b2 + i), s2);
+    s3 = _mm256_fmadd_ps(x0, Load(b3 + i), s3);
+  }
+  out[0] = HSum(_mm256_add_ps(s0, t0));
+  out[1] = HSum(_mm256_add_ps(s1, t1));
+  out[2] = HSum(_mm256_add_ps(s2, t2));
+  out[3] = HSum(_mm256_add_ps(s3, t3));
+  for (; i < n; ++i) {
+    out[0] += a[i] * Scalar(b0[i]);
+    out[1] += a[i] * Scalar(b1[i]);
+    out[2] += a[i] * Scalar(b2[i]);
+    out[3] += a[i] * Scalar(b3[i]);
+  }
+}
+
 template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
 void Axpy4(float* y, const float* w, const void* const* xv, int64_t n) {
   const T* x0 = static_cast<const T*>(xv[0]);
@@ -364,6 +400,9 @@ const SimdKernels* SimdAvx2() {
                              Dot4<float, LoadF32, IdF32>,
                              Dot4<uint16_t, LoadBf16, Bf16>,
                              Dot4<uint16_t, LoadF16, F16>,
+                             DotRows4<float, LoadF32, IdF32>,
+                             DotRows4<uint16_t, LoadBf16, Bf16>,
+                             DotRows4<uint16_t, LoadF16, F16>,
                              Axpy4<float, LoadF32, IdF32>,
                              Axpy4<uint16_t, LoadBf16, Bf16>,
                              Axpy4<uint16_t, LoadF16, F16>,
