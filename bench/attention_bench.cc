@@ -21,22 +21,8 @@
 #include "tessera/attention.h"
 
 using namespace tessera;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-template <typename F>
-double MedianMs(int reps, F&& f) {
-  f();  // warm-up (grows the scratch arena)
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 void Check(const Status& s) {
   if (!s.ok()) {
@@ -91,7 +77,7 @@ int main(int argc, char** argv) {
       p.mask.q_pos = qpos.data();
       p.mask.k_pos = kpos.data();
       p.scale = 1.0f / 16;
-      const double ms = MedianMs(reps * 4, [&] { Check(Attention(p, ctx)); });
+      const double ms = bench::MedianMs(reps * 4, [&] { Check(Attention(p, ctx)); });
       const double bytes = 2.0 * hkv * keys * d * 2, flops = 4.0 * hq * keys * d;
       char name[64];
       std::snprintf(name, sizeof name, "%lldq/%lldkv x %lld", (long long)hq, (long long)hkv, (long long)d);
@@ -133,7 +119,7 @@ int main(int argc, char** argv) {
           if (image && blk[i] == 0) lo = std::min(lo, s / 2), hi = s / 2 + 255;
           pairs += hi - lo + 1;
         }
-        const double ms = MedianMs(std::max(1, reps / 2), [&] { Check(Attention(p, ctx)); });
+        const double ms = bench::MedianMs(std::max(1, reps / 2), [&] { Check(Attention(p, ctx)); });
         const double gf = 4.0 * hq * d * pairs / ms / 1e6;
         char name[64], ratio[32] = "", over[32] = "";
         std::snprintf(name, sizeof name, "%s%s", window ? "window 1024" : "causal", image ? " + image" : "");

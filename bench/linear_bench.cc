@@ -17,24 +17,6 @@
 #include "tessera/dtype.h"
 
 using namespace tessera;
-using Clock = std::chrono::steady_clock;
-
-namespace {
-
-template <typename F>
-double MedianMs(int reps, F&& f) {
-  f();  // warm-up
-  std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int threads = DefaultThreadCount(), reps = 5;
@@ -74,8 +56,8 @@ int main(int argc, char** argv) {
       for (int64_t n : {1, 4, 8, 16, 64, 256}) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
-        const double row = MedianMs(reps, [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
-        const double gemm = MedianMs(reps, [&] { ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
+        const double row = bench::MedianMs(reps, [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
+        const double gemm = bench::MedianMs(reps, [&] { ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
         const double best = std::min(row, gemm), flops = 2.0 * n * s.out * s.in;
         std::printf("%-24s %-5s %5lld %12.3f %12.3f %12.1f %10.0f %10.1f\n", s.name, DTypeName(dt), (long long)n, row,
                     gemm, flops / best / 1e6, peak > 0 ? 100 * flops / best / 1e6 / peak : 0.0,

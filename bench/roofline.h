@@ -2,7 +2,10 @@
 // bandwidth over a buffer far larger than the caches, with 1..N threads, and the f32 FMA peak.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <vector>
 
 
 namespace tessera::bench {
@@ -14,5 +17,19 @@ double ReadBandwidthGBs(int threads, int64_t bytes = int64_t(1) << 30, int reps 
 // f32 GFLOP/s of independent register-only AVX2 FMA chains on `threads` threads (the compute
 // peak; 0 without AVX2+FMA).
 double FmaPeakGflops(int threads);
+
+// Median wall milliseconds of `reps` calls of f, after one untimed warm-up call.
+template <typename F>
+double MedianMs(int reps, F&& f) {
+  f();
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
 
 }  // namespace tessera::bench
