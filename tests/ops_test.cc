@@ -160,7 +160,11 @@ TEST(Elementwise, GeluTanhMulAllImplementationsMatchDouble) {
         const double want = gelu(g[i]) * u[i];
         ASSERT_NEAR(out[i], want, 1e-6 * std::fabs(u[i]) * (std::fabs(g[i]) + 1e-3) + 1e-6 * std::fabs(want)) << g[i];
       }
-      impls[k]->gelu_tanh_mul(g.data(), nullptr, n, g.data());  // in place, no multiplier
+      // In place, without a multiplier (GeluTanh): gelu(g) itself.
+      std::vector<float> in_place = g;
+      impls[k]->gelu_tanh_mul(in_place.data(), nullptr, n, in_place.data());
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(in_place[i], gelu(g[i]), 1e-6 * (std::fabs(g[i]) + 1e-3) + 1e-6 * std::fabs(gelu(g[i]))) << g[i];
     }
   }
   ThreadPool pool(2);

@@ -20,8 +20,9 @@ constexpr int64_t kScoreChunk = 64;  // head dims summed per FMA chain in the pa
 
 int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_rows) {
   const int64_t D = p.q.dim, Dv = p.v.dim;
-  return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + Pad16(kTileK * D) + kTileK * Pad16(Dv) + Pad16(max_rows * Dv) +
-         2 * Pad16(max_rows);
+  // The packed K/V tiles exist only for blocks that can reach kPackedRows rows.
+  const int64_t packed = max_rows >= kPackedRows ? Pad16(kTileK * D) + kTileK * Pad16(Dv) : 0;
+  return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + packed + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
 }
 
 GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch)
@@ -34,8 +35,10 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
   };
   q_ = take(max_rows * D_);
   s_ = take(max_rows * kTileK);
-  kp_ = take(kTileK * D_);
-  vp_ = take(kTileK * Pad16(Dv_));
+  if (max_rows >= kPackedRows) {
+    kp_ = take(kTileK * D_);
+    vp_ = take(kTileK * Pad16(Dv_));
+  }
   o_ = take(max_rows * Dv_);
   m_ = take(max_rows);
   l_ = take(max_rows);
@@ -87,17 +90,9 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       }
     }
   } else {
-    // Few rows (decode with a small group): four query rows per pass share each K load.
-    int64_t r4 = 0;
-    for (; r4 + 4 <= rows_; r4 += 4) {
-      float out[4];
-      for (int64_t t = 0; t < n; ++t) {
-        simd.Dot4(dt, q_ + r4 * D_, D_, k_rows[t], D_, out);
-        for (int u = 0; u < 4; ++u) s_[(r4 + u) * kTileK + t] = out[u];
-      }
-    }
-    for (; r4 < rows_; ++r4)
-      for (int64_t t = 0; t < n; ++t) s_[r4 * kTileK + t] = simd.Dot(dt, q_ + r4 * D_, k_rows[t], D_);
+    // Few rows (decode with a small group): one dot product per row and key, K read in place.
+    for (int64_t r = 0; r < rows_; ++r)
+      for (int64_t t = 0; t < n; ++t) s_[r * kTileK + t] = simd.Dot(dt, q_ + r * D_, k_rows[t], D_);
   }
   const MaskSpec& m = p_.mask;
   const float cap = p_.softcap;

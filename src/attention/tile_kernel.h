@@ -45,8 +45,8 @@ class GroupTileKernel {
   int64_t b_ = 0, g_ = 0, i0_ = 0, n_q_ = 0, rows_ = 0, valid_ = 0;
   float* q_;   // [max_rows, D]  queries times scale
   float* s_;   // [max_rows, kTileK] scores of the current tile, then its softmax weights
-  float* kp_;  // [kTileK / 16][D][16] the current K tile packed as f32 panels of 16 keys
-  float* vp_;  // [ceil(Dv / 16)][kTileK][16] the current V tile packed as f32 panels of 16 dims
+  float* kp_ = nullptr;  // [kTileK / 16][D][16] the K tile as f32 panels of 16 keys (rows >= kPackedRows)
+  float* vp_ = nullptr;  // [ceil(Dv / 16)][kTileK][16] the V tile as f32 panels of 16 dims (same)
   float* o_;   // [max_rows, Dv] unnormalized output accumulator
   float* m_;   // [max_rows]     running max
   float* l_;   // [max_rows]     running denominator

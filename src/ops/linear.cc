@@ -34,30 +34,22 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
   const SimdKernels& simd = Simd();
   const int dt = static_cast<int>(w.dtype);
   // Each weight row is read from memory once (bf16/f16 widened in registers) and stays in L1 for
-  // the n tokens that use it; four tokens share each load of it.
+  // the n (< 4 from Linear) tokens that use it.
   auto run = [&](int64_t item, int) {
     const int64_t o0 = item * rows_per_item, o1 = std::min(w.out, o0 + rows_per_item);
+    // Four weight rows per pass share each load of a token row.
     int64_t o = o0;
-    if (n < 4) {
-      // Decode: four weight rows per pass share each load of the token row.
-      for (; o + 4 <= o1; o += 4) {
-        const char* wrows = static_cast<const char*>(w.data) + o * w.in * es;
-        for (int64_t t = 0; t < n; ++t) {
-          float out[4];
-          simd.DotRows4(dt, x + t * x_stride, wrows, w.in, w.in, out);
-          for (int u = 0; u < 4; ++u) y[t * y_stride + o + u] = out[u];
-        }
+    for (; o + 4 <= o1; o += 4) {
+      const char* wrows = static_cast<const char*>(w.data) + o * w.in * es;
+      for (int64_t t = 0; t < n; ++t) {
+        float out[4];
+        simd.DotRows4(dt, x + t * x_stride, wrows, w.in, w.in, out);
+        for (int u = 0; u < 4; ++u) y[t * y_stride + o + u] = out[u];
       }
     }
     for (; o < o1; ++o) {
       const char* wrow = static_cast<const char*>(w.data) + o * w.in * es;
-      int64_t t = 0;
-      for (; t + 4 <= n; t += 4) {
-        float out[4];
-        simd.Dot4(dt, x + t * x_stride, x_stride, wrow, w.in, out);
-        for (int u = 0; u < 4; ++u) y[(t + u) * y_stride + o] = out[u];
-      }
-      for (; t < n; ++t) y[t * y_stride + o] = simd.Dot(dt, x + t * x_stride, wrow, w.in);
+      for (int64_t t = 0; t < n; ++t) y[t * y_stride + o] = simd.Dot(dt, x + t * x_stride, wrow, w.in);
     }
   };
   if (pool) {

@@ -21,7 +21,7 @@ struct WeightView {
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool);
 
-// The row-dot path alone: work split over output rows, four tokens share each weight-row load.
+// The row-dot path alone: a few row ranges per thread, four weight rows share each token-row load.
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                   ThreadPool* pool);
 

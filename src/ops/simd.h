@@ -20,11 +20,6 @@ struct SimdKernels {
   void (*axpy_f16)(float* y, float a, const uint16_t* x, int64_t n);
   // y[i] *= a.
   void (*scale)(float* y, float a, int64_t n);
-  // Four dot products sharing one b row (each b element loaded once):
-  // out[r] = sum_i a[r * a_stride + i] * b[i], r < 4.
-  void (*dot4_f32)(const float* a, int64_t a_stride, const float* b, int64_t n, float* out);
-  void (*dot4_bf16)(const float* a, int64_t a_stride, const uint16_t* b, int64_t n, float* out);
-  void (*dot4_f16)(const float* a, int64_t a_stride, const uint16_t* b, int64_t n, float* out);
   // Four rows of b against one a (each a element loaded once; decode GEMV):
   // out[r] = sum_i a[i] * b[r * b_stride + i], r < 4.
   void (*dot_rows4_f32)(const float* a, const float* b, int64_t b_stride, int64_t n, float* out);
@@ -70,11 +65,6 @@ struct SimdKernels {
     if (dtype == 1) return axpy_bf16(y, a, static_cast<const uint16_t*>(x), n);
     axpy_f16(y, a, static_cast<const uint16_t*>(x), n);
   }
-  void Dot4(int dtype, const float* a, int64_t a_stride, const void* b, int64_t n, float* out) const {
-    if (dtype == 0) return dot4_f32(a, a_stride, static_cast<const float*>(b), n, out);
-    if (dtype == 1) return dot4_bf16(a, a_stride, static_cast<const uint16_t*>(b), n, out);
-    dot4_f16(a, a_stride, static_cast<const uint16_t*>(b), n, out);
-  }
   void DotRows4(int dtype, const float* a, const void* b, int64_t b_stride, int64_t n, float* out) const {
     if (dtype == 0) return dot_rows4_f32(a, static_cast<const float*>(b), b_stride, n, out);
     if (dtype == 1) return dot_rows4_bf16(a, static_cast<const uint16_t*>(b), b_stride, n, out);
@@ -95,7 +85,8 @@ const SimdKernels& Simd();
 // Every implementation this CPU can run, best first (for tests).
 int AvailableSimd(const SimdKernels** out, int max);
 
-// The implementations (the AVX ones are null when the compiler could not build them).
+// The implementations. The AVX ones are compiled with their ISA flags and must be called only on a
+// CPU that has them (Simd() and AvailableSimd() check); the AVX-512 table reuses AVX2 entries.
 const SimdKernels& SimdGeneric();
 const SimdKernels* SimdAvx2();
 const SimdKernels* SimdAvx512();

@@ -65,39 +65,6 @@ void Scale(float* y, float a, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
-// Four query rows against one key row: 4 accumulators x 2 chains, one key load per 4 FMAs.
-template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
-void Dot4(const float* a, int64_t st, const T* b, int64_t n, float* out) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 k0 = Load(b + i), k1 = Load(b + i + 8);
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), k0, s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + st + i), k0, s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + 2 * st + i), k0, s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + 3 * st + i), k0, s3);
-    t0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), k1, t0);
-    t1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + st + i + 8), k1, t1);
-    t2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + 2 * st + i + 8), k1, t2);
-    t3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + 3 * st + i + 8), k1, t3);
-  }
-  for (; i + 8 <= n; i += 8) {
-    const __m256 k0 = Load(b + i);
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), k0, s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + st + i), k0, s1);
-    s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + 2 * st + i), k0, s2);
-    s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + 3 * st + i), k0, s3);
-  }
-  out[0] = HSum(_mm256_add_ps(s0, t0));
-  out[1] = HSum(_mm256_add_ps(s1, t1));
-  out[2] = HSum(_mm256_add_ps(s2, t2));
-  out[3] = HSum(_mm256_add_ps(s3, t3));
-  for (; i < n; ++i) {
-    const float k = Scalar(b[i]);
-    for (int r = 0; r < 4; ++r) out[r] += a[r * st + i] * k;
-  }
-}
-
 // Four b rows against one a: 8 accumulators (4 rows x 2 chains), one a load per 4 rows.
 template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
 void DotRows4(const float* a, const T* b, int64_t st, int64_t n, float* out) {
@@ -397,9 +364,6 @@ const SimdKernels* SimdAvx2() {
                              Axpy<uint16_t, LoadBf16, Bf16>,
                              Axpy<uint16_t, LoadF16, F16>,
                              Scale,
-                             Dot4<float, LoadF32, IdF32>,
-                             Dot4<uint16_t, LoadBf16, Bf16>,
-                             Dot4<uint16_t, LoadF16, F16>,
                              DotRows4<float, LoadF32, IdF32>,
                              DotRows4<uint16_t, LoadBf16, Bf16>,
                              DotRows4<uint16_t, LoadF16, F16>,

@@ -61,11 +61,6 @@ void Scale(float* y, float a, int64_t n) {
 // Multi-row forms composed from the single-row kernels (AVX2 is the default on the machines we
 // measured; these exist so every implementation offers the full table).
 template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
-void Dot4(const float* a, int64_t st, const T* b, int64_t n, float* out) {
-  for (int r = 0; r < 4; ++r) out[r] = Dot<T, Load, Scalar>(a + r * st, b, n);
-}
-
-template <typename T, __m512 (*Load)(const T*), float (*Scalar)(T)>
 void Axpy4(float* y, const float* w, const void* const* x, int64_t n) {
   for (int j = 0; j < 4; ++j) Axpy<T, Load, Scalar>(y, w[j], static_cast<const T*>(x[j]), n);
 }
@@ -103,9 +98,6 @@ const SimdKernels* SimdAvx512() {
                              Axpy<uint16_t, LoadBf16, Bf16>,
                              Axpy<uint16_t, LoadF16, F16>,
                              Scale,
-                             Dot4<float, LoadF32, IdF32>,
-                             Dot4<uint16_t, LoadBf16, Bf16>,
-                             Dot4<uint16_t, LoadF16, F16>,
                              SimdAvx2()->dot_rows4_f32,
                              SimdAvx2()->dot_rows4_bf16,
                              SimdAvx2()->dot_rows4_f16,

@@ -40,11 +40,6 @@ void Scale(float* y, float a, int64_t n) {
 }
 
 template <typename T, float (*Dt)(const float*, const T*, int64_t)>
-void Dot4(const float* a, int64_t stride, const T* b, int64_t n, float* out) {
-  for (int r = 0; r < 4; ++r) out[r] = Dt(a + r * stride, b, n);
-}
-
-template <typename T, float (*Dt)(const float*, const T*, int64_t)>
 void DotRows4(const float* a, const T* b, int64_t stride, int64_t n, float* out) {
   for (int r = 0; r < 4; ++r) out[r] = Dt(a, b + r * stride, n);
 }
@@ -130,9 +125,6 @@ const SimdKernels& SimdGeneric() {
                              AxpyBf16,
                              AxpyF16,
                              Scale,
-                             Dot4<float, DotF32>,
-                             Dot4<uint16_t, DotBf16>,
-                             Dot4<uint16_t, DotF16>,
                              DotRows4<float, DotF32>,
                              DotRows4<uint16_t, DotBf16>,
                              DotRows4<uint16_t, DotF16>,
