@@ -37,18 +37,22 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
   // the n (< 4 from Linear) tokens that use it.
   auto run = [&](int64_t item, int) {
     const int64_t o0 = item * rows_per_item, o1 = std::min(w.out, o0 + rows_per_item);
-    // Four weight rows per pass share each load of a token row.
-    int64_t o = o0;
-    for (; o + 4 <= o1; o += 4) {
-      const char* wrows = static_cast<const char*>(w.data) + o * w.in * es;
+    // The item's rows are cut into four quarters walked side by side: four weight rows per pass
+    // share each load of a token row, and each quarter is one long sequential stream. (Four
+    // adjacent rows per pass measured 12-25% slower decode at hidden 1152: four short 4.6 KB
+    // streams jump every row and the hardware prefetcher restarts each time.)
+    const int64_t quarter = (o1 - o0) / 4;
+    const char* base = static_cast<const char*>(w.data);
+    for (int64_t j = 0; j < quarter; ++j) {
+      const char* wrows = base + (o0 + j) * w.in * es;
       for (int64_t t = 0; t < n; ++t) {
         float out[4];
-        simd.DotRows4(dt, x + t * x_stride, wrows, w.in, w.in, out);
-        for (int u = 0; u < 4; ++u) y[t * y_stride + o + u] = out[u];
+        simd.DotRows4(dt, x + t * x_stride, wrows, quarter * w.in, w.in, out);
+        for (int u = 0; u < 4; ++u) y[t * y_stride + o0 + u * quarter + j] = out[u];
       }
     }
-    for (; o < o1; ++o) {
-      const char* wrow = static_cast<const char*>(w.data) + o * w.in * es;
+    for (int64_t o = o0 + 4 * quarter; o < o1; ++o) {
+      const char* wrow = base + o * w.in * es;
       for (int64_t t = 0; t < n; ++t) y[t * y_stride + o] = simd.Dot(dt, x + t * x_stride, wrow, w.in);
     }
   };
