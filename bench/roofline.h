@@ -10,8 +10,9 @@
 
 namespace tessera::bench {
 
-// Best-of-`reps` read bandwidth in GB/s: `threads` threads, started together, each sum their share
-// of a `bytes`-sized f32 buffer with AVX2 loads when available.
+// Read bandwidth in GB/s: `threads` threads, started together, each sum their share of a
+// `bytes`-sized f32 buffer with AVX2 loads when available; the best of 3 passes per buffer, the
+// median over `reps` freshly allocated buffers (physical placement moves it on a VM).
 double ReadBandwidthGBs(int threads, int64_t bytes = int64_t(1) << 30, int reps = 5);
 
 // f32 GFLOP/s of independent register-only AVX2 FMA chains on `threads` threads (the compute
