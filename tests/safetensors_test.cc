@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
 #include "io/safetensors_checkpoint.h"
 #include "io/safetensors_writer.h"
 
@@ -372,6 +374,42 @@ void WriteTensors(const std::string& path, const std::vector<std::string>& names
   for (size_t i = 0; i < names.size(); ++i)
     ASSERT_TRUE(w.AddF32(names[i], DType::kBF16, {2}, {static_cast<float>(i), 1.0f}).ok());
   ASSERT_TRUE(w.WriteFile(path).ok());
+}
+
+// Resident kilobytes of the mapping that starts at `start`, from /proc/self/smaps (-1: not found).
+long MappingRssKb(const void* start) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in_it = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) {  // a mapping's header line
+      in_it = lo == reinterpret_cast<uintptr_t>(start);
+      continue;
+    }
+    if (in_it && line.rfind("Rss:", 0) == 0) return std::stol(line.substr(4));
+  }
+  return -1;
+}
+
+// Prefault maps a range's pages up front (what the weight loader asks for every weight it binds):
+// nothing of a fresh mapping is resident before, all of the range after.
+TEST(MappedFileTest, PrefaultMakesTheRangeResident) {
+  const fs::path path = fs::path(::testing::TempDir()) / "tessera_prefault.bin";
+  const size_t bytes = size_t(1) << 20;
+  {
+    std::ofstream f(path, std::ios::binary);
+    std::string data(bytes, '\x5a');
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  StatusOr<MappedFile> m = MappedFile::Open(path.string());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(MappingRssKb(m.value().data()), 0);
+  if (!MappedFile::Prefault(m.value().data() + 100, bytes - 200)) GTEST_SKIP() << "no MADV_POPULATE_READ here";
+  EXPECT_EQ(MappingRssKb(m.value().data()), static_cast<long>(bytes / 1024));
+  EXPECT_EQ(m.value().data()[bytes - 1], 0x5a);
+  EXPECT_FALSE(MappedFile::Prefault(nullptr, 10));
+  fs::remove(path);
 }
 
 TEST(SafetensorsCheckpointTest, SingleFileDirectory) {

@@ -41,6 +41,19 @@ StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   return file;
 }
 
+bool MappedFile::Prefault(const void* p, size_t bytes) {
+#ifdef MADV_POPULATE_READ
+  if (p == nullptr || bytes == 0) return false;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + bytes;
+  return ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ) == 0;
+#else
+  (void)p, (void)bytes;
+  return false;
+#endif
+}
+
 MappedFile::~MappedFile() { Reset(); }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
+
 namespace tessera::model {
 namespace {
 
@@ -48,6 +50,7 @@ class Binder {
       ConvertDType(v.dtype, v.data, *opt_.convert_to, w_.owned.back().data(), out * in);
       *view = {w_.owned.back().data(), *opt_.convert_to, out, in};
     } else {
+      io::MappedFile::Prefault(v.data, v.nbytes);  // a hint: the weights stay usable either way
       *view = {v.data, v.dtype, out, in};
     }
     return Status::Ok();
