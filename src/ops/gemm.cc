@@ -1,6 +1,7 @@
 #include "ops/gemm.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "ops/simd.h"
 #include "tessera/dtype.h"
@@ -23,20 +24,34 @@ void PackBlock(const SimdKernels& simd, const WeightView& w, int64_t o0, int64_t
   }
 }
 
+// Output columns per block: the widest multiple of kNr up to kNc whose blocks spread evenly over
+// the threads (hidden 1152 = 9 blocks of 128 left one of two threads idle for a ninth of the
+// down projection; 12 blocks of 96 do not).
+int64_t BlockColumns(int64_t out, int threads) {
+  int64_t best = kNc, best_span = INT64_MAX;
+  for (int64_t nc = kNc; nc >= kNc / 2; nc -= kNr) {
+    const int64_t blocks = (out + nc - 1) / nc;
+    const int64_t span = (blocks + threads - 1) / threads * nc;  // columns on the busiest thread
+    if (span < best_span) best = nc, best_span = span;
+  }
+  return best;
+}
+
 }  // namespace
 
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
           ThreadPool* pool) {
   const SimdKernels& simd = Simd();
-  const int64_t col_blocks = (w.out + kNc - 1) / kNc;
   const int threads = pool ? pool->num_threads() : 1;
+  const int64_t block_cols = BlockColumns(w.out, threads);
+  const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
   const int64_t tiles = (n + kMr - 1) / kMr;
   const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
   auto run = [&](int64_t item, int) {
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
-    const int64_t o0 = cb * kNc, nc = std::min(kNc, w.out - o0);
+    const int64_t o0 = cb * block_cols, nc = std::min(block_cols, w.out - o0);
     const int64_t t_begin = rb * tiles_per_block * kMr, t_end = std::min(n, t_begin + tiles_per_block * kMr);
     alignas(64) float bp[kKc * kNc];  // packed f32 weight block, [nc / 16][kc][16]
     for (int64_t k0 = 0; k0 < w.in; k0 += kKc) {
