@@ -2,6 +2,7 @@
 // kernel that wants parallelism; there is no global pool.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -47,8 +48,9 @@ class ThreadPool {
   const ItemFn* job_ = nullptr;
   int64_t job_size_ = 0;
   int64_t next_item_ = 0;
-  int64_t generation_ = 0;
-  int active_ = 0;
+  // Written under mu_; atomic so that waiting threads can spin on them before blocking.
+  std::atomic<int64_t> generation_{0};
+  std::atomic<int> active_{0};
   bool stop_ = false;
 };
 
