@@ -2,6 +2,7 @@
 (issue "CPU performance", part 3). One command, after `bash bench/setup_peers.sh`:
 
   python3 bench/e2e_peers.py [--quick] [--only gemma3|gemma4] [--engines tessera,ortgenai,llamacpp]
+                             [--cells check,d1024] [--repeat 5]
                              [--threads 2] [--decode-steps 32]
 
 (it re-executes itself with bench/.peers/venv/bin/python, the peers' venv). Checkpoints
@@ -24,6 +25,7 @@ Prompts are random ids in [16, 255999), avoiding Gemma's specials and multimodal
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -92,6 +94,22 @@ def fmt(x, nd=1):
     return "—" if x is None else f"{x:.{nd}f}"
 
 
+def median_result(rs):
+    """One cell from its repeats: medians of the timed seconds, the worst peak RSS and foreign load."""
+    good = [r for r in rs if "error" not in r]
+    if not good:
+        return rs[0]
+    out = dict(good[0])
+    for k in ("prefill_s", "decode_s"):
+        if all(k in r for r in good):
+            out[k] = statistics.median(r[k] for r in good)
+    for k in ("maxrss_kb", "foreign_cores"):
+        if any(k in r for r in good):
+            out[k] = max(r.get(k) or 0 for r in good)
+    out["repeats"] = len(good)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -111,7 +129,12 @@ def main():
                     help="rerun a measurement when other processes kept more than this many cores busy")
     ap.add_argument("--retries", type=int, default=2,
                     help="reruns of a disturbed measurement shorter than 4 min (keeps the quietest)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure every cell this many times (engines alternating) and report medians")
+    ap.add_argument("--cells", default="",
+                    help="only these runs, comma-separated (check, p512, p4096, d1024, d8192); default all")
     args = ap.parse_args()
+    cells = {c for c in args.cells.split(",") if c}
     eng = [e for e in args.engines.split(",") if e]
     for e in eng:
         if e not in engines.ENGINES:
@@ -195,34 +218,41 @@ def main():
         runs = [("check", cn, csteps)] + [(f"p{n}", n, 1) for n in P["prefill"]] + \
                [(f"d{n}", n, steps) for n in P["decode"]]
         for name, n, dec in runs:  # run-major: engines alternate, so drift hits all alike
+            if cells and name not in cells:
+                continue
             ids = prompt_ids(n, vocab, avoid)
+            samples = {e: [] for e in models}
+            for rep in range(args.repeat):  # repeats alternate engines too
+                for e in models:
+                    r = None
+                    for attempt in range(1 + args.retries):
+                        warm(e)
+                        ri = run(e, ids, dec)
+                        if r is None or ("error" in r and "error" not in ri) or \
+                                ri.get("foreign_cores", 0) < r.get("foreign_cores", 0):
+                            r = ri
+                        if "error" in ri or ri.get("foreign_cores", 0) <= args.max_foreign or ri["wall_s"] > 240:
+                            break
+                        log(f"{tag} {name} {e}: other processes kept {ri['foreign_cores']:.2f} cores busy; rerunning")
+                        time.sleep(15)
+                    samples[e].append(r)
+                    where = f"{tag} {name}{f' #{rep + 1}' if args.repeat > 1 else ''} {e}"
+                    if "error" in r:
+                        log(f"{where}: FAILED {r['error']}")
+                        continue
+                    msg = f"{where}: prefill {n} in {r['prefill_s']:.3f} s ({n / r['prefill_s']:.1f} tok/s)"
+                    if dec > 1:
+                        msg += f", decode {dec - 1} in {r['decode_s']:.3f} s ({(dec - 1) / r['decode_s']:.2f} tok/s)"
+                    if "cpu_ratio" in r:
+                        msg += f", cpu/wall {r['cpu_ratio']:.2f}, {r['threads_seen']} OS threads"
+                    msg += f", foreign load {r.get('foreign_cores', 0):.2f} cores"
+                    ref_t = (samples.get("tessera") or [{}])[0].get("tokens") if name == "check" else None
+                    if name == "check" and e != "tessera" and ref_t:
+                        lead, same, tot = agreement(ref_t, r["tokens"])
+                        msg += f", greedy vs Tessera: {lead}/{tot} leading ({same}/{tot} positions)"
+                    log(msg + f", peak RSS {r['maxrss_kb'] / 2**20:.2f} GiB, wall {r['wall_s']:.0f} s")
             for e in models:
-                r = None
-                for attempt in range(1 + args.retries):
-                    warm(e)
-                    ri = run(e, ids, dec)
-                    if r is None or ("error" in r and "error" not in ri) or \
-                            ri.get("foreign_cores", 0) < r.get("foreign_cores", 0):
-                        r = ri
-                    if "error" in ri or ri.get("foreign_cores", 0) <= args.max_foreign or ri["wall_s"] > 240:
-                        break
-                    log(f"{tag} {name} {e}: other processes kept {ri['foreign_cores']:.2f} cores busy; rerunning")
-                    time.sleep(15)
-                res[e][name] = r
-                if "error" in r:
-                    log(f"{tag} {name} {e}: FAILED {r['error']}")
-                    continue
-                msg = f"{tag} {name} {e}: prefill {n} in {r['prefill_s']:.3f} s ({n / r['prefill_s']:.1f} tok/s)"
-                if dec > 1:
-                    msg += f", decode {dec - 1} in {r['decode_s']:.3f} s ({(dec - 1) / r['decode_s']:.2f} tok/s)"
-                if "cpu_ratio" in r:
-                    msg += f", cpu/wall {r['cpu_ratio']:.2f}, {r['threads_seen']} OS threads"
-                msg += f", foreign load {r.get('foreign_cores', 0):.2f} cores"
-                ref_t = res.get("tessera", {}).get("check", {}).get("tokens")
-                if name == "check" and e != "tessera" and ref_t:
-                    lead, same, tot = agreement(ref_t, r["tokens"])
-                    msg += f", greedy vs Tessera: {lead}/{tot} leading ({same}/{tot} positions)"
-                log(msg + f", peak RSS {r['maxrss_kb'] / 2**20:.2f} GiB, wall {r['wall_s']:.0f} s")
+                res[e][name] = median_result(samples[e])
 
         # --- table -----------------------------------------------------------------------------------
         bw = probe()
