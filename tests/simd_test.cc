@@ -82,6 +82,15 @@ TEST(Simd, AllImplementationsMatchDoubleReferences) {
             for (int64_t i = 0; i < n; ++i) want += double(a[i]) * dec[r * st + i], mag += std::fabs(double(a[i]) * dec[r * st + i]);
             ASSERT_NEAR(out[r], want, 4 * std::sqrt(n + 1.0) * eps * mag + 1e-30) << "dot_rows4 n=" << n << " row " << r;
           }
+          // Two f32 rows (a and the f32 row 1 of `rows`) against stored row 0.
+          float out2[2];
+          s.Dot2(which, a.data(), rows.data() + st, enc.data(), n, out2);
+          for (int r = 0; r < 2; ++r) {
+            const float* ar = r == 0 ? a.data() : rows.data() + st;
+            double want = 0, mag = 0;
+            for (int64_t i = 0; i < n; ++i) want += double(ar[i]) * dec[i], mag += std::fabs(double(ar[i]) * dec[i]);
+            ASSERT_NEAR(out2[r], want, 4 * std::sqrt(n + 1.0) * eps * mag + 1e-30) << "dot2 n=" << n << " row " << r;
+          }
         }
         // y += sum_j w_j x_j with four different x rows (rows of `rows`) stored in this dtype.
         std::vector<float> xf(4 * n);

@@ -25,6 +25,11 @@ struct SimdKernels {
   void (*dot_rows4_f32)(const float* a, const float* b, int64_t b_stride, int64_t n, float* out);
   void (*dot_rows4_bf16)(const float* a, const uint16_t* b, int64_t b_stride, int64_t n, float* out);
   void (*dot_rows4_f16)(const float* a, const uint16_t* b, int64_t b_stride, int64_t n, float* out);
+  // Two f32 rows against one b row (each b element loaded and widened once; decode attention
+  // scores for KV groups of two query heads): out[0] = sum_i a0[i] b[i], out[1] = sum_i a1[i] b[i].
+  void (*dot2_f32)(const float* a0, const float* a1, const float* b, int64_t n, float* out);
+  void (*dot2_bf16)(const float* a0, const float* a1, const uint16_t* b, int64_t n, float* out);
+  void (*dot2_f16)(const float* a0, const float* a1, const uint16_t* b, int64_t n, float* out);
   // y[i] += w[0] x[0][i] + w[1] x[1][i] + w[2] x[2][i] + w[3] x[3][i] (y loaded and stored once).
   void (*axpy4_f32)(float* y, const float* w, const void* const* x, int64_t n);
   void (*axpy4_bf16)(float* y, const float* w, const void* const* x, int64_t n);
@@ -69,6 +74,11 @@ struct SimdKernels {
     if (dtype == 0) return dot_rows4_f32(a, static_cast<const float*>(b), b_stride, n, out);
     if (dtype == 1) return dot_rows4_bf16(a, static_cast<const uint16_t*>(b), b_stride, n, out);
     dot_rows4_f16(a, static_cast<const uint16_t*>(b), b_stride, n, out);
+  }
+  void Dot2(int dtype, const float* a0, const float* a1, const void* b, int64_t n, float* out) const {
+    if (dtype == 0) return dot2_f32(a0, a1, static_cast<const float*>(b), n, out);
+    if (dtype == 1) return dot2_bf16(a0, a1, static_cast<const uint16_t*>(b), n, out);
+    dot2_f16(a0, a1, static_cast<const uint16_t*>(b), n, out);
   }
   void Axpy4(int dtype, float* y, const float* w, const void* const* x, int64_t n) const {
     if (dtype == 0) return axpy4_f32(y, w, x, n);

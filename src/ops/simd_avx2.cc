@@ -101,6 +101,36 @@ void DotRows4(const float* a, const T* b, int64_t st, int64_t n, float* out) {
   }
 }
 
+// Two a rows against one b row: b widened once per 8 elements, 4 accumulators (2 per row), both
+// horizontal sums in one pass.
+template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
+void Dot2(const float* a0, const float* a1, const T* b, int64_t n, float* out) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, t0 = s0, t1 = s0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 b0 = Load(b + i), b1 = Load(b + i + 8);
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + i), b0, s0);
+    t0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + i + 8), b1, t0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + i), b0, s1);
+    t1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + i + 8), b1, t1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 b0 = Load(b + i);
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + i), b0, s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + i), b0, s1);
+  }
+  __m256 h = _mm256_hadd_ps(_mm256_add_ps(s0, t0), _mm256_add_ps(s1, t1));  // pairs of row 0, row 1
+  h = _mm256_hadd_ps(h, h);
+  const __m128 r = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  out[0] = _mm_cvtss_f32(r);
+  out[1] = _mm_cvtss_f32(_mm_shuffle_ps(r, r, 1));
+  for (; i < n; ++i) {
+    const float x = Scalar(b[i]);
+    out[0] += a0[i] * x;
+    out[1] += a1[i] * x;
+  }
+}
+
 template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
 void Axpy4(float* y, const float* w, const void* const* xv, int64_t n) {
   const T* x0 = static_cast<const T*>(xv[0]);
@@ -367,6 +397,9 @@ const SimdKernels* SimdAvx2() {
                              DotRows4<float, LoadF32, IdF32>,
                              DotRows4<uint16_t, LoadBf16, Bf16>,
                              DotRows4<uint16_t, LoadF16, F16>,
+                             Dot2<float, LoadF32, IdF32>,
+                             Dot2<uint16_t, LoadBf16, Bf16>,
+                             Dot2<uint16_t, LoadF16, F16>,
                              Axpy4<float, LoadF32, IdF32>,
                              Axpy4<uint16_t, LoadBf16, Bf16>,
                              Axpy4<uint16_t, LoadF16, F16>,

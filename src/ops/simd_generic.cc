@@ -44,6 +44,12 @@ void DotRows4(const float* a, const T* b, int64_t stride, int64_t n, float* out)
   for (int r = 0; r < 4; ++r) out[r] = Dt(a, b + r * stride, n);
 }
 
+template <typename T, float (*Dt)(const float*, const T*, int64_t)>
+void Dot2(const float* a0, const float* a1, const T* b, int64_t n, float* out) {
+  out[0] = Dt(a0, b, n);
+  out[1] = Dt(a1, b, n);
+}
+
 template <typename T, void (*Ax)(float*, float, const T*, int64_t)>
 void Axpy4(float* y, const float* w, const void* const* x, int64_t n) {
   for (int j = 0; j < 4; ++j) Ax(y, w[j], static_cast<const T*>(x[j]), n);
@@ -128,6 +134,9 @@ const SimdKernels& SimdGeneric() {
                              DotRows4<float, DotF32>,
                              DotRows4<uint16_t, DotBf16>,
                              DotRows4<uint16_t, DotF16>,
+                             Dot2<float, DotF32>,
+                             Dot2<uint16_t, DotBf16>,
+                             Dot2<uint16_t, DotF16>,
                              Axpy4<float, AxpyF32>,
                              Axpy4<uint16_t, AxpyBf16>,
                              Axpy4<uint16_t, AxpyF16>,
