@@ -36,45 +36,17 @@ TEST(Linear, MatchesReferenceForAllWeightDtypes) {
   }
 }
 
-// The decode row-dot path directly: item sizes that leave 0-3 rows after the four quarters, one
-// and three threads, strided x and y (nothing written past a row).
-TEST(Linear, RowDotMatchesReferenceAcrossQuarterEdges) {
-  std::mt19937 rng(4);
-  std::normal_distribution<float> nd;
-  ThreadPool pool3(3);
-  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (auto [n, in, out] : {std::tuple{1, 9, 1}, {1, 40, 7}, {2, 33, 67}, {3, 130, 401}, {1, 1152, 1001}}) {
-      const int64_t xs = in + 2, ys = out + 5;
-      std::vector<float> wf(out * in), x(n * xs), y(n * ys), ref(n * ys, -7.0f);
-      for (float& v : wf) v = nd(rng);
-      for (float& v : x) v = nd(rng);
-      std::vector<uint8_t> w(wf.size() * DTypeSize(dt));
-      EncodeFromF32(dt, wf.data(), w.data(), wf.size());
-      const ops::WeightView wv{w.data(), dt, out, in};
-      ops::LinearReference(wv, x.data(), n, xs, ref.data(), ys);
-      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
-        std::fill(y.begin(), y.end(), -7.0f);
-        ops::LinearRowDot(wv, x.data(), n, xs, y.data(), ys, pool);
-        for (int64_t t = 0; t < n; ++t)
-          for (int64_t o = 0; o < ys; ++o) {
-            const size_t i = t * ys + o;
-            if (o >= out) ASSERT_EQ(y[i], -7.0f) << "wrote past the row: t=" << t << " o=" << o;
-            else ASSERT_NEAR(y[i], ref[i], 2e-5 * std::sqrt(double(in)) * 4) << DTypeName(dt) << " out=" << out << " o=" << o;
-          }
-      }
-    }
-  }
-}
-
-// The blocked GEMM directly and through Linear, with token counts, widths and depths that cross
-// every micro-tile (6 x 16) and block (256 deep, 128 wide) edge, strided x and y, 1 and 3 threads.
-TEST(Linear, GemmMatchesReferenceAcrossTileAndBlockEdges) {
+// The blocked GEMM, Linear and the decode row-dot path directly, with token counts, widths and
+// depths that cross every micro-tile (6 x 16) and block (256 deep, 64-128 wide) edge and row-dot
+// work items that leave 0-3 rows after their four quarters; strided x and y, 1 and 3 threads.
+TEST(Linear, PathsMatchReferenceAcrossTileBlockAndQuarterEdges) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   ThreadPool pool3(3);
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (auto [n, in, out] : {std::tuple{1, 5, 3}, {6, 256, 16}, {7, 257, 17}, {13, 600, 129}, {37, 513, 300},
-                              {64, 1024, 128}, {9, 31, 255}}) {
+                              {64, 1024, 128}, {9, 31, 255}, {1, 9, 1}, {1, 40, 7}, {2, 33, 67}, {3, 130, 401},
+                              {1, 1152, 1001}}) {
       const int64_t xs = in + 5, ys = out + 3;
       std::vector<float> wf(out * in), x(n * xs), y(n * ys, -7.0f), ref(n * ys, -7.0f);
       for (float& v : wf) v = nd(rng);
@@ -84,17 +56,18 @@ TEST(Linear, GemmMatchesReferenceAcrossTileAndBlockEdges) {
       const ops::WeightView wv{w.data(), dt, out, in};
       ops::LinearReference(wv, x.data(), n, xs, ref.data(), ys);
       for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
-        for (int path = 0; path < 2; ++path) {
+        for (int path = 0; path < 3; ++path) {
           std::fill(y.begin(), y.end(), -7.0f);
           if (path == 0) ops::Gemm(wv, x.data(), n, xs, y.data(), ys, pool);
-          else ops::Linear(wv, x.data(), n, xs, y.data(), ys, pool);
+          else if (path == 1) ops::Linear(wv, x.data(), n, xs, y.data(), ys, pool);
+          else ops::LinearRowDot(wv, x.data(), n, xs, y.data(), ys, pool);
           for (int64_t t = 0; t < n; ++t)
             for (int64_t o = 0; o < ys; ++o) {
               const size_t i = t * ys + o;
               if (o >= out) {
                 ASSERT_EQ(y[i], -7.0f) << "wrote past the row: t=" << t << " o=" << o;
               } else {
-                ASSERT_NEAR(y[i], ref[i], 2e-5 * std::sqrt(double(in)) * 4) << DTypeName(dt) << " n=" << n << " in=" << in
+                ASSERT_NEAR(y[i], ref[i], 2e-5 * std::sqrt(double(in)) * 4) << DTypeName(dt) << " path " << path << " n=" << n << " in=" << in
                                                                             << " out=" << out << " t=" << t << " o=" << o;
               }
             }
