@@ -1,8 +1,9 @@
 // The inner engine shared by the prefill and decode kernels: a block of query rows (all query
 // heads of one KV group x a run of query positions) consumes key tiles with an online softmax.
-// Each K/V tile is read once per KV group and used by every query row: scores run on the GEMM
-// micro-tile over a packed (widened, transposed) copy of the K tile, and P.V of fully visible
-// tiles on the micro-tile reading V in place; bf16/f16 are widened once per tile, not per row.
+// Each K/V tile is read once per KV group and used by every query row. From kPackedRows rows on,
+// scores run on the GEMM micro-tile over a packed (widened, transposed) copy of the K tile and P.V
+// of fully visible tiles over a packed copy of V, so bf16/f16 are widened once per tile; fewer rows
+// (decode with small groups) read K and V in place, prefetched ahead of the DRAM stream.
 #pragma once
 
 #include <cstdint>
