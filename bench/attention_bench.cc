@@ -48,7 +48,9 @@ int main(int argc, char** argv) {
     }
   }
   const double bw = bench::ReadBandwidthGBs(threads), peak = bench::FmaPeakGflops(threads);
-  std::printf("roofline (%d threads): read bandwidth %.1f GB/s, f32 FMA peak %.1f GFLOP/s\n\n", threads, bw, peak);
+  const double bw_small = bench::ReadBandwidthGBs(threads, int64_t(1) << 30, 5, bench::Paging::kSmall);
+  std::printf("roofline (%d threads): read bandwidth %.1f GB/s (huge pages; 4 KiB pages %.1f), f32 FMA peak %.1f "
+              "GFLOP/s\n\n", threads, bw, bw_small, peak);
   ThreadPool pool(threads);
   Arena arena;
   AttentionContext ctx{&pool, &arena};
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
       std::vector<float> q(hq * d), out(hq * d), kf(hkv * keys * d);
       for (float& v : q) v = nd(rng);
       for (float& v : kf) v = nd(rng);
-      std::vector<uint16_t> k(kf.size()), v(kf.size());
+      // K/V [hkv, keys, d] bf16 in AlignedBuffers, paged like the engine's KV cache.
+      AlignedBuffer k(kf.size() * 2), v(kf.size() * 2);
       EncodeFromF32(DType::kBF16, kf.data(), k.data(), kf.size());
       for (float& x : kf) x = nd(rng);
       EncodeFromF32(DType::kBF16, kf.data(), v.data(), kf.size());
