@@ -1,6 +1,7 @@
 #include "roofline.h"
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -9,12 +10,34 @@
 #include <thread>
 #include <vector>
 
-#include "core/aligned_buffer.h"
+#include "tessera/check.h"
 
 namespace tessera::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A zero-filled (so resident) anonymous buffer of `bytes`, 2 MiB-aligned, paged as asked.
+class ProbeBuffer {
+ public:
+  ProbeBuffer(size_t bytes, Paging paging) : map_bytes_(bytes + kHuge) {
+    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    TESSERA_CHECK(map_ != MAP_FAILED, "roofline probe: mmap failed");
+    data_ = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(map_) + kHuge - 1) & ~uintptr_t(kHuge - 1));
+    madvise(data_, bytes, paging == Paging::kHuge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);  // a hint
+    std::memset(data_, 0, bytes);
+  }
+  ~ProbeBuffer() { munmap(map_, map_bytes_); }
+  ProbeBuffer(const ProbeBuffer&) = delete;
+  ProbeBuffer& operator=(const ProbeBuffer&) = delete;
+  const float* data() const { return data_; }
+
+ private:
+  static constexpr size_t kHuge = size_t{2} << 20;
+  size_t map_bytes_;
+  void* map_;
+  float* data_;
+};
 
 __attribute__((target("avx2"))) float SumAvx2(const float* p, int64_t n) {
   __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
@@ -60,7 +83,7 @@ double TimeOnThreads(int threads, const std::function<void(int)>& fn) {
 
 }  // namespace
 
-double ReadBandwidthGBs(int threads, int64_t bytes, int reps) {
+double ReadBandwidthGBs(int threads, int64_t bytes, int reps, Paging paging) {
   const int64_t n = bytes / 4;
   const int64_t per = (n / threads) & ~int64_t(31);
   const bool avx2 = __builtin_cpu_supports("avx2");
@@ -69,8 +92,8 @@ double ReadBandwidthGBs(int threads, int64_t bytes, int reps) {
   for (int r = 0; r < reps; ++r) {
     // A fresh buffer each time: on this VM the same code reads some allocations' pages at
     // ~50 GB/s and most at ~33, so one lucky buffer must not set the roofline.
-    AlignedBuffer buf(static_cast<size_t>(bytes));  // zero-filled, so every page is resident
-    const float* p = static_cast<const float*>(buf.data());
+    const ProbeBuffer buf(static_cast<size_t>(bytes), paging);
+    const float* p = buf.data();
     double best = 0;
     for (int pass = 0; pass < 3; ++pass) {
       const double s = TimeOnThreads(

@@ -10,10 +10,16 @@
 
 namespace tessera::bench {
 
+// How the probe's buffer is paged. Huge (2 MiB transparent huge pages, where the kernel grants
+// them) is the machine's best plain stream and the roofline the benchmarks quote: on the
+// benchmark VM it reads ~35 GB/s against ~30 for 4 KiB pages (fewer TLB walks), and weights
+// mapped from the page cache are often huge-page mapped too.
+enum class Paging { kHuge, kSmall };
+
 // Read bandwidth in GB/s: `threads` threads, started together, each sum their share of a
 // `bytes`-sized f32 buffer with AVX2 loads when available; the best of 3 passes per buffer, the
 // median over `reps` freshly allocated buffers (physical placement moves it on a VM).
-double ReadBandwidthGBs(int threads, int64_t bytes = int64_t(1) << 30, int reps = 5);
+double ReadBandwidthGBs(int threads, int64_t bytes = int64_t(1) << 30, int reps = 5, Paging paging = Paging::kHuge);
 
 // f32 GFLOP/s of independent register-only AVX2 FMA chains on `threads` threads (the compute
 // peak; 0 without AVX2+FMA).
