@@ -16,13 +16,18 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
 constexpr int64_t kScoreChunk = 64;  // head dims summed per FMA chain in the packed score path
-constexpr int64_t kPrefetchKeys = 32;  // how far ahead the few-row path prefetches K rows (16 KiB at D 256 bf16)
+// How far ahead the few-row path prefetches: K rows into L1, and K and V rows into L2 (at D 256
+// bf16: 16 KiB and 64 KiB of each stream).
+constexpr int64_t kPrefetchKeys = 32;
+constexpr int64_t kPrefetchL2Keys = 128;
 
-// Asks for every cache line of [p, p + bytes) into L1 (a hint: no fault, no wait).
+// Asks for every cache line of [p, p + bytes) into L1 (Locality 3) or L2 (Locality 1); a hint:
+// no fault, no wait.
+template <int Locality>
 void Prefetch(const void* p, int64_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + static_cast<uintptr_t>(bytes);
   for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, Locality);
 }
 
 }  // namespace
@@ -103,14 +108,20 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     // so little arithmetic per byte the core waits on DRAM unless loads are issued well ahead:
     // the hardware prefetcher alone gave 13-15 GB/s of the 33 (16q/8kv x 256, 8k-32k keys), so
     // each key's pass also prefetches the K row kPrefetchKeys ahead and this tile's V row (read
-    // by P.V below): 19-24 GB/s (16-64 keys ahead measured alike within the noise; four keys
-    // per pass via dot_rows4 measured slower). Rows go in pairs that widen each K element once
-    // (dot2: +12% single-thread from cache; from DRAM level with per-row dots within the noise).
+    // by P.V below) into L1: 19-24 GB/s (16-64 keys ahead measured alike; four keys per pass via
+    // dot_rows4 measured slower). L1 prefetches hold one of the core's few L1 miss slots for a
+    // whole DRAM round trip, so the K and V rows kPrefetchL2Keys ahead are also asked into L2,
+    // whose larger miss queue keeps more lines in flight: +10-19% at 8k-32k keys (64-256 keys
+    // ahead alike, 512 less; dropping either L1 prefetch is slower). Rows go in pairs that widen
+    // each K element once (dot2: +12% single-thread from cache; from DRAM level with per-row dots).
     const int64_t k_bytes = D_ * DTypeSize(p_.k.dtype), v_bytes = Dv_ * DTypeSize(p_.v.dtype);
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t ahead = std::min(j0 + t + kPrefetchKeys, p_.k.seq - 1);  // a row of the view
-      Prefetch(p_.k.At(b_, g_, ahead), k_bytes);
-      Prefetch(v_rows[t], v_bytes);
+      const int64_t ahead = std::min(j0 + t + kPrefetchKeys, p_.k.seq - 1);  // rows of the view
+      const int64_t far = std::min(j0 + t + kPrefetchL2Keys, p_.k.seq - 1);
+      Prefetch<1>(p_.k.At(b_, g_, far), k_bytes);
+      Prefetch<1>(p_.v.At(b_, g_, far), v_bytes);
+      Prefetch<3>(p_.k.At(b_, g_, ahead), k_bytes);
+      Prefetch<3>(v_rows[t], v_bytes);
       int64_t r = 0;
       for (; r + 2 <= rows_; r += 2) {
         float two[2];
