@@ -111,9 +111,10 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     // by P.V below) into L1: 19-24 GB/s (16-64 keys ahead measured alike; four keys per pass via
     // dot_rows4 measured slower). L1 prefetches hold one of the core's few L1 miss slots for a
     // whole DRAM round trip, so the K and V rows kPrefetchL2Keys ahead are also asked into L2,
-    // whose larger miss queue keeps more lines in flight: +4-19% at 8k, +10-16% at 32k keys (64-256
-    // keys ahead alike, 512 less; without the L1 V prefetch slower, without the L1 K one level). Rows go in pairs that widen
-    // each K element once (dot2: +12% single-thread from cache; from DRAM level with per-row dots).
+    // whose larger miss queue keeps more lines in flight: +4-19% at 8k, +10-16% at 32k keys
+    // (64-256 keys ahead alike, 512 less; without the L1 V prefetch slower, without the L1 K one
+    // level). Rows go in pairs that widen each K element once (dot2: +12% single-thread from
+    // cache; from DRAM level with per-row dots).
     const int64_t k_bytes = D_ * DTypeSize(p_.k.dtype), v_bytes = Dv_ * DTypeSize(p_.v.dtype);
     for (int64_t t = 0; t < n; ++t) {
       const int64_t ahead = std::min(j0 + t + kPrefetchKeys, p_.k.seq - 1);  // rows of the view
