@@ -79,6 +79,8 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   // is read from memory once per KV head and reused from cache by every query row of the group.
   const ops::SimdKernels& simd = ops::Simd();
   const int dt = static_cast<int>(p_.k.dtype);
+  // The key `keys` past tile key t, clamped to the view (what the few-row path prefetches).
+  auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
   const void* k_rows[kTileK];
   const void* v_rows[kTileK];
   for (int64_t t = 0; t < n; ++t) {
@@ -118,8 +120,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     // per-row dots).
     const int64_t k_bytes = D_ * DTypeSize(p_.k.dtype), v_bytes = Dv_ * DTypeSize(p_.v.dtype);
     for (int64_t t = 0; t < n; ++t) {
-      const int64_t ahead = std::min(j0 + t + kPrefetchKeys, p_.k.seq - 1);  // rows of the view
-      const int64_t far = std::min(j0 + t + kPrefetchL2Keys, p_.k.seq - 1);
+      const int64_t ahead = key_ahead(t, kPrefetchKeys), far = key_ahead(t, kPrefetchL2Keys);
       Prefetch<1>(p_.k.At(b_, g_, far), k_bytes);
       if (cls != TileClass::kFull) Prefetch<1>(p_.v.At(b_, g_, far), v_bytes);
       Prefetch<3>(p_.k.At(b_, g_, ahead), k_bytes);
@@ -196,7 +197,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   const size_t es = DTypeSize(p_.v.dtype);
   const bool packed = rows_ >= kPackedRows;
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);
-  const int64_t v_share = (n + (Dv_ + 15) / 16 - 1) / ((Dv_ + 15) / 16);  // V rows per column block
+  const int64_t col_blocks = (Dv_ + 15) / 16, v_share = (n + col_blocks - 1) / col_blocks;  // V rows per block
   for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
     const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
     const float* a[6];
@@ -207,7 +208,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
         simd.gemm_tile(a, vp_ + c0 * n, n, o_ + r0 * Dv_ + c0, Dv_, mr, nr, true);
       } else {
         for (int64_t t = c0 / 16 * v_share; t < std::min(c0 / 16 * v_share + v_share, n); ++t)
-          Prefetch<1>(p_.v.At(b_, g_, std::min(j0 + t + kPrefetchL2Keys, p_.k.seq - 1)), Dv_ * es);
+          Prefetch<1>(p_.v.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), Dv_ * es);
         simd.gemm_tile_b(dt, a, static_cast<const char*>(v_rows[0]) + c0 * es, p_.v.stride_seq, n, o_ + r0 * Dv_ + c0,
                          Dv_, mr, nr, true);
       }
