@@ -1,13 +1,16 @@
 // Attention kernels at the performance issue's Gemma shapes, timed in C++ (no binding overhead)
 // beside the machine's roofline measured in the same run (bench/roofline.h):
 //   decode  (16 q, 8 kv, 256) and (16 q, 1 kv, 512), bf16 K/V, 1k / 8k / 32k keys: ms, GB/s of K/V
-//           read, % of the multi-thread read bandwidth, GFLOP/s and % of the FMA peak;
-//   prefill (16 q, 8 kv, 256) f32, S = 2048 / 4096 / 8192: causal and window 1024, each with and
+//           read, % of the multi-thread read bandwidth, GFLOP/s and % of the compute peak;
+//   prefill (16 q, 8 kv, 256), S = 2048 / 4096 / 8192: causal and window 1024, each with and
 //           without a 256-token image block in the middle: ms, GFLOP/s on visible pairs, % of peak,
 //           the window / causal cost ratio and the image-block overhead.
-// The onnxruntime comparison of the same shapes is bench/attention_peers.py.
+// Each at precision f32 (prefill with f32 K/V) and bf16 (bf16 K/V; its peak is the bf16 dot
+// product's where the CPU has AVX-512-BF16, else the FMA peak). The onnxruntime comparison of the
+// same shapes is bench/attention_peers.py.
 //
 //   build/release/tessera_bench_attention [--threads N] [--reps R] [--max-s 8192] [--max-keys 32768]
+//                                         [--precision f32|bf16|both]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,30 +41,42 @@ void Check(const Status& s) {
 int main(int argc, char** argv) {
   int threads = DefaultThreadCount(), reps = 5;
   int64_t max_s = 8192, max_keys = 32768;
+  std::vector<AttentionPrecision> precisions = {AttentionPrecision::kF32, AttentionPrecision::kBf16};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--max-s") max_s = std::atoll(argv[i + 1]);
     else if (a == "--max-keys") max_keys = std::atoll(argv[i + 1]);
-    else {
+    else if (a == "--precision" && std::string(argv[i + 1]) != "both") {
+      precisions.assign(1, AttentionPrecision::kF32);
+      if (!ParseAttentionPrecision(argv[i + 1], &precisions[0])) {
+        std::fprintf(stderr, "--precision: f32, bf16 or both, not %s\n", argv[i + 1]);
+        return 2;
+      }
+    } else if (a == "--precision") {
+    } else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
     }
   }
   const double bw = bench::ReadBandwidthGBs(threads), peak = bench::FmaPeakGflops(threads);
   const double bw_small = bench::ReadBandwidthGBs(threads, int64_t(1) << 30, 5, bench::Paging::kSmall);
+  const double dot_peak = bench::Bf16DotPeakGflops(threads);
   std::printf("roofline (%d threads): read bandwidth %.1f GB/s (huge pages; 4 KiB pages %.1f), f32 FMA peak %.1f "
-              "GFLOP/s\n\n", threads, bw, bw_small, peak);
+              "GFLOP/s, bf16 dot peak %.1f GFLOP/s\n\n", threads, bw, bw_small, peak, dot_peak);
+  // The compute peak of a precision: bf16 runs on the dot product where the CPU has it.
+  auto peak_of = [&](AttentionPrecision pr) { return pr == AttentionPrecision::kBf16 && dot_peak > 0 ? dot_peak : peak; };
   ThreadPool pool(threads);
   Arena arena;
   AttentionContext ctx{&pool, &arena};
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
 
-  std::printf("%-26s %7s %10s %9s %8s %10s %8s\n", "decode (bf16 K/V)", "keys", "ms", "GB/s", "% bw", "GFLOP/s",
-              "% peak");
+  std::printf("%-26s %5s %7s %10s %9s %8s %10s %8s\n", "decode (bf16 K/V)", "prec", "keys", "ms", "GB/s", "% bw",
+              "GFLOP/s", "% peak");
   for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 256}, {16, 1, 512}}) {
+   for (AttentionPrecision precision : precisions) {
     for (int64_t keys : {1024, 8192, 32768}) {
       if (keys > max_keys) continue;
       std::vector<float> q(hq * d), out(hq * d), kf(hkv * keys * d), vf(kf.size());
@@ -86,6 +101,7 @@ int main(int argc, char** argv) {
         p.mask.q_pos = qpos.data();
         p.mask.k_pos = kpos.data();
         p.scale = 1.0f / 16;
+        p.precision = precision;
         per_alloc.push_back(bench::MedianMs(reps * 4, [&] { Check(Attention(p, ctx)); }));
       }
       std::sort(per_alloc.begin(), per_alloc.end());
@@ -93,20 +109,29 @@ int main(int argc, char** argv) {
       const double bytes = 2.0 * hkv * keys * d * 2, flops = 4.0 * hq * keys * d;
       char name[64];
       std::snprintf(name, sizeof name, "%lldq/%lldkv x %lld", (long long)hq, (long long)hkv, (long long)d);
-      std::printf("%-26s %7lld %10.3f %9.1f %8.0f %10.1f %8.0f\n", name, (long long)keys, ms, bytes / ms / 1e6,
-                  100 * bytes / ms / 1e6 / bw, flops / ms / 1e6, 100 * flops / ms / 1e6 / peak);
+      std::printf("%-26s %5s %7lld %10.3f %9.1f %8.0f %10.1f %8.0f\n", name, AttentionPrecisionName(precision),
+                  (long long)keys, ms, bytes / ms / 1e6, 100 * bytes / ms / 1e6 / bw, flops / ms / 1e6,
+                  100 * flops / ms / 1e6 / peak_of(precision));
     }
+   }
   }
 
-  std::printf("\n%-26s %7s %10s %10s %8s %14s %14s\n", "prefill 16q/8kv x 256 f32", "S", "ms", "GFLOP/s", "% peak",
-              "window/causal", "image overhead");
+  std::printf("\n%-26s %5s %7s %10s %10s %8s %14s %14s\n", "prefill 16q/8kv x 256", "prec", "S", "ms", "GFLOP/s",
+              "% peak", "window/causal", "image overhead");
   const int64_t hq = 16, hkv = 8, d = 256;
   for (int64_t s : {2048, 4096, 8192}) {
-    if (s > max_s) continue;
-    std::vector<float> q(hq * s * d), k(hkv * s * d), v(hkv * s * d), out(hq * s * d);
+   if (s > max_s) continue;
+   for (AttentionPrecision precision : precisions) {
+    // K/V f32 at precision f32, bf16 at bf16 (which needs them).
+    const bool bf16 = precision == AttentionPrecision::kBf16;
+    const DType kv_dtype = bf16 ? DType::kBF16 : DType::kF32;
+    std::vector<float> q(hq * s * d), kf(hkv * s * d), vf(hkv * s * d), out(hq * s * d);
     for (float& x : q) x = nd(rng);
-    for (float& x : k) x = nd(rng);
-    for (float& x : v) x = nd(rng);
+    for (float& x : kf) x = nd(rng);
+    for (float& x : vf) x = nd(rng);
+    AlignedBuffer k(kf.size() * DTypeSize(kv_dtype)), v(vf.size() * DTypeSize(kv_dtype));
+    EncodeFromF32(kv_dtype, kf.data(), k.data(), kf.size());
+    EncodeFromF32(kv_dtype, vf.data(), v.data(), vf.size());
     std::vector<int32_t> pos(s), blk(s, -1);
     for (int64_t j = 0; j < s; ++j) pos[j] = static_cast<int32_t>(j);
     for (int64_t j = s / 2; j < s / 2 + 256; ++j) blk[j] = 0;
@@ -116,8 +141,9 @@ int main(int argc, char** argv) {
       for (int image : {0, 1}) {
         AttentionParams p;
         p.q = HeadsView::Dense(q.data(), DType::kF32, 1, hq, s, d);
-        p.k = HeadsView::Dense(k.data(), DType::kF32, 1, hkv, s, d);
-        p.v = HeadsView::Dense(v.data(), DType::kF32, 1, hkv, s, d);
+        p.k = HeadsView::Dense(k.data(), kv_dtype, 1, hkv, s, d);
+        p.v = HeadsView::Dense(v.data(), kv_dtype, 1, hkv, s, d);
+        p.precision = precision;
         p.out = OutView::Dense(out.data(), 1, hq, s, d);
         p.mask.q_pos = pos.data();
         p.mask.k_pos = pos.data();
@@ -143,10 +169,11 @@ int main(int argc, char** argv) {
         }
         if (!window) causal_ms[image] = ms;
         if (!image) plain_ms = ms;
-        std::printf("%-26s %7lld %10.1f %10.1f %8.0f %14s %14s\n", name, (long long)s, ms, gf, 100 * gf / peak, ratio,
-                    over);
+        std::printf("%-26s %5s %7lld %10.1f %10.1f %8.0f %14s %14s\n", name, AttentionPrecisionName(precision),
+                    (long long)s, ms, gf, 100 * gf / peak_of(precision), ratio, over);
       }
     }
+   }
   }
   return 0;
 }

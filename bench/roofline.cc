@@ -72,6 +72,20 @@ __attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
   return t[0];
 }
 
+__attribute__((target("avx512f,avx512bf16"))) float Bf16DotLoop(int64_t iters) {
+  __m512 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(1.0f + j * 1e-3f);
+  const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f7f3f7f));  // (0.996, 0.996)
+  const __m512bh y = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x33d633d6));  // (1e-7, 1e-7)
+  for (int64_t i = 0; i < iters; ++i)
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
+  __m512 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
+  alignas(64) float t[16];
+  _mm512_store_ps(t, s);
+  return t[0];
+}
+
 // Wall seconds for fn(t) on `threads` threads started together.
 double TimeOnThreads(int threads, const std::function<void(int)>& fn) {
   std::vector<std::thread> ts;
@@ -114,6 +128,18 @@ double FmaPeakGflops(int threads) {
   for (int r = 0; r < 3; ++r) {
     const double s = TimeOnThreads(threads, [&](int t) { sink[t] += FmaLoopAvx2(iters); });
     best = std::max(best, threads * iters * 10.0 * 8 * 2 / s / 1e9);
+  }
+  return best;
+}
+
+double Bf16DotPeakGflops(int threads) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) return 0;
+  const int64_t iters = 10'000'000;
+  std::vector<float> sink(threads);
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    const double s = TimeOnThreads(threads, [&](int t) { sink[t] += Bf16DotLoop(iters); });
+    best = std::max(best, threads * iters * 12.0 * 16 * 4 / s / 1e9);
   }
   return best;
 }

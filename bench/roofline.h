@@ -25,6 +25,10 @@ double ReadBandwidthGBs(int threads, int64_t bytes = int64_t(1) << 30, int reps 
 // peak; 0 without AVX2+FMA).
 double FmaPeakGflops(int threads);
 
+// The same for AVX-512-BF16's bf16 dot product (vdpbf16ps, 2 multiply-adds per f32 lane): the
+// compute peak of attention at precision bf16; 0 where the CPU lacks it.
+double Bf16DotPeakGflops(int threads);
+
 // Median wall milliseconds of `reps` calls of f, after one untimed warm-up call.
 template <typename F>
 double MedianMs(int reps, F&& f) {

@@ -8,6 +8,8 @@
 //   Visible(q, k) = valid(k) AND ((window AND causal-part) OR same block) AND dense.
 // A query row with no visible key yields zeros. Scores: s = (q.k) * scale, then softcap
 // c*tanh(s/c) if c > 0, then the additive dense bias, then softmax in f32, then P.V.
+// AttentionPrecision::kBf16 rounds q and the softmax weights to bf16 before their products (what a
+// bf16 model computes in transformers); products stay exact and sums f32.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +84,19 @@ struct MaskSpec {
   DenseMask dense;
 };
 
+// What the products of q.k and P.V are computed from (sums are f32 in both).
+//   kF32:  q and the softmax weights as f32: the faithful default.
+//   kBf16: q rounded to bf16 (before the scale), and each softmax weight rounded to bf16 before
+//          it multiplies V: the operands a bf16 model has in transformers (which rounds the
+//          normalized weights; the kernels round the running numerators, the same relative
+//          error). K/V must be bf16. On CPUs with AVX-512-BF16 the tiled kernels then use its
+//          bf16 dot-product instruction (twice the f32 FMA rate); elsewhere the same rounded
+//          values go through the f32 kernels, so every CPU computes the same thing.
+enum class AttentionPrecision { kF32, kBf16 };
+const char* AttentionPrecisionName(AttentionPrecision p);
+// "f32", "bf16"; false for anything else.
+bool ParseAttentionPrecision(const std::string& name, AttentionPrecision* out);
+
 struct AttentionParams {
   HeadsView q;  // [B, Hq, S_q, D] f32
   HeadsView k;  // [B, Hkv, S_kv, D] f32 | bf16 | f16
@@ -90,6 +105,7 @@ struct AttentionParams {
   MaskSpec mask;
   float scale = 1.0f;    // multiplies q.k
   float softcap = 0.0f;  // 0 = off
+  AttentionPrecision precision = AttentionPrecision::kF32;
 };
 
 enum class AttentionKernel { kAuto, kReference, kPrefill, kDecode };

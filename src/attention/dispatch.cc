@@ -27,6 +27,19 @@ bool ParseAttentionKernel(const std::string& name, AttentionKernel* out) {
   return false;
 }
 
+const char* AttentionPrecisionName(AttentionPrecision p) {
+  return p == AttentionPrecision::kBf16 ? "bf16" : "f32";
+}
+
+bool ParseAttentionPrecision(const std::string& name, AttentionPrecision* out) {
+  for (AttentionPrecision p : {AttentionPrecision::kF32, AttentionPrecision::kBf16})
+    if (name == AttentionPrecisionName(p)) {
+      *out = p;
+      return true;
+    }
+  return false;
+}
+
 // Every input ValidateAttention() accepts is supported by all three kernels (head_dim up to
 // kMaxHeadDim, any strides, any mask), so dispatch is a pure cost choice: the split-K decode
 // kernel when one query row per head must spread the keys over threads, the tiled kernel

@@ -3,6 +3,8 @@
 // Visible keys are accumulated in (position, slot) order, so the result does not depend on where
 // a cache stores its keys: a ring store and a dense store holding the same tokens give bit-identical
 // outputs, which the KV cache property tests rely on.
+// Precision bf16 rounds each q element and each normalized softmax weight to bf16 before their
+// products, as a bf16 model in transformers does.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -18,7 +20,10 @@ void ReferenceAttention(const AttentionParams& p) {
   const int64_t B = p.q.batch, Hq = p.q.heads, S_q = p.q.seq, D = p.q.dim;
   const int64_t Hkv = p.k.heads, S_kv = p.k.seq, Dv = p.v.dim;
   const int64_t group = Hq / Hkv;
-  std::vector<float> k_row(D), v_row(Dv);
+  const bool bf16 = p.precision == AttentionPrecision::kBf16;
+  auto operand = [bf16](float x) { return bf16 ? Bf16ToF32(F32ToBf16(x)) : x; };
+  std::vector<float> q_row(D), k_row(D), v_row(Dv);
+  std::vector<double> weights(S_kv);
   std::vector<double> scores(S_kv), acc(Dv);
   std::vector<char> visible(S_kv);
   std::vector<int64_t> order;  // visible key slots sorted by position
@@ -27,7 +32,9 @@ void ReferenceAttention(const AttentionParams& p) {
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t g = h / group;
       for (int64_t i = 0; i < S_q; ++i) {
-        const float* q = reinterpret_cast<const float*>(p.q.At(b, h, i));
+        const float* q_in = reinterpret_cast<const float*>(p.q.At(b, h, i));
+        for (int64_t d = 0; d < D; ++d) q_row[d] = operand(q_in[d]);
+        const float* q = q_row.data();
         const int32_t qp = m.q_pos[b * S_q + i];
         const int32_t qb = m.q_block ? m.q_block[b * S_q + i] : -1;
         double max_s = -std::numeric_limits<double>::infinity();
@@ -54,15 +61,15 @@ void ReferenceAttention(const AttentionParams& p) {
         const int32_t* kp = m.k_pos + b * S_kv;
         std::sort(order.begin(), order.end(), [kp](int64_t x, int64_t y) { return kp[x] != kp[y] ? kp[x] < kp[y] : x < y; });
         double denom = 0;
+        for (int64_t j : order) denom += weights[j] = std::exp(scores[j] - max_s);
         for (int64_t d = 0; d < Dv; ++d) acc[d] = 0;
         for (int64_t j : order) {
-          const double w = std::exp(scores[j] - max_s);
-          denom += w;
+          const double w = bf16 ? operand(static_cast<float>(weights[j] / denom)) : weights[j] / denom;
           DecodeToF32(p.v.dtype, p.v.At(b, g, j), v_row.data(), Dv);
           for (int64_t d = 0; d < Dv; ++d) acc[d] += w * v_row[d];
         }
         float* out = p.out.At(b, h, i);
-        for (int64_t d = 0; d < Dv; ++d) out[d] = denom > 0 ? static_cast<float>(acc[d] / denom) : 0.0f;
+        for (int64_t d = 0; d < Dv; ++d) out[d] = denom > 0 ? static_cast<float>(acc[d]) : 0.0f;
       }
     }
   }

@@ -1,10 +1,12 @@
 #include "attention/tile_kernel.h"
 
+#include "ops/bf16_dot.h"
 #include "ops/simd.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace tessera::attn {
@@ -30,13 +32,41 @@ void Prefetch(const void* p, int64_t bytes) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, Locality);
 }
 
+// Rounds finite non-negative values (softmax weights) to the nearest bf16, ties to even, in place.
+void RoundToBf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(x + i, &b, 4);
+  }
+}
+
+// Words of bf16 pairs (x[2p], x[2p + 1]) from values that are already bf16 (exact), 0 past n.
+void PackBf16Pairs(const float* x, int64_t n, uint32_t* w) {
+  for (int64_t p = 0; p < (n + 1) / 2; ++p) {
+    uint32_t lo, hi = 0;
+    std::memcpy(&lo, x + 2 * p, 4);
+    if (2 * p + 1 < n) std::memcpy(&hi, x + 2 * p + 1, 4);
+    w[p] = (lo >> 16) | (hi & 0xffff0000u);
+  }
+}
+
+// The bf16 dot-product path's scratch: q panels, one panel's scores, V pair panels, weight pairs.
+int64_t DotScratchFloats(int64_t D, int64_t Dv, int64_t max_rows) {
+  return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + Pad16(Dv) * (kTileK / 2) +
+         Pad16(max_rows * (kTileK / 2));
+}
+
 }  // namespace
 
 int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_rows) {
   const int64_t D = p.q.dim, Dv = p.v.dim;
   // The packed K/V tiles exist only for blocks that can reach kPackedRows rows.
-  const int64_t packed = max_rows >= kPackedRows ? Pad16(kTileK * D) + kTileK * Pad16(Dv) : 0;
-  return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + packed + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
+  const bool many = max_rows >= kPackedRows;
+  const int64_t packed = many ? Pad16(kTileK * D) + kTileK * Pad16(Dv) : 0;
+  const int64_t dot = many && p.precision == AttentionPrecision::kBf16 ? DotScratchFloats(D, Dv, max_rows) : 0;
+  return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + packed + dot + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
 }
 
 GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch)
@@ -53,6 +83,15 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
     kp_ = take(kTileK * D_);
     vp_ = take(kTileK * Pad16(Dv_));
   }
+  bf16_ = p.precision == AttentionPrecision::kBf16;
+  if (bf16_ && max_rows >= kPackedRows) {
+    pairs_ = D_ / 2;
+    qw_ = reinterpret_cast<uint32_t*>(take((max_rows + 15) / 16 * 16 * pairs_));
+    st_ = take(kTileK * 16);
+    vw_ = reinterpret_cast<uint32_t*>(take(Pad16(Dv_) * (kTileK / 2)));
+    pw_ = reinterpret_cast<uint32_t*>(take(max_rows * (kTileK / 2)));
+    if (D_ % 2 == 0) dot_ = ops::Bf16Dot();  // (an odd head_dim stays on the f32 kernels)
+  }
   o_ = take(max_rows * Dv_);
   m_ = take(max_rows);
   l_ = take(max_rows);
@@ -65,10 +104,27 @@ void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
     const int64_t h = g * group_ + r / n_q, i = i0 + r % n_q;
     const float* src = reinterpret_cast<const float*>(p_.q.At(b, h, i));
     float* dst = q_ + r * D_;
-    for (int64_t d = 0; d < D_; ++d) dst[d] = src[d] * p_.scale;
+    if (bf16_) {
+      for (int64_t d = 0; d < D_; ++d) dst[d] = Bf16ToF32(F32ToBf16(src[d])) * p_.scale;
+    } else {
+      for (int64_t d = 0; d < D_; ++d) dst[d] = src[d] * p_.scale;
+    }
     std::fill(o_ + r * Dv_, o_ + (r + 1) * Dv_, 0.0f);
     m_[r] = kNegInf;
     l_[r] = 0.0f;
+  }
+  if (dot_ && rows_ >= kPackedRows) {
+    // q as bf16 pairs in 16-row panels (rows past rows_ zero): word (p, r) = (q[r][2p], q[r][2p + 1]).
+    for (int64_t r = 0; r < (rows_ + 15) / 16 * 16; ++r) {
+      uint32_t* panel = qw_ + r / 16 * 16 * pairs_ + r % 16;
+      if (r >= rows_) {
+        for (int64_t pr = 0; pr < pairs_; ++pr) panel[pr * 16] = 0;
+        continue;
+      }
+      const float* src = reinterpret_cast<const float*>(p_.q.At(b, g * group_ + r / n_q, i0 + r % n_q));
+      for (int64_t pr = 0; pr < pairs_; ++pr)
+        panel[pr * 16] = F32ToBf16(src[2 * pr]) | static_cast<uint32_t>(F32ToBf16(src[2 * pr + 1])) << 16;
+    }
   }
 }
 
@@ -87,7 +143,29 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     k_rows[t] = p_.k.At(b_, g_, j0 + t);
     v_rows[t] = p_.v.At(b_, g_, j0 + t);
   }
-  if (rows_ >= kPackedRows) {
+  const bool dot = dot_ && rows_ >= kPackedRows;
+  if (dot) {
+    // Scores on the bf16 dot product: each 16-row q panel against the K rows in place, then
+    // transposed into s_ and scaled (q was rounded before the scale).
+    // Eight keys per call, each call preceded by asking for the K and V rows kPrefetchL2Keys
+    // ahead into L2, as the few-row path does: without it the first touch of K (here) and of V
+    // (in the pair packing) waits on DRAM.
+    const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
+    const int64_t k_bytes = D_ * 2, v_bytes = Dv_ * 2;
+    for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
+      for (int64_t t0 = 0; t0 < n; t0 += 8) {
+        const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
+        if (r0 == 0)
+          for (int64_t t = t0; t < t0 + nk; ++t) {
+            Prefetch<1>(p_.k.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), k_bytes);
+            Prefetch<1>(p_.v.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), v_bytes);
+          }
+        dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16);
+      }
+      for (int64_t r = 0; r < std::min<int64_t>(16, rows_ - r0); ++r)
+        for (int64_t t = 0; t < n; ++t) s_[(r0 + r) * kTileK + t] = st_[t * 16 + r] * p_.scale;
+    }
+  } else if (rows_ >= kPackedRows) {
     // Scores on the GEMM micro-tile: the K tile widened and transposed once into 16-key panels,
     // then six query rows at a time against each panel.
     for (int64_t t = 0; t < n; t += 16)
@@ -172,6 +250,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     }
     // Softmax weights in place (masked keys, -inf, become 0).
     l_[r] += simd.exp_sub_sum(s, n, m_new);
+    if (bf16_) RoundToBf16(s, n);  // the weights P.V multiplies; l_ keeps the unrounded sum
     if (cls == TileClass::kFull) continue;  // every key visible: P.V runs below for all rows
     // P.V over the keys with weight only (a masked key's V may hold anything, even NaN), four V
     // rows per pass so the output row is loaded and stored once per four keys.
@@ -194,6 +273,21 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   // place, and each 16-column block asks for its share of the V rows kPrefetchL2Keys ahead into
   // L2, so DRAM requests keep flowing while P.V computes instead of all leaving during the score
   // pass: +9-15% at 32k keys, +1-17% at 8k (16q/8kv x 256, three in-process A/Bs).
+  if (dot) {
+    // Fully visible tile on the bf16 dot product: V as pair panels, 8 rows x 32 columns per pass.
+    const int64_t pairs = (n + 1) / 2;
+    dot_->pack_pairs16(static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, n, Dv_, vw_);
+    for (int64_t r = 0; r < rows_; ++r) PackBf16Pairs(s_ + r * kTileK, n, pw_ + r * (kTileK / 2));
+    for (int64_t r0 = 0; r0 < rows_; r0 += 8) {
+      const int mr = static_cast<int>(std::min<int64_t>(8, rows_ - r0));
+      const uint32_t* w[8];
+      for (int r = 0; r < 8; ++r) w[r] = pw_ + (r0 + (r < mr ? r : 0)) * (kTileK / 2);
+      for (int64_t c0 = 0; c0 < Dv_; c0 += 32)
+        dot_->pv_tile(w, vw_ + c0 / 16 * pairs * 16, pairs, o_ + r0 * Dv_ + c0, Dv_, mr,
+                      static_cast<int>(std::min<int64_t>(32, Dv_ - c0)));
+    }
+    return;
+  }
   const size_t es = DTypeSize(p_.v.dtype);
   const bool packed = rows_ >= kPackedRows;
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);

@@ -4,6 +4,9 @@
 // scores run on the GEMM micro-tile over a packed (widened, transposed) copy of the K tile and P.V
 // of fully visible tiles over a packed copy of V, so bf16/f16 are widened once per tile; fewer rows
 // (decode with small groups) read K and V in place, prefetched ahead of the DRAM stream.
+// At precision bf16 q and the softmax weights are rounded to bf16 (AttentionPrecision); from
+// kPackedRows rows on, where the CPU has AVX-512-BF16, the products then run on its bf16 dot
+// product: scores from 16-row query panels against K read in place, P.V against V pair panels.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +14,10 @@
 #include "attention/mask.h"
 #include "core/aligned_buffer.h"
 #include "tessera/attention.h"
+
+namespace tessera::ops {
+struct Bf16DotKernels;
+}
 
 namespace tessera::attn {
 
@@ -48,6 +55,14 @@ class GroupTileKernel {
   float* s_;   // [max_rows, kTileK] scores of the current tile, then its softmax weights
   float* kp_ = nullptr;  // [kTileK / 16][D][16] the K tile as f32 panels of 16 keys (rows >= kPackedRows)
   float* vp_ = nullptr;  // [ceil(Dv / 16)][kTileK][16] the V tile as f32 panels of 16 dims (same)
+  // Precision bf16 on the dot-product kernels (null: f32 kernels, on rounded values at bf16).
+  bool bf16_ = false;
+  const ops::Bf16DotKernels* dot_ = nullptr;
+  int64_t pairs_ = 0;          // D / 2
+  uint32_t* qw_ = nullptr;     // [ceil(max_rows / 16)][pairs][16] bf16 pairs of q (unscaled), 16-row panels
+  float* st_ = nullptr;        // [kTileK][16] scores of one panel, key-major
+  uint32_t* vw_ = nullptr;     // [ceil(Dv / 16)][kTileK / 2][16] the V tile as bf16 pair panels
+  uint32_t* pw_ = nullptr;     // [max_rows][kTileK / 2] softmax weights as bf16 pairs
   float* o_;   // [max_rows, Dv] unnormalized output accumulator
   float* m_;   // [max_rows]     running max
   float* l_;   // [max_rows]     running denominator

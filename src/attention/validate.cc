@@ -35,6 +35,10 @@ Status ValidateAttention(const AttentionParams& p) {
   if (p.k.dtype != p.v.dtype)
     return InvalidArgument(std::string("Attention: k dtype ") + DTypeName(p.k.dtype) + " differs from v dtype " +
                            DTypeName(p.v.dtype));
+  if (p.precision != AttentionPrecision::kF32 && p.precision != AttentionPrecision::kBf16)
+    return InvalidArgument("Attention: precision " + std::to_string(static_cast<int>(p.precision)) + " is unknown");
+  if (p.precision == AttentionPrecision::kBf16 && p.k.dtype != DType::kBF16)
+    return InvalidArgument(std::string("Attention: precision bf16 needs bf16 K/V, got ") + DTypeName(p.k.dtype));
   const int64_t B = p.q.batch, S_kv = p.k.seq;
   if (p.k.batch != B || p.v.batch != B)
     return InvalidArgument("Attention: batch mismatch: q " + Shape(p.q) + ", k " + Shape(p.k) + ", v " + Shape(p.v));

@@ -1,6 +1,8 @@
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#include "ops/bf16_dot.h"
 #include "ops/simd.h"
 
 namespace tessera::ops {
@@ -10,6 +12,14 @@ bool HasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports
 bool HasAvx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
          HasAvx2();
+}
+
+std::atomic<bool> bf16_dot_enabled{true};
+
+const Bf16DotKernels* ChooseBf16Dot() {
+  const char* want = std::getenv("TESSERA_SIMD");
+  if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return nullptr;
+  return HasAvx512() && __builtin_cpu_supports("avx512bf16") ? &Bf16DotAvx512() : nullptr;
 }
 
 const SimdKernels& Choose() {
@@ -32,6 +42,13 @@ const SimdKernels& Simd() {
   static const SimdKernels& chosen = Choose();
   return chosen;
 }
+
+const Bf16DotKernels* Bf16Dot() {
+  static const Bf16DotKernels* const chosen = ChooseBf16Dot();
+  return bf16_dot_enabled.load(std::memory_order_relaxed) ? chosen : nullptr;
+}
+
+void EnableBf16Dot(bool on) { bf16_dot_enabled.store(on, std::memory_order_relaxed); }
 
 int AvailableSimd(const SimdKernels** out, int max) {
   int n = 0;

@@ -1,0 +1,42 @@
+// Micro-kernels on AVX-512-BF16's dot-product instruction for attention at precision bf16.
+// vdpbf16ps adds, per f32 lane, a[2i] b[2i] + a[2i+1] b[2i+1] over bf16 pairs: the products are
+// exact in f32 and it does twice the multiply-adds of an f32 FMA per instruction. Operands are bf16
+// pairs packed in 32-bit words (low half first), so a bf16 row of even length is already a row of
+// words. Results differ from f32 kernels fed the same bf16 values only in f32 summation order.
+#pragma once
+
+#include <cstdint>
+
+namespace tessera::ops {
+
+struct Bf16DotKernels {
+  // Scores of one 16-row query panel against n <= 64 keys read in place:
+  //   out[t * 16 + r] = sum_{p < pairs} dot2(qp[p * 16 + r], word p of k_rows[t])
+  // qp: [pairs][16] words, 64-byte aligned (row r's pair p = (q[r][2p], q[r][2p+1])); k_rows[t]:
+  // a bf16 row of 2 * pairs elements. Sums run in chunks of 32 pairs added in order (as the f32
+  // score path's 64-term chains).
+  void (*score_rows16)(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_rows, int n, float* out);
+  // V as pair panels: for block c < ceil(cols / 16), pair p < ceil(rows / 2), lane j < 16:
+  //   dst[(c * ceil(rows / 2) + p) * 16 + j] = (v[2p][16c + j], v[2p + 1][16c + j])
+  // with 0 past rows and cols; v[t] = src + t * src_stride (bf16). dst 64-byte aligned.
+  void (*pack_pairs16)(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint32_t* dst);
+  // P.V on pair panels, up to 8 rows x 32 columns: for r < mr, j < nr <= 32,
+  //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[((j / 16) * pairs + p) * 16 + j % 16])
+  // w: 8 row pointers of `pairs` words (rows >= mr may alias row 0; their results are discarded);
+  // vp: two consecutive column blocks of pack_pairs16's layout (only the first read if nr <= 16).
+  // (Reading V in place instead, pairs interleaved in registers, measured 35% slower: its 1 KiB
+  // row stride maps a tile onto a few L1 sets, and each group of 8 rows re-reads it.)
+  void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr);
+};
+
+// The kernels, or null where the CPU lacks AVX-512 (F, BW, VL, BF16), TESSERA_SIMD asks for
+// generic or avx2, or EnableBf16Dot(false) was called.
+const Bf16DotKernels* Bf16Dot();
+// For tests and benchmarks: off makes precision bf16 run its rounded operands through the f32
+// kernels, the path every other CPU takes. On by default.
+void EnableBf16Dot(bool on);
+
+// Compiled with the ISA flags; call only when the CPU has them (Bf16Dot() checks).
+const Bf16DotKernels& Bf16DotAvx512();
+
+}  // namespace tessera::ops

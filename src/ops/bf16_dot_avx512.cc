@@ -1,0 +1,115 @@
+// AVX-512-BF16 implementation of ops/bf16_dot.h, compiled with -mavx512bf16 and called only on
+// CPUs that have it. No shared inline functions or templates from headers here (simd_avx2.cc).
+#include <immintrin.h>
+
+#include "ops/bf16_dot.h"
+
+namespace tessera::ops {
+namespace {
+
+inline __m512 Dot2(__m512 acc, __m512i a, const uint32_t* word) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a),
+                          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(*word))));
+}
+
+// Eight keys against the panel: one panel load and eight broadcast dot products per pair.
+void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, float* out, int nk) {
+  __m512 total[8];
+  for (int j = 0; j < 8; ++j) total[j] = _mm512_setzero_ps();
+  for (int64_t p0 = 0; p0 < pairs; p0 += 32) {
+    const int64_t p1 = p0 + 32 < pairs ? p0 + 32 : pairs;
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    for (int64_t p = p0; p < p1; ++p) {
+      const __m512i q = _mm512_load_si512(qp + p * 16);
+      c0 = Dot2(c0, q, k[0] + p);
+      c1 = Dot2(c1, q, k[1] + p);
+      c2 = Dot2(c2, q, k[2] + p);
+      c3 = Dot2(c3, q, k[3] + p);
+      c4 = Dot2(c4, q, k[4] + p);
+      c5 = Dot2(c5, q, k[5] + p);
+      c6 = Dot2(c6, q, k[6] + p);
+      c7 = Dot2(c7, q, k[7] + p);
+    }
+    total[0] = _mm512_add_ps(total[0], c0);
+    total[1] = _mm512_add_ps(total[1], c1);
+    total[2] = _mm512_add_ps(total[2], c2);
+    total[3] = _mm512_add_ps(total[3], c3);
+    total[4] = _mm512_add_ps(total[4], c4);
+    total[5] = _mm512_add_ps(total[5], c5);
+    total[6] = _mm512_add_ps(total[6], c6);
+    total[7] = _mm512_add_ps(total[7], c7);
+  }
+  for (int j = 0; j < nk; ++j) _mm512_storeu_ps(out + j * 16, total[j]);
+}
+
+void ScoreRows16(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_rows, int n, float* out) {
+  for (int t0 = 0; t0 < n; t0 += 8) {
+    const int nk = n - t0 < 8 ? n - t0 : 8;
+    const uint32_t* k[8];
+    for (int j = 0; j < 8; ++j) k[j] = reinterpret_cast<const uint32_t*>(k_rows[t0 + (j < nk ? j : 0)]);
+    ScoreKeys8(qp, pairs, k, out + t0 * 16, nk);
+  }
+}
+
+// Word j of `lo` is (a[j], b[j]), of `hi` (a[16 + j], b[16 + j]): vpermt2w indices 32 and up
+// pick from b.
+alignas(64) constexpr uint16_t kPairLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                              8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) constexpr uint16_t kPairHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                              24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+
+void PackPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_t cols, uint32_t* dst) {
+  const __m512i lo_idx = _mm512_load_si512(kPairLo), hi_idx = _mm512_load_si512(kPairHi);
+  const int64_t pairs = (rows + 1) / 2, blocks = (cols + 15) / 16;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint16_t* a = src + 2 * p * stride;
+    const uint16_t* b = 2 * p + 1 < rows ? a + stride : nullptr;
+    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+      const int64_t left = cols - c0;
+      const __mmask32 m = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
+      const __m512i va = _mm512_maskz_loadu_epi16(m, a + c0);
+      const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + c0) : _mm512_setzero_si512();
+      _mm512_store_si512(dst + ((c0 / 16) * pairs + p) * 16, _mm512_permutex2var_epi16(va, lo_idx, vb));
+      if (c0 / 16 + 1 < blocks)
+        _mm512_store_si512(dst + ((c0 / 16 + 1) * pairs + p) * 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
+    }
+  }
+}
+
+// 8 rows x 32 columns: two panel loads and eight broadcasts feed 16 dot products per pair.
+template <bool kTwoBlocks>
+void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr) {
+  __m512 a[8], b[8];
+  for (int r = 0; r < 8; ++r) a[r] = b[r] = _mm512_setzero_ps();
+  const uint32_t* vp1 = vp + pairs * 16;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512i v0 = _mm512_load_si512(vp + p * 16);
+    const __m512i v1 = kTwoBlocks ? _mm512_load_si512(vp1 + p * 16) : v0;
+    for (int r = 0; r < 8; ++r) {
+      a[r] = Dot2(a[r], v0, w[r] + p);
+      if (kTwoBlocks) b[r] = Dot2(b[r], v1, w[r] + p);
+    }
+  }
+  const int n0 = nr < 16 ? nr : 16;
+  const __mmask16 m0 = static_cast<__mmask16>((1u << n0) - 1u);
+  const __mmask16 m1 = static_cast<__mmask16>((1u << (nr > 16 ? nr - 16 : 0)) - 1u);
+  for (int r = 0; r < mr; ++r) {
+    float* cr = c + r * cs;
+    _mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), a[r]));
+    if (kTwoBlocks) _mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), b[r]));
+  }
+}
+
+void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr) {
+  if (nr > 16) return PvTileT<true>(w, vp, pairs, c, cs, mr, nr);
+  PvTileT<false>(w, vp, pairs, c, cs, mr, nr);
+}
+
+}  // namespace
+
+const Bf16DotKernels& Bf16DotAvx512() {
+  static const Bf16DotKernels k{ScoreRows16, PackPairs16, PvTile};
+  return k;
+}
+
+}  // namespace tessera::ops

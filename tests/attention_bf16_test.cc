@@ -1,0 +1,252 @@
+// Attention at precision bf16 (q and the softmax weights rounded to bf16 before their products):
+// the AVX-512-BF16 micro-kernels against double references, and every kernel path (bf16 dot
+// products where the CPU has them, the f32 kernels on rounded values everywhere) against the
+// reference kernel at the same precision.
+//
+// Tolerance at the attention level: the reference rounds each normalized weight p_t to bf16, the
+// kernels round the running numerators exp(s_t - m) of their tile; both are within a factor
+// (1 +- 2^-8) of the exact weight, so outputs differ by at most 2 * 2^-8 * sum_t p_t |v_t| <=
+// 2^-7 max|v| beyond the f32 differences the f32 sweep allows (1e-4 absolute + 1e-4 relative).
+// q is rounded identically on both sides.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "attention_problem.h"
+#include "core/aligned_buffer.h"
+#include "ops/bf16_dot.h"
+#include "tessera/attention.h"
+#include "tessera/dtype.h"
+
+namespace tessera {
+namespace {
+
+using testing::Problem;
+using testing::ProblemConfig;
+
+// f32 sums of up to 1024 exact products in 64-term chunks: |error| <= ~80 * 2^-24 * sum |terms|.
+constexpr double kSumRel = 1.0 / (1 << 17);
+
+std::vector<uint16_t> RandomBf16(std::mt19937& rng, size_t n) {
+  std::normal_distribution<float> nd;
+  std::vector<uint16_t> out(n);
+  for (auto& x : out) x = F32ToBf16(nd(rng));
+  return out;
+}
+
+TEST(Bf16Dot, ScoreRows16MatchesDouble) {
+  const ops::Bf16DotKernels* dot = ops::Bf16Dot();
+  if (!dot) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+  std::mt19937 rng(3);
+  for (int64_t pairs : {1, 7, 31, 32, 33, 64, 128, 256}) {
+    for (int n : {1, 5, 8, 9, 16, 63, 64}) {
+      const std::vector<uint16_t> q = RandomBf16(rng, 16 * 2 * pairs);     // [16 rows][2 pairs]
+      const std::vector<uint16_t> k = RandomBf16(rng, n * (2 * pairs + 6));  // rows with a stride gap
+      AlignedBuffer panel_buf(pairs * 16 * 4);
+      uint32_t* panel = reinterpret_cast<uint32_t*>(panel_buf.data());
+      for (int r = 0; r < 16; ++r)
+        for (int64_t p = 0; p < pairs; ++p)
+          panel[p * 16 + r] = q[r * 2 * pairs + 2 * p] | static_cast<uint32_t>(q[r * 2 * pairs + 2 * p + 1]) << 16;
+      std::vector<const uint16_t*> rows(n);
+      for (int t = 0; t < n; ++t) rows[t] = k.data() + t * (2 * pairs + 6);
+      std::vector<float> out(n * 16, NAN);
+      dot->score_rows16(panel, pairs, rows.data(), n, out.data());
+      for (int t = 0; t < n; ++t)
+        for (int r = 0; r < 16; ++r) {
+          double want = 0, mag = 0;
+          for (int64_t d = 0; d < 2 * pairs; ++d) {
+            const double x = double(Bf16ToF32(q[r * 2 * pairs + d])) * Bf16ToF32(rows[t][d]);
+            want += x, mag += std::fabs(x);
+          }
+          ASSERT_NEAR(out[t * 16 + r], want, kSumRel * mag + 1e-30) << "pairs " << pairs << " n " << n << " t " << t << " r " << r;
+        }
+    }
+  }
+}
+
+TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
+  const ops::Bf16DotKernels* dot = ops::Bf16Dot();
+  if (!dot) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+  std::mt19937 rng(4);
+  for (int64_t rows : {1, 2, 7, 63, 64}) {
+    for (int64_t cols : {1, 15, 16, 17, 40, 256, 512}) {
+      const int64_t stride = cols + 3, pairs = (rows + 1) / 2, blocks = (cols + 15) / 16;
+      const std::vector<uint16_t> v = RandomBf16(rng, rows * stride);
+      AlignedBuffer vp_buf((blocks + 1) * pairs * 16 * 4);
+      uint32_t* vp = reinterpret_cast<uint32_t*>(vp_buf.data());
+      dot->pack_pairs16(v.data(), stride, rows, cols, vp);
+      // The layout exactly: (v[2p][16c + j], v[2p + 1][16c + j]), zero past rows and cols.
+      auto at = [&](int64_t t, int64_t c) -> uint32_t { return t < rows && c < cols ? v[t * stride + c] : 0; };
+      for (int64_t c = 0; c < blocks; ++c)
+        for (int64_t p = 0; p < pairs; ++p)
+          for (int j = 0; j < 16; ++j)
+            ASSERT_EQ(vp[(c * pairs + p) * 16 + j], at(2 * p, 16 * c + j) | at(2 * p + 1, 16 * c + j) << 16)
+                << "rows " << rows << " cols " << cols << " block " << c << " pair " << p << " lane " << j;
+      // P.V: 8 weight rows (bf16 pairs) times the panels, added to c.
+      const std::vector<uint16_t> wv = RandomBf16(rng, 8 * 2 * pairs);
+      std::vector<uint32_t> w_words(8 * pairs);
+      for (int r = 0; r < 8; ++r)
+        for (int64_t p = 0; p < pairs; ++p)
+          w_words[r * pairs + p] = wv[r * 2 * pairs + 2 * p] | static_cast<uint32_t>(wv[r * 2 * pairs + 2 * p + 1]) << 16;
+      for (int mr : {1, 3, 8}) {
+        const int64_t cs = cols + 32;
+        std::vector<float> c(8 * cs, 0.5f);
+        const std::vector<float> c0 = c;
+        const uint32_t* w[8];
+        for (int r = 0; r < 8; ++r) w[r] = w_words.data() + (r < mr ? r : 0) * pairs;
+        for (int64_t j0 = 0; j0 < cols; j0 += 32)
+          dot->pv_tile(w, vp + j0 / 16 * pairs * 16, pairs, c.data() + j0, cs, mr,
+                       static_cast<int>(std::min<int64_t>(32, cols - j0)));
+        for (int r = 0; r < 8; ++r)
+          for (int64_t j = 0; j < cs; ++j) {
+            if (r >= mr || j >= cols) {
+              ASSERT_EQ(c[r * cs + j], c0[r * cs + j]) << "wrote outside the tile: r " << r << " j " << j;
+              continue;
+            }
+            // Padding keys (past an odd row count) hold zeros in the panel, so all 2 * pairs count.
+            double want = 0.5, mag = 0.5;
+            for (int64_t t = 0; t < rows; ++t) {
+              const double x = double(Bf16ToF32(wv[r * 2 * pairs + t])) * Bf16ToF32(v[t * stride + j]);
+              want += x, mag += std::fabs(x);
+            }
+            ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag) << "rows " << rows << " cols " << cols << " mr " << mr;
+          }
+      }
+    }
+  }
+}
+
+std::vector<float> RunAt(const Problem& problem, AttentionPrecision precision, AttentionKernel kernel, ThreadPool* pool) {
+  std::vector<float> out;
+  AttentionParams p = problem.Params(out);
+  p.precision = precision;
+  Arena scratch;
+  AttentionContext ctx{pool, &scratch};
+  const Status st = Attention(p, ctx, kernel);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return out;
+}
+
+double MaxAbsV(const Problem& problem) {
+  std::vector<float> unused;
+  const AttentionParams p = problem.Params(unused);
+  double m = 0;
+  std::vector<float> row(p.v.dim);
+  for (int64_t b = 0; b < p.v.batch; ++b)
+    for (int64_t h = 0; h < p.v.heads; ++h)
+      for (int64_t j = 0; j < p.v.seq; ++j) {
+        DecodeToF32(p.v.dtype, p.v.At(b, h, j), row.data(), row.size());
+        for (float x : row)
+          if (std::isfinite(x)) m = std::max(m, double(std::fabs(x)));
+      }
+  return m;
+}
+
+void ExpectBf16Close(const Problem& problem, const std::vector<float>& ref, const std::vector<float>& out,
+                     const char* what) {
+  const double weights = std::ldexp(MaxAbsV(problem), -7);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(out[i])) << what << " non-finite at " << i;
+    ASSERT_LE(std::fabs(double(out[i]) - ref[i]), 1e-4 + 1e-4 * std::fabs(ref[i]) + weights)
+        << what << " element " << i << " got " << out[i] << " want " << ref[i] << "\n" << problem.config().Describe();
+  }
+  // Rows without a visible key are exact zeros.
+  const int64_t dv = problem.config().dv;
+  for (size_t row = 0; row < ref.size() / dv; ++row)
+    if (std::all_of(ref.begin() + row * dv, ref.begin() + (row + 1) * dv, [](float x) { return x == 0.0f; })) {
+      ASSERT_TRUE(std::all_of(out.begin() + row * dv, out.begin() + (row + 1) * dv, [](float x) { return x == 0.0f; }))
+          << what << " fully masked row " << row;
+    }
+}
+
+// Shapes where the dot-product path engages (blocks of >= 4 rows: prefill, decode with groups of
+// 4 and 16) and where it does not (groups of 1-2, odd head_dim), each with the dot products on and
+// off, against the bf16 reference; f32 precision must be unchanged by the option's existence.
+TEST(AttentionBf16, AllPathsMatchBf16Reference) {
+  ThreadPool pool(3);
+  std::mt19937 rng(21);
+  struct Shape {
+    int64_t hq, hkv, s_q, s_kv, d;
+  };
+  const Shape shapes[] = {{16, 1, 1, 700, 512}, {16, 8, 1, 900, 256}, {16, 1, 1, 1, 64},   {8, 2, 1, 130, 256},
+                          {16, 1, 3, 300, 512}, {8, 4, 64, 257, 256}, {4, 4, 37, 120, 63}, {16, 8, 257, 300, 128},
+                          {2, 1, 100, 100, 2}, {16, 16, 5, 66, 32}};
+  for (const Shape& s : shapes) {
+    for (int trial = 0; trial < 2; ++trial) {
+      ProblemConfig cfg = testing::RandomMaskConfig(rng, 2, s.hq, s.hkv, s.s_q, s.s_kv, s.d, DType::kBF16);
+      Problem problem(cfg, rng());
+      SCOPED_TRACE(cfg.Describe());
+      const std::vector<float> ref = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
+      for (bool dot_on : {true, false}) {
+        ops::EnableBf16Dot(dot_on);
+        for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
+          for (ThreadPool* p : {&pool, static_cast<ThreadPool*>(nullptr)}) {
+            const std::vector<float> out = RunAt(problem, AttentionPrecision::kBf16, k, p);
+            ExpectBf16Close(problem, ref, out, AttentionKernelName(k));
+          }
+      }
+      ops::EnableBf16Dot(true);
+    }
+  }
+}
+
+// Invisible keys poisoned with NaN must stay unread on the bf16 paths too.
+TEST(AttentionBf16, InvisibleKeysAreNeverRead) {
+  ThreadPool pool(2);
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 8; ++trial) {
+    ProblemConfig c = testing::RandomMaskConfig(rng, 2, 16, trial % 2 ? 1 : 4, trial % 2 ? 1 : 96, 700, 256, DType::kBF16);
+    c.dense = 0;
+    c.padding = true;
+    Problem problem(c, rng());
+    problem.PoisonInvisibleKeys();
+    SCOPED_TRACE(c.Describe());
+    const std::vector<float> ref = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
+    for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
+      ExpectBf16Close(problem, ref, RunAt(problem, AttentionPrecision::kBf16, k, &pool), AttentionKernelName(k));
+  }
+}
+
+// The bound above is not vacuous: bf16 precision really differs from f32 by more than the f32
+// tolerance on these problems, and the reference's rounding is what the kernels reproduce.
+TEST(AttentionBf16, DiffersFromF32ByRoundingOnly) {
+  ProblemConfig c;
+  c.batch = 1, c.hq = 16, c.hkv = 1, c.s_q = 1, c.s_kv = 200, c.d = 256, c.dv = 256, c.kv_dtype = DType::kBF16;
+  Problem problem(c, 9);
+  const std::vector<float> f32 = RunAt(problem, AttentionPrecision::kF32, AttentionKernel::kReference, nullptr);
+  const std::vector<float> bf = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
+  const std::vector<float> fast = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kDecode, nullptr);
+  double ref_gap = 0, fast_gap = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    ref_gap = std::max(ref_gap, std::fabs(double(bf[i]) - f32[i]));
+    fast_gap = std::max(fast_gap, std::fabs(double(fast[i]) - bf[i]));
+  }
+  EXPECT_GT(ref_gap, 1e-4);                      // rounding q and the weights is visible
+  EXPECT_LT(ref_gap, std::ldexp(MaxAbsV(problem), -5));  // and small
+  EXPECT_LT(fast_gap, std::ldexp(MaxAbsV(problem), -7) + 1e-4);
+}
+
+TEST(AttentionBf16, NeedsBf16KeysAndValues) {
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    ProblemConfig c;
+    c.batch = 1, c.hq = 2, c.hkv = 1, c.s_q = 1, c.s_kv = 4, c.d = 8, c.dv = 8, c.kv_dtype = dt;
+    Problem problem(c, 1);
+    std::vector<float> out;
+    AttentionParams p = problem.Params(out);
+    p.precision = AttentionPrecision::kBf16;
+    const Status st = ValidateAttention(p);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("precision bf16 needs bf16 K/V, got"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(DTypeName(dt)), std::string::npos) << st.message();
+  }
+  AttentionPrecision parsed;
+  EXPECT_TRUE(ParseAttentionPrecision("bf16", &parsed));
+  EXPECT_EQ(parsed, AttentionPrecision::kBf16);
+  EXPECT_FALSE(ParseAttentionPrecision("fp8", &parsed));
+}
+
+}  // namespace
+}  // namespace tessera
