@@ -28,7 +28,7 @@ int RunCommand(int argc, char** argv) {
   StatusOr<Args> parsed = Args::Parse(argc, argv,
                                       {"model", "ids", "prompt", "image-embeds", "token-types", "max-new-tokens",
                                        "mode", "temperature", "top-k", "top-p", "seed", "max-context", "max-chunk",
-                                       "threads", "kv-dtype"},
+                                       "threads", "kv-dtype", "attention-precision"},
                                       {"no-stop"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
@@ -48,6 +48,8 @@ int RunCommand(int argc, char** argv) {
   if (!runtime::ParseMode(a.Get("mode", "unified"), &opt.mode))
     return Fail("--mode must be unified, bias or split, got '" + a.Get("mode") + "'");
   if (!ParseDType(a.Get("kv-dtype", "f32"), &opt.kv_dtype)) return Fail("--kv-dtype must be f32, bf16 or f16");
+  if (!ParseAttentionPrecision(a.Get("attention-precision", "f32"), &opt.attention_precision))
+    return Fail("--attention-precision must be f32 or bf16, got '" + a.Get("attention-precision") + "'");
   sp = {static_cast<float>(temp.value()), top_k.value(), static_cast<float>(top_p.value()),
         static_cast<uint64_t>(seed.value())};
   if (Status s = runtime::ValidateSampling(sp); !s.ok()) return Fail(s.message());

@@ -13,6 +13,7 @@ void Usage() {
       "       tessera run --model DIR --ids 1,2,3 [--image-embeds F.npy] [--token-types 0,1,...]\n"
       "                   [--max-new-tokens N] [--mode unified|bias|split] [--temperature T] [--top-k K]\n"
       "                   [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
+      "                   [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
       "       tessera inspect --model DIR       layers, head geometry, mask rules, KV memory per context\n"
       "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]   Gemma-12B-shaped KV memory\n"
       "       tessera selfcheck                 attention kernels vs reference at Gemma-4 shapes\n");

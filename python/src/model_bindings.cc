@@ -55,7 +55,8 @@ void CheckHidden(const PyModel& m, const std::vector<F32Array>& embeds) {
 void BindModel(py::module_& m) {
   py::class_<PyModel>(m, "_Model")
       .def(py::init([](const std::string& path, const std::string& dtype, int64_t max_batch, int64_t max_context,
-                       int64_t max_chunk, const std::string& kv_dtype, int threads, const std::string& mode) {
+                       int64_t max_chunk, const std::string& kv_dtype, int threads, const std::string& mode,
+                       const std::string& attention_precision) {
              auto pm = std::make_unique<PyModel>();
              model::WeightLoadOptions wo;
              if (dtype != "auto") {
@@ -70,6 +71,8 @@ void BindModel(py::module_& m) {
              pm->options.max_context = max_context;
              pm->options.max_chunk = max_chunk;
              if (!ParseDType(kv_dtype, &pm->options.kv_dtype)) throw py::value_error("unknown kv_dtype '" + kv_dtype + "'");
+             if (!ParseAttentionPrecision(attention_precision, &pm->options.attention_precision))
+               throw py::value_error("unknown attention_precision '" + attention_precision + "' (f32, bf16)");
              pm->threads = threads;
              if (!runtime::ParseMode(mode, &pm->options.mode))
                throw py::value_error("unknown mode '" + mode + "' (unified, bias, split)");

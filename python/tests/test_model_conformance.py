@@ -234,6 +234,28 @@ def test_bf16_weights_within_bf16_tolerance_of_transformers_bf16(bf16_case):
     assert err_ours.mean() < err_theirs.mean(), (name, source, float(err_ours.mean()), float(err_theirs.mean()))
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_bf16_attention_within_bf16_tolerance_of_transformers_bf16(name):
+    # bf16 weights, bf16 KV cache and attention_precision="bfloat16" (q and the softmax weights
+    # rounded to bf16, as transformers' bf16 run has them): within the bf16 bar of transformers-bf16.
+    model = tessera.Model.load(os.path.join(MODELS_DIR, name), dtype="bfloat16", max_batch=2, max_context=64,
+                               max_chunk=32, kv_dtype="bfloat16", attention_precision="bfloat16")
+    z = load_golden(name)
+    zb = dict(np.load(os.path.join(MODELS_DIR, name, "golden_bf16.npz")))
+    got = model.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
+    mask = z["attention_mask"].astype(bool)
+    err_hf = float(rel_errors(got, zb["logits_bf16"], mask).max())
+    assert err_hf <= bf16_tol(z["row0_layer_out"].shape[0]), f"{name}: {err_hf:.3e} from transformers-bf16"
+
+
+def test_bf16_attention_needs_a_bf16_cache():
+    with pytest.raises(Exception, match="attention precision bf16 needs a bf16 KV cache, got kv_dtype f32"):
+        model = tessera.Model.load(os.path.join(MODELS_DIR, "gemma3"), max_context=32, attention_precision="bfloat16")
+        model.forward(np.array([[2, 3, 4]]), np.array([[1, 1, 1]]))
+    with pytest.raises(ValueError, match="unknown attention_precision 'fp8'"):
+        tessera.Model.load(os.path.join(MODELS_DIR, "gemma3"), max_context=32, attention_precision="fp8")
+
+
 # ---------------------------------------------------------------------------------------- bad input
 
 def copy_model(tmp_path, name):

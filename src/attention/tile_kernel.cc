@@ -147,19 +147,14 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   if (dot) {
     // Scores on the bf16 dot product: each 16-row q panel against the K rows in place, then
     // transposed into s_ and scaled (q was rounded before the scale).
-    // Eight keys per call, each call preceded by asking for the K and V rows kPrefetchL2Keys
-    // ahead into L2, as the few-row path does: without it the first touch of K (here) and of V
-    // (in the pair packing) waits on DRAM.
+    // Eight keys per call, each call preceded by asking for their K rows kPrefetchL2Keys ahead
+    // into L2 (V's are asked for during P.V), so DRAM requests flow evenly under the arithmetic.
     const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
-    const int64_t k_bytes = D_ * 2, v_bytes = Dv_ * 2;
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
       for (int64_t t0 = 0; t0 < n; t0 += 8) {
         const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
         if (r0 == 0)
-          for (int64_t t = t0; t < t0 + nk; ++t) {
-            Prefetch<1>(p_.k.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), k_bytes);
-            Prefetch<1>(p_.v.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), v_bytes);
-          }
+          for (int64_t t = t0; t < t0 + nk; ++t) Prefetch<1>(p_.k.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), D_ * 2);
         dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16);
       }
       for (int64_t r = 0; r < std::min<int64_t>(16, rows_ - r0); ++r)
@@ -278,13 +273,18 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     const int64_t pairs = (n + 1) / 2;
     dot_->pack_pairs16(static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, n, Dv_, vw_);
     for (int64_t r = 0; r < rows_; ++r) PackBf16Pairs(s_ + r * kTileK, n, pw_ + r * (kTileK / 2));
+    const int64_t chunks = (Dv_ + 31) / 32, v_share = (n + chunks - 1) / chunks;  // V rows asked per chunk
     for (int64_t r0 = 0; r0 < rows_; r0 += 8) {
       const int mr = static_cast<int>(std::min<int64_t>(8, rows_ - r0));
       const uint32_t* w[8];
       for (int r = 0; r < 8; ++r) w[r] = pw_ + (r0 + (r < mr ? r : 0)) * (kTileK / 2);
-      for (int64_t c0 = 0; c0 < Dv_; c0 += 32)
+      for (int64_t c0 = 0; c0 < Dv_; c0 += 32) {
+        if (r0 == 0)
+          for (int64_t t = c0 / 32 * v_share; t < std::min(c0 / 32 * v_share + v_share, n); ++t)
+            Prefetch<1>(p_.v.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), Dv_ * 2);
         dot_->pv_tile(w, vw_ + c0 / 16 * pairs * 16, pairs, o_ + r0 * Dv_ + c0, Dv_, mr,
                       static_cast<int>(std::min<int64_t>(32, Dv_ - c0)));
+      }
     }
     return;
   }

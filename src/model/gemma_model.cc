@@ -160,6 +160,7 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   }
   p.scale = arch_.attn_scale;
   p.softcap = arch_.attn_softcap;
+  p.precision = in.attention_precision;
   if (in.dense_bias) {
     const int64_t S_kv = p.k.seq;
     in.dense_bias->resize(B * S * S_kv);

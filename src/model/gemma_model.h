@@ -12,6 +12,7 @@
 #include "model/activations.h"
 #include "model/gemma_arch.h"
 #include "model/gemma_weights.h"
+#include "tessera/attention.h"
 #include "tessera/status.h"
 #include "tessera/thread_pool.h"
 
@@ -30,6 +31,7 @@ struct ForwardBatch {
   // bias [B, 1, S, S_kv] in this buffer (resized per step: O(S x S_kv) by design) and the kernel
   // sees no structure. Null: structured masks (the engine's way).
   std::vector<float>* dense_bias = nullptr;
+  AttentionPrecision attention_precision = AttentionPrecision::kF32;  // bf16 needs a bf16 cache
 };
 
 // Which named activation of batch row 0 the forward pass copies out, for conformance debugging.

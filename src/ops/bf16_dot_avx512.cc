@@ -15,6 +15,7 @@ inline __m512 Dot2(__m512 acc, __m512i a, const uint32_t* word) {
 // Eight keys against the panel: one panel load and eight broadcast dot products per pair.
 void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, float* out, int nk) {
   __m512 total[8];
+#pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) total[j] = _mm512_setzero_ps();
   for (int64_t p0 = 0; p0 < pairs; p0 += 32) {
     const int64_t p1 = p0 + 32 < pairs ? p0 + 32 : pairs;
@@ -39,7 +40,11 @@ void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, flo
     total[6] = _mm512_add_ps(total[6], c6);
     total[7] = _mm512_add_ps(total[7], c7);
   }
-  for (int j = 0; j < nk; ++j) _mm512_storeu_ps(out + j * 16, total[j]);
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    if (j >= nk) break;
+    _mm512_storeu_ps(out + j * 16, total[j]);
+  }
 }
 
 void ScoreRows16(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_rows, int n, float* out) {
@@ -80,20 +85,25 @@ void PackPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_t cols
 template <bool kTwoBlocks>
 void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr) {
   __m512 a[8], b[8];
+#pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) a[r] = b[r] = _mm512_setzero_ps();
   const uint32_t* vp1 = vp + pairs * 16;
   for (int64_t p = 0; p < pairs; ++p) {
     const __m512i v0 = _mm512_load_si512(vp + p * 16);
     const __m512i v1 = kTwoBlocks ? _mm512_load_si512(vp1 + p * 16) : v0;
+#pragma GCC unroll 8
     for (int r = 0; r < 8; ++r) {
       a[r] = Dot2(a[r], v0, w[r] + p);
       if (kTwoBlocks) b[r] = Dot2(b[r], v1, w[r] + p);
     }
   }
+  // Rows unrolled with constant indices so the accumulators stay in registers.
   const int n0 = nr < 16 ? nr : 16;
   const __mmask16 m0 = static_cast<__mmask16>((1u << n0) - 1u);
   const __mmask16 m1 = static_cast<__mmask16>((1u << (nr > 16 ? nr - 16 : 0)) - 1u);
-  for (int r = 0; r < mr; ++r) {
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r) {
+    if (r >= mr) break;
     float* cr = c + r * cs;
     _mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), a[r]));
     if (kTwoBlocks) _mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), b[r]));

@@ -77,6 +77,9 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& mode
     return InvalidArgument("Session: need max_batch >= 1 and 1 <= max_chunk <= max_context (got " +
                            std::to_string(o.max_batch) + ", " + std::to_string(o.max_chunk) + ", " +
                            std::to_string(o.max_context) + ")");
+  if (o.attention_precision == AttentionPrecision::kBf16 && o.kv_dtype != DType::kBF16)
+    return InvalidArgument(std::string("Session: attention precision bf16 needs a bf16 KV cache, got kv_dtype ") +
+                           DTypeName(o.kv_dtype));
   const model::GemmaArch& a = model.arch();
   std::unique_ptr<Session> s(new Session(model, o, pool));
   StatusOr<std::unique_ptr<kv::KvCache>> cache = kv::KvCache::Create(KvCacheConfigFor(a, o));
@@ -93,6 +96,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& mode
     p.q = {nullptr, DType::kF32, o.max_batch, a.q_heads, o.max_chunk, a.layers[l].head_dim, 0, 0, 0};
     p.k = view.k;
     p.v = view.v;
+    p.precision = o.attention_precision;
     need = std::max(need, attn::PrefillScratchBytes(p, threads));
     p.q.seq = 1;
     need = std::max(need, attn::DecodeScratchBytes(p, threads));
@@ -222,6 +226,7 @@ Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, 
     in.use_embed = use_embed_.data();
     in.all_logits = all_logits != nullptr;
     in.dense_bias = baseline ? &dense_bias_ : nullptr;
+    in.attention_precision = opt_.attention_precision;
     float* out = act_.logits.as<float>();
     TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, out, tap));
     for (int64_t b = 0; b < B; ++b) {
@@ -303,6 +308,7 @@ Status Session::Decode(const int32_t* tokens, const uint8_t* active, float* logi
   in.count = count_.data();
   in.pos = pos_.data();
   in.dense_bias = live_ == concat_cache_.get() ? &dense_bias_ : nullptr;
+  in.attention_precision = opt_.attention_precision;
   float* out = act_.logits.as<float>();
   TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, out));
   for (int64_t b = 0; b < batch_; ++b) next_pos_[b] += count_[b];

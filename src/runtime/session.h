@@ -31,6 +31,9 @@ struct SessionOptions {
   int64_t max_context = 4096;  // tokens per row (prompt + generated)
   int64_t max_chunk = 256;     // prefill chunk; also sizes the sliding-window rings
   DType kv_dtype = DType::kF32;
+  // bf16: attention rounds q and the softmax weights to bf16 (AttentionPrecision; needs kv_dtype
+  // bf16): twice the arithmetic rate on CPUs with AVX-512-BF16, a bf16 model's rounding.
+  AttentionPrecision attention_precision = AttentionPrecision::kF32;
   Mode mode = Mode::kUnified;  // kBias / kSplit need prompts of equal length (one concat length)
   bool all_logits = false;     // Prefill may return logits for every prompt token (sizes a
                                // [max_batch * max_chunk, vocab] buffer; off for generation)
