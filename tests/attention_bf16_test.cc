@@ -77,7 +77,7 @@ TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
       const std::vector<uint16_t> v = RandomBf16(rng, rows * stride);
       AlignedBuffer vp_buf((blocks + 1) * pairs * 16 * 4);
       uint32_t* vp = reinterpret_cast<uint32_t*>(vp_buf.data());
-      dot->pack_pairs16(v.data(), stride, rows, cols, vp);
+      dot->pack_pairs16(v.data(), stride, rows, cols, vp, pairs);
       // The layout exactly: (v[2p][16c + j], v[2p + 1][16c + j]), zero past rows and cols.
       auto at = [&](int64_t t, int64_t c) -> uint32_t { return t < rows && c < cols ? v[t * stride + c] : 0; };
       for (int64_t c = 0; c < blocks; ++c)

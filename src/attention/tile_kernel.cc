@@ -42,16 +42,6 @@ void RoundToBf16(float* x, int64_t n) {
   }
 }
 
-// Words of bf16 pairs (x[2p], x[2p + 1]) from values that are already bf16 (exact), 0 past n.
-void PackBf16Pairs(const float* x, int64_t n, uint32_t* w) {
-  for (int64_t p = 0; p < (n + 1) / 2; ++p) {
-    uint32_t lo, hi = 0;
-    std::memcpy(&lo, x + 2 * p, 4);
-    if (2 * p + 1 < n) std::memcpy(&hi, x + 2 * p + 1, 4);
-    w[p] = (lo >> 16) | (hi & 0xffff0000u);
-  }
-}
-
 // The bf16 dot-product path's scratch: q panels, one panel's scores, V pair panels, weight pairs.
 int64_t DotScratchFloats(int64_t D, int64_t Dv, int64_t max_rows) {
   return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + Pad16(Dv) * (kTileK / 2) +
@@ -146,19 +136,25 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   const bool dot = dot_ && rows_ >= kPackedRows;
   if (dot) {
     // Scores on the bf16 dot product: each 16-row q panel against the K rows in place, then
-    // transposed into s_ and scaled (q was rounded before the scale).
-    // Eight keys per call, each call preceded by asking for their K rows kPrefetchL2Keys ahead
-    // into L2 (V's are asked for during P.V), so DRAM requests flow evenly under the arithmetic.
+    // transposed into s_ and scaled (q was rounded before the scale). Eight keys per call; with
+    // the first panel go, for those keys, the L2 prefetch of the K rows kPrefetchL2Keys ahead (V's
+    // are asked for during P.V, so DRAM requests flow evenly under the arithmetic) and, in a full
+    // tile, the packing of their V rows into pair panels (its loads wait on cache misses that the
+    // dot products around it hide; packed all at once they measured as a stall).
     const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
+    const int64_t tile_pairs = (n + 1) / 2;
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
       for (int64_t t0 = 0; t0 < n; t0 += 8) {
         const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
         if (r0 == 0)
           for (int64_t t = t0; t < t0 + nk; ++t) Prefetch<1>(p_.k.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), D_ * 2);
         dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16);
+        if (r0 == 0 && cls == TileClass::kFull)
+          dot_->pack_pairs16(static_cast<const uint16_t*>(v_rows[t0]), p_.v.stride_seq, nk, Dv_, vw_ + t0 / 2 * 16,
+                             tile_pairs);
       }
-      for (int64_t r = 0; r < std::min<int64_t>(16, rows_ - r0); ++r)
-        for (int64_t t = 0; t < n; ++t) s_[(r0 + r) * kTileK + t] = st_[t * 16 + r] * p_.scale;
+      dot_->scores_to_rows(st_, static_cast<int>(n), p_.scale, s_ + r0 * kTileK, kTileK,
+                           static_cast<int>(std::min<int64_t>(16, rows_ - r0)));
     }
   } else if (rows_ >= kPackedRows) {
     // Scores on the GEMM micro-tile: the K tile widened and transposed once into 16-key panels,
@@ -245,7 +241,9 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     }
     // Softmax weights in place (masked keys, -inf, become 0).
     l_[r] += simd.exp_sub_sum(s, n, m_new);
-    if (bf16_) RoundToBf16(s, n);  // the weights P.V multiplies; l_ keeps the unrounded sum
+    // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum); the dot path rounds a full
+    // tile's as it packs them into pairs below.
+    if (bf16_ && !(dot && cls == TileClass::kFull)) RoundToBf16(s, n);
     if (cls == TileClass::kFull) continue;  // every key visible: P.V runs below for all rows
     // P.V over the keys with weight only (a masked key's V may hold anything, even NaN), four V
     // rows per pass so the output row is loaded and stored once per four keys.
@@ -269,10 +267,10 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   // L2, so DRAM requests keep flowing while P.V computes instead of all leaving during the score
   // pass: +9-15% at 32k keys, +1-17% at 8k (16q/8kv x 256, three in-process A/Bs).
   if (dot) {
-    // Fully visible tile on the bf16 dot product: V as pair panels, 8 rows x 32 columns per pass.
+    // Fully visible tile on the bf16 dot product: the weights as bf16 pairs against V's pair
+    // panels (packed during the score pass), 8 rows x 32 columns per pass.
     const int64_t pairs = (n + 1) / 2;
-    dot_->pack_pairs16(static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, n, Dv_, vw_);
-    for (int64_t r = 0; r < rows_; ++r) PackBf16Pairs(s_ + r * kTileK, n, pw_ + r * (kTileK / 2));
+    for (int64_t r = 0; r < rows_; ++r) dot_->pairs_from_f32(s_ + r * kTileK, n, pw_ + r * (kTileK / 2));
     const int64_t chunks = (Dv_ + 31) / 32, v_share = (n + chunks - 1) / chunks;  // V rows asked per chunk
     for (int64_t r0 = 0; r0 < rows_; r0 += 8) {
       const int mr = static_cast<int>(std::min<int64_t>(8, rows_ - r0));

@@ -16,10 +16,18 @@ struct Bf16DotKernels {
   // a bf16 row of 2 * pairs elements. Sums run in chunks of 32 pairs added in order (as the f32
   // score path's 64-term chains).
   void (*score_rows16)(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_rows, int n, float* out);
+  // Transposes score_rows16's key-major scores into rows, scaled: for r < rows <= 16, t < n <= 64,
+  //   s[r * s_stride + t] = scale * st[t * 16 + r]
+  void (*scores_to_rows)(const float* st, int n, float scale, float* s, int64_t s_stride, int rows);
+  // Softmax weights (finite, >= 0) rounded to bf16 (nearest, ties to even; below 2^-126 to 0) as
+  // pair words: w[p] = (x[2p], x[2p + 1]), 0 past n.
+  void (*pairs_from_f32)(const float* x, int64_t n, uint32_t* w);
   // V as pair panels: for block c < ceil(cols / 16), pair p < ceil(rows / 2), lane j < 16:
-  //   dst[(c * ceil(rows / 2) + p) * 16 + j] = (v[2p][16c + j], v[2p + 1][16c + j])
-  // with 0 past rows and cols; v[t] = src + t * src_stride (bf16). dst 64-byte aligned.
-  void (*pack_pairs16)(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint32_t* dst);
+  //   dst[(c * block_pairs + p) * 16 + j] = (v[2p][16c + j], v[2p + 1][16c + j])
+  // with 0 past rows and cols; v[t] = src + t * src_stride (bf16). dst 64-byte aligned. A tile
+  // can be packed in parts: rows 2q.. go to dst + q * 16 with the tile's block_pairs.
+  void (*pack_pairs16)(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint32_t* dst,
+                       int64_t block_pairs);
   // P.V on pair panels, up to 8 rows x 32 columns: for r < mr, j < nr <= 32,
   //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[((j / 16) * pairs + p) * 16 + j % 16])
   // w: 8 row pointers of `pairs` words (rows >= mr may alias row 0; their results are discarded);

@@ -63,7 +63,36 @@ alignas(64) constexpr uint16_t kPairLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  
 alignas(64) constexpr uint16_t kPairHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
                                               24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
 
-void PackPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_t cols, uint32_t* dst) {
+void ScoresToRows(const float* st, int n, float scale, float* s, int64_t s_stride, int rows) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32(16));
+  for (int t0 = 0; t0 < n; t0 += 16) {
+    const __mmask16 m = n - t0 >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << (n - t0)) - 1u);
+    for (int r = 0; r < rows; ++r) {
+      const __m512 x = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, st + t0 * 16 + r, 4);
+      _mm512_mask_storeu_ps(s + r * s_stride + t0, m, _mm512_mul_ps(x, vs));
+    }
+  }
+}
+
+void PairsFromF32(const float* x, int64_t n, uint32_t* w) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(w + i / 2, reinterpret_cast<__m512i>(h));
+  }
+  if (i < n) {  // the tail: zeros past n, stored only up to the last pair
+    const int64_t left = n - i;
+    const __mmask16 m0 = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    const __mmask16 m1 = left > 16 ? static_cast<__mmask16>((1u << (left - 16)) - 1u) : 0;
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + i + 16), _mm512_maskz_loadu_ps(m0, x + i));
+    const int64_t pairs = (left + 1) / 2;
+    _mm512_mask_storeu_epi32(w + i / 2, static_cast<__mmask16>((1u << pairs) - 1u), reinterpret_cast<__m512i>(h));
+  }
+}
+
+void PackPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_t cols, uint32_t* dst, int64_t block_pairs) {
   const __m512i lo_idx = _mm512_load_si512(kPairLo), hi_idx = _mm512_load_si512(kPairHi);
   const int64_t pairs = (rows + 1) / 2, blocks = (cols + 15) / 16;
   for (int64_t p = 0; p < pairs; ++p) {
@@ -74,9 +103,9 @@ void PackPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_t cols
       const __mmask32 m = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
       const __m512i va = _mm512_maskz_loadu_epi16(m, a + c0);
       const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + c0) : _mm512_setzero_si512();
-      _mm512_store_si512(dst + ((c0 / 16) * pairs + p) * 16, _mm512_permutex2var_epi16(va, lo_idx, vb));
+      _mm512_store_si512(dst + ((c0 / 16) * block_pairs + p) * 16, _mm512_permutex2var_epi16(va, lo_idx, vb));
       if (c0 / 16 + 1 < blocks)
-        _mm512_store_si512(dst + ((c0 / 16 + 1) * pairs + p) * 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
+        _mm512_store_si512(dst + ((c0 / 16 + 1) * block_pairs + p) * 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
     }
   }
 }
@@ -118,7 +147,7 @@ void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* 
 }  // namespace
 
 const Bf16DotKernels& Bf16DotAvx512() {
-  static const Bf16DotKernels k{ScoreRows16, PackPairs16, PvTile};
+  static const Bf16DotKernels k{ScoreRows16, ScoresToRows, PairsFromF32, PackPairs16, PvTile};
   return k;
 }
 
