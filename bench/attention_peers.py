@@ -1,7 +1,7 @@
 """Attention at Gemma shapes: Tessera vs onnxruntime CPU, measured in the same run beside this
 machine's roofline (DESIGN.md section 6, issue "CPU performance").
 
-  .venv/bin/python bench/attention_peers.py [--threads 2] [--reps 5] [--long]
+  .venv/bin/python bench/attention_peers.py [--threads 2] [--reps 5] [--long] [--precision f32|bf16|both]
 
 Roofline: read bandwidth (numpy sum over 512 MiB, `threads` copies in parallel is not possible in
 numpy, so the probe is single-stream *and* a 2-thread C++ probe is not used here: see
@@ -10,6 +10,7 @@ K/V bf16 in a Tessera DenseStore (read in place), onnxruntime GroupQueryAttentio
 shared past/present buffer (ORT CPU has no bf16 GQA; its bytes are counted at f32). Prefill:
 S = 2048/4096 (8192 with --long) with a 256-token image block, causal and sliding window 1024:
 Tessera's structured mask vs ORT Attention (opset 23) with the equivalent float bias.
+Tessera runs at each --precision (bf16: bf16 K/V, q and the softmax weights rounded to bf16).
 Medians of --reps runs; ratios are ORT time / Tessera time (> 1: Tessera faster).
 """
 import argparse
@@ -98,7 +99,8 @@ def decode_rows(args, bw):
                 store.append(kk, kk, (np.arange(n) + j)[None])
             q = rng.standard_normal((1, hq, 1, d), dtype=np.float32)
             qpos = np.array([[ctx - 1]])
-            t_tess = median_time(lambda: tkv.attend(store, q, qpos, num_threads=args.threads), args.reps)
+            t_prec = {pr: median_time(lambda: tkv.attend(store, q, qpos, num_threads=args.threads, precision=pr),
+                                      args.reps) for pr in args.precisions}
             kv_bytes = 2 * hkv * ctx * d * 2
             sess = ort_session(gqa_model(hq, hkv, d, ctx + 1), args.threads)
             pk = rng.standard_normal((1, hkv, ctx + 1, d), dtype=np.float32)
@@ -107,8 +109,9 @@ def decode_rows(args, bw):
                      "v": pv[:, :, :1].reshape(1, 1, hkv * d), "pk": pk, "pv": pv,
                      "seqlens_k": np.array([ctx], np.int32), "total": np.array(ctx + 1, np.int32)}
             t_ort = median_time(lambda: sess.run(None, feeds), args.reps)
-            rows.append((f"decode {hq}q/{hkv}kv x {d}", ctx, t_tess * 1e3, kv_bytes / t_tess / 1e9,
-                         100 * kv_bytes / t_tess / 1e9 / bw, t_ort * 1e3, t_ort / t_tess))
+            for pr, t_tess in t_prec.items():
+                rows.append((f"decode {hq}q/{hkv}kv x {d} {pr}", ctx, t_tess * 1e3, kv_bytes / t_tess / 1e9,
+                             100 * kv_bytes / t_tess / 1e9 / bw, t_ort * 1e3, t_ort / t_tess))
     return rows
 
 
@@ -126,12 +129,16 @@ def prefill_rows(args, gemm):
             vis = tessera.attention_bias(1, s, s, **kw) == 0
             pairs = int(vis.sum())
             flops = 4 * hq * d * pairs
-            t_tess = median_time(lambda: tessera.attention(q, k, k, num_threads=args.threads, **kw), args.reps)
+            # f32: f32 K/V; bf16: bf16 K/V (converted inside the call, O(S D)) and bf16 products.
+            kv = {"f32": {}, "bf16": dict(kv_dtype="bf16", precision="bf16")}
+            t_prec = {pr: median_time(lambda: tessera.attention(q, k, k, num_threads=args.threads, **kw, **kv[pr]),
+                                      args.reps) for pr in args.precisions}
             bias = tessera.attention_bias(1, s, s, masked_value=np.finfo(np.float32).min, **kw)
             sess = ort_session(attention_bias_model(hq, hkv, d, s), args.threads)
             t_ort = median_time(lambda: sess.run(None, {"q": q, "k": k, "v": k, "bias": bias}), max(1, args.reps // 2))
-            rows.append((f"prefill {name}", s, t_tess * 1e3, flops / t_tess / 1e9, 100 * flops / t_tess / 1e9 / gemm,
-                         t_ort * 1e3, t_ort / t_tess))
+            for pr, t_tess in t_prec.items():
+                rows.append((f"prefill {name} {pr}", s, t_tess * 1e3, flops / t_tess / 1e9,
+                             100 * flops / t_tess / 1e9 / gemm, t_ort * 1e3, t_ort / t_tess))
     return rows
 
 
@@ -140,18 +147,23 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--long", action="store_true")
+    p.add_argument("--precision", choices=["f32", "bf16", "both"], default="both",
+                   help="Tessera's attention precision (bf16: bf16 K/V, q and weights rounded to bf16)")
     args = p.parse_args()
+    args.precisions = ["f32", "bf16"] if args.precision == "both" else [args.precision]
     import onnxruntime
     bw, gemm = roofline(args.reps)
     print(f"machine: {os.cpu_count()} cores; threads {args.threads}; onnxruntime {onnxruntime.__version__}; "
           f"tessera SIMD {os.environ.get('TESSERA_SIMD', 'default')}")
     print(f"roofline: read bandwidth {bw:.1f} GB/s (numpy sum, 1 stream), f32 GEMM {gemm:.1f} GFLOP/s (numpy)\n")
-    print(f"{'case':28s} {'S/keys':>7s} {'tessera ms':>11s} {'GB/s|GFLOP/s':>13s} {'% roof':>7s} "
+    print(f"{'case':32s} {'S/keys':>7s} {'tessera ms':>11s} {'GB/s|GFLOP/s':>13s} {'% roof':>7s} "
           f"{'ORT ms':>9s} {'ORT/tess':>9s}")
     for r in decode_rows(args, bw) + prefill_rows(args, gemm):
-        print(f"{r[0]:28s} {r[1]:7d} {r[2]:11.3f} {r[3]:13.1f} {r[4]:7.0f} {r[5]:9.3f} {r[6]:9.2f}")
+        print(f"{r[0]:32s} {r[1]:7d} {r[2]:11.3f} {r[3]:13.1f} {r[4]:7.0f} {r[5]:9.3f} {r[6]:9.2f}")
     print("\ndecode: GB/s of bf16 K/V read by Tessera (% of read bandwidth); ORT GQA reads f32 K/V (2x the bytes).")
     print("prefill: GFLOP/s on visible pairs (4 Hq D pairs) and % of the numpy GEMM rate; ORT uses the float bias.")
+    print("f32 / bf16: Tessera's precision (bf16 rounds q and the softmax weights to bf16, AVX-512-BF16 where the "
+          "CPU has it); onnxruntime always computes f32.")
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ StoredKv Store(const F32Array& x, DType dtype) {
 
 py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32Array& v, const MaskArrays& arrays,
                                 bool causal, int32_t wl, int32_t wr, bool biw, float scale, float softcap,
-                                const std::string& kv_dtype, const std::string& kernel, int threads) {
+                                const std::string& kv_dtype, const std::string& kernel, int threads,
+                                const std::string& precision) {
   if (q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4)
     throw py::value_error("q, k, v must be 4-D [B, H, S, D]");
   DType dt;
@@ -98,6 +99,8 @@ py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32A
   p.mask = mask;
   p.scale = scale;
   p.softcap = softcap;
+  if (!ParseAttentionPrecision(precision, &p.precision))
+    throw py::value_error("unknown precision '" + precision + "' (f32, bf16)");
   const AttentionKernel kern = KernelFromName(kernel);
   Status st;
   {
@@ -133,9 +136,9 @@ void BindAttention(py::module_& m) {
       [](const F32Array& q, const F32Array& k, const F32Array& v, const I32Array& q_pos, const I32Array& k_pos,
          const I32Array& kv_valid, bool causal, int32_t wl, int32_t wr, bool biw, const I32Array& q_block,
          const I32Array& k_block, const py::array& bias, float scale, float softcap, const std::string& kv_dtype,
-         const std::string& kernel, int threads) {
+         const std::string& kernel, int threads, const std::string& precision) {
         MaskArrays a{q_pos, k_pos, kv_valid, q_block, k_block, bias};
-        return AttentionRaw(q, k, v, a, causal, wl, wr, biw, scale, softcap, kv_dtype, kernel, threads);
+        return AttentionRaw(q, k, v, a, causal, wl, wr, biw, scale, softcap, kv_dtype, kernel, threads, precision);
       });
   m.def("_attention_bias", [](int64_t B, int64_t S_q, int64_t S_kv, const I32Array& q_pos, const I32Array& k_pos,
                               const I32Array& kv_valid, bool causal, int32_t wl, int32_t wr, bool biw,

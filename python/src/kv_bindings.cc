@@ -291,7 +291,7 @@ py::tuple View(const PyStore& s, bool raw) {
 // Attention of q over the store's current view, read in place (no copy of K/V).
 py::array_t<float> Attend(const PyStore& s, const F32Array& q, const I32Array& q_pos, bool causal, int32_t wl,
                           int32_t wr, const OptI32& q_block, bool blocks_ignore_window, float scale, float softcap,
-                          const std::string& kernel, int threads) {
+                          const std::string& kernel, int threads, const std::string& precision) {
   if (q.ndim() != 4) throw py::value_error("attend: q must be 4-D [B, Hq, S_q, D], got " + ShapeStr(q));
   const int64_t B = q.shape(0), Hq = q.shape(1), S_q = q.shape(2), D = q.shape(3);
   if (B != s.g.batch)
@@ -311,6 +311,8 @@ py::array_t<float> Attend(const PyStore& s, const F32Array& q, const I32Array& q
   p.mask.blocks_ignore_window = blocks_ignore_window;
   p.scale = scale;
   p.softcap = softcap;
+  if (!ParseAttentionPrecision(precision, &p.precision))
+    throw py::value_error("attend: unknown precision '" + precision + "' (f32, bf16)");
   Status st;
   {
     py::gil_scoped_release release;
@@ -406,7 +408,7 @@ void BindKv(py::module_ m) {
       .def("view", &View, py::arg("raw"))
       .def("attend", &Attend, py::arg("q"), py::arg("q_pos"), py::arg("causal"), py::arg("window_left"),
            py::arg("window_right"), py::arg("q_block"), py::arg("blocks_ignore_window"), py::arg("scale"),
-           py::arg("softcap"), py::arg("kernel"), py::arg("num_threads"))
+           py::arg("softcap"), py::arg("kernel"), py::arg("num_threads"), py::arg("precision"))
       .def("write_pos",
            [](const PyStore& s, int64_t b) {
              CheckRow(s, b);

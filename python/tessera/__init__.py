@@ -81,10 +81,12 @@ def _window(window):
 
 def attention(q, k, v, *, q_pos=None, k_pos=None, kv_valid=None, causal=True, window=(-1, -1),
               q_block=None, k_block=None, blocks_ignore_window=False, bias=None, scale=None, softcap=0.0,
-              kv_dtype="f32", kernel="auto", num_threads=0):
+              kv_dtype="f32", kernel="auto", num_threads=0, precision="f32"):
     """Grouped-query attention with a structured mask; returns [B, Hq, S_q, Dv] float32.
 
     K/V are stored in `kv_dtype` (f32, bf16, f16; rounded to nearest even) and computed in f32.
+    precision="bf16" (with kv_dtype="bf16") rounds q and the softmax weights to bf16 before their
+    products, as a bf16 model computes; on CPUs with AVX-512-BF16 that runs at twice the f32 rate.
     `kernel` is auto, reference, prefill or decode; num_threads=0 uses every core.
     """
     q = np.asarray(q, dtype=np.float32)
@@ -102,7 +104,7 @@ def attention(q, k, v, *, q_pos=None, k_pos=None, kv_valid=None, causal=True, wi
     return _tessera._attention(q, k, v, arrays[0], arrays[1], arrays[2], bool(causal), wl, wr,
                                bool(blocks_ignore_window), arrays[3],
                                arrays[4], arrays[5], scale, float(softcap), str(kv_dtype), str(kernel),
-                               int(num_threads))
+                               int(num_threads), str(precision))
 
 
 def attention_bias(batch, s_q, s_kv, *, q_pos=None, k_pos=None, kv_valid=None, causal=True,

@@ -183,7 +183,7 @@ class ExternalStore(_Store):
 
 
 def attend(store, q, q_pos=None, *, causal=True, window=(-1, -1), q_block=None, blocks_ignore_window=False,
-           scale=None, softcap=0.0, kernel="auto", num_threads=0):
+           scale=None, softcap=0.0, kernel="auto", num_threads=0, precision="f32"):
     """Attention of q [B, Hq, S_q, D] (float32) over `store`, read in place; returns [B, Hq, S_q, Dv].
 
     Keys are the store's slots: k_pos = their recorded positions, k_block = their block ids,
@@ -193,7 +193,8 @@ def attend(store, q, q_pos=None, *, causal=True, window=(-1, -1), q_block=None, 
     causal, window=(left, right) (-1 = unbounded; HF sliding_window W is (W-1, 0)), q_block [B, S_q]
     (with the stored k_block), blocks_ignore_window. scale: default 1/sqrt(D). softcap > 0:
     softcap * tanh(s / softcap). kernel: auto, reference, prefill, decode. num_threads=0: every core.
-    A query with no visible key yields zeros.
+    A query with no visible key yields zeros. precision: "f32", or "bf16" (a bf16 store only) to
+    round q and the softmax weights to bf16 before their products (tessera.attention).
     """
     if not isinstance(store, _Store):
         raise ValueError(f"attend needs a tessera.kv store, got {type(store).__name__}")
@@ -214,7 +215,8 @@ def attend(store, q, q_pos=None, *, causal=True, window=(-1, -1), q_block=None, 
         raise ValueError(f"window must be (left, right), got {window!r}")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     return store._impl.attend(q, q_pos, bool(causal), int(window[0]), int(window[1]), q_block,
-                              bool(blocks_ignore_window), scale, float(softcap), str(kernel), int(num_threads))
+                              bool(blocks_ignore_window), scale, float(softcap), str(kernel), int(num_threads),
+                              str(precision))
 
 
 _PLAN_KEYS = {"layers", "num_kv_shared_layers", "batch", "max_context", "max_chunk", "dtype"}

@@ -151,6 +151,46 @@ def test_kv_dtype_rounds_like_numpy(kv_dtype):
                                tessera.attention(q, cast(k), cast(v)), atol=1e-6, rtol=1e-6)
 
 
+def bf16(a):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+@pytest.mark.parametrize("hq, hkv, s_q, d", [(16, 1, 1, 256), (16, 1, 5, 64), (8, 2, 70, 32), (2, 2, 1, 16)])
+@pytest.mark.parametrize("kernel", ["auto", "reference", "prefill", "decode"])
+def test_bf16_precision_matches_numpy(hq, hkv, s_q, d, kernel):
+    # precision="bf16": q and the normalized softmax weights rounded to bf16 (K/V are bf16 already),
+    # products exact, sums in float64 here. The kernels round the running numerators of each tile
+    # instead of the normalized weights: both are within 2^-8 of the exact weight, so outputs may
+    # differ by 2 * 2^-8 * max|v| beyond the f32 tolerance.
+    rng = np.random.default_rng(hq + s_q + d)
+    s_kv = 300
+    q, k, v = random_case(rng, B=1, Hq=hq, Hkv=hkv, S_q=s_q, S_kv=s_kv, D=d, Dv=d)
+    got = tessera.attention(q, k, v, kv_dtype="bf16", precision="bf16", kernel=kernel)
+    kb, vb = np.repeat(bf16(k), hq // hkv, axis=1), np.repeat(bf16(v), hq // hkv, axis=1)
+    s = np.einsum("bhqd,bhkd->bhqk", bf16(q), kb) / math.sqrt(d)
+    q_pos = s_kv - s_q + np.arange(s_q)
+    s = np.where(np.arange(s_kv)[None, :] <= q_pos[:, None], s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("bhqk,bhkd->bhqd", bf16(w / w.sum(-1, keepdims=True)), vb)
+    np.testing.assert_allclose(got, want, atol=1e-4 + 2 * 2.0 ** -8 * np.abs(vb).max(), rtol=1e-4)
+    # and it is not the f32 result: the rounding is really applied
+    assert np.abs(got - tessera.attention(q, k, v, kv_dtype="bf16", kernel=kernel)).max() > 1e-5
+    if kernel == "auto":
+        import tessera.kv as tkv
+        store = tkv.DenseStore(1, hkv, d, s_kv, dtype="bf16")
+        store.append(k, v, np.arange(s_kv)[None])
+        np.testing.assert_allclose(tkv.attend(store, q, precision="bf16"), got, atol=1e-6, rtol=1e-6)
+
+
+def test_bf16_precision_needs_bf16_kv():
+    q, k, v = random_case(np.random.default_rng(1))
+    with pytest.raises(ValueError, match="precision bf16 needs bf16 K/V, got f32"):
+        tessera.attention(q, k, v, precision="bf16")
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        tessera.attention(q, k, v, kv_dtype="bf16", precision="fp8")
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(kv_valid=[50, 5]), "kv_valid[0] = 50"),
     (dict(q_pos=np.zeros((2, 9), np.int32)), "q_pos has shape"),
