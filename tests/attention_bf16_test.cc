@@ -229,6 +229,39 @@ TEST(AttentionBf16, DiffersFromF32ByRoundingOnly) {
   EXPECT_LT(fast_gap, std::ldexp(MaxAbsV(problem), -7) + 1e-4);
 }
 
+// K/V rows at an odd element stride: the dot path reads K's bf16 pairs at 2-byte boundaries.
+TEST(AttentionBf16, OddRowStride) {
+  const int64_t hq = 16, S = 150, D = 64, stride = D + 1;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd;
+  std::vector<float> q(hq * 3 * D), out(q.size()), ref(q.size());
+  for (float& x : q) x = nd(rng);
+  const std::vector<uint16_t> k = RandomBf16(rng, S * stride + 1), v = RandomBf16(rng, S * stride + 1);
+  std::vector<int32_t> q_pos = {S - 3, S - 2, S - 1}, k_pos(S);
+  for (int32_t j = 0; j < S; ++j) k_pos[j] = j;
+  AttentionParams p;
+  p.q = HeadsView::Dense(q.data(), DType::kF32, 1, hq, 3, D);
+  p.k = {k.data() + 1, DType::kBF16, 1, 1, S, D, S * stride, S * stride, stride};  // starts 2 bytes in
+  p.v = {v.data() + 1, DType::kBF16, 1, 1, S, D, S * stride, S * stride, stride};
+  p.mask.q_pos = q_pos.data();
+  p.mask.k_pos = k_pos.data();
+  p.scale = 0.125f;
+  p.precision = AttentionPrecision::kBf16;
+  p.out = OutView::Dense(ref.data(), 1, hq, 3, D);
+  AttentionContext none{};
+  ASSERT_TRUE(Attention(p, none, AttentionKernel::kReference).ok());
+  double max_v = 0;
+  for (uint16_t x : v) max_v = std::max(max_v, double(std::fabs(Bf16ToF32(x))));
+  for (AttentionKernel kernel : {AttentionKernel::kPrefill, AttentionKernel::kDecode}) {
+    p.out = OutView::Dense(out.data(), 1, hq, 3, D);
+    Arena scratch;
+    AttentionContext ctx{nullptr, &scratch};
+    ASSERT_TRUE(Attention(p, ctx, kernel).ok());
+    for (size_t i = 0; i < out.size(); ++i)
+      ASSERT_NEAR(out[i], ref[i], 1e-4 + 1e-4 * std::fabs(ref[i]) + std::ldexp(max_v, -7)) << AttentionKernelName(kernel) << " " << i;
+  }
+}
+
 TEST(AttentionBf16, NeedsBf16KeysAndValues) {
   for (DType dt : {DType::kF32, DType::kF16}) {
     ProblemConfig c;

@@ -260,12 +260,6 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     for (; t4 < nv; ++t4) simd.Axpy(dt, o, w[t4], vis[t4], Dv_);
   }
   if (cls != TileClass::kFull) return;
-  // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.
-  // Many rows: V widened once into 16-dim panels (reading V in place re-fetches it per row group,
-  // and its 1-2 KiB row stride maps a tile onto a few L1 sets). Few rows (one pass): V read in
-  // place, and each 16-column block asks for its share of the V rows kPrefetchL2Keys ahead into
-  // L2, so DRAM requests keep flowing while P.V computes instead of all leaving during the score
-  // pass: +9-15% at 32k keys, +1-17% at 8k (16q/8kv x 256, three in-process A/Bs).
   if (dot) {
     // Fully visible tile on the bf16 dot product: the weights as bf16 pairs against V's pair
     // panels (packed during the score pass), 8 rows x 32 columns per pass.
@@ -286,6 +280,12 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     }
     return;
   }
+  // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.
+  // Many rows: V widened once into 16-dim panels (reading V in place re-fetches it per row group,
+  // and its 1-2 KiB row stride maps a tile onto a few L1 sets). Few rows (one pass): V read in
+  // place, and each 16-column block asks for its share of the V rows kPrefetchL2Keys ahead into
+  // L2, so DRAM requests keep flowing while P.V computes instead of all leaving during the score
+  // pass: +9-15% at 32k keys, +1-17% at 8k (16q/8kv x 256, three in-process A/Bs).
   const size_t es = DTypeSize(p_.v.dtype);
   const bool packed = rows_ >= kPackedRows;
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);

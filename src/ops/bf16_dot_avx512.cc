@@ -7,9 +7,12 @@
 namespace tessera::ops {
 namespace {
 
+// acc += a . broadcast(*word) over bf16 pairs. The word may sit at any 2-byte boundary (a K row of
+// a view with an odd element stride), so it is read with memcpy (one broadcast load).
 inline __m512 Dot2(__m512 acc, __m512i a, const uint32_t* word) {
-  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a),
-                          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(*word))));
+  int32_t w;
+  __builtin_memcpy(&w, word, 4);
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(_mm512_set1_epi32(w)));
 }
 
 // Eight keys against the panel: one panel load and eight broadcast dot products per pair.
