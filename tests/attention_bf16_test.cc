@@ -53,7 +53,9 @@ TEST(Bf16Dot, ScoreRows16MatchesDouble) {
       std::vector<const uint16_t*> rows(n);
       for (int t = 0; t < n; ++t) rows[t] = k.data() + t * (2 * pairs + 6);
       std::vector<float> out(n * 16, NAN);
-      dot->score_rows16(panel, pairs, rows.data(), n, out.data());
+      // Prefetching the rows themselves while computing must not change anything.
+      const ops::PrefetchRows ahead{k.data(), (2 * pairs + 6) * 2, 2 * pairs * 2, n};
+      dot->score_rows16(panel, pairs, rows.data(), n, out.data(), n % 2 ? &ahead : nullptr);
       for (int t = 0; t < n; ++t)
         for (int r = 0; r < 16; ++r) {
           double want = 0, mag = 0;
@@ -99,7 +101,7 @@ TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
         for (int r = 0; r < 8; ++r) w[r] = w_words.data() + (r < mr ? r : 0) * pairs;
         for (int64_t j0 = 0; j0 < cols; j0 += 32)
           dot->pv_tile(w, vp + j0 / 16 * pairs * 16, pairs, c.data() + j0, cs, mr,
-                       static_cast<int>(std::min<int64_t>(32, cols - j0)));
+                       static_cast<int>(std::min<int64_t>(32, cols - j0)), nullptr);
         for (int r = 0; r < 8; ++r)
           for (int64_t j = 0; j < cs; ++j) {
             if (r >= mr || j >= cols) {

@@ -9,13 +9,24 @@
 
 namespace tessera::ops {
 
+// Cache lines a micro-kernel asks into L2 while it computes, spread evenly over its loop: `rows`
+// rows of `row_bytes` each, the first at `first`, `stride` bytes apart (K or V rows far ahead in a
+// DRAM stream). Spread out, the requests never fill the core's miss queue at once, which a burst
+// of them did (the prefetch instructions themselves stalled).
+struct PrefetchRows {
+  const void* first = nullptr;
+  int64_t stride = 0, row_bytes = 0, rows = 0;
+};
+
 struct Bf16DotKernels {
-  // Scores of one 16-row query panel against n <= 64 keys read in place:
+  // Scores of one 16-row query panel against n <= 64 keys read in place (`ahead`: lines to
+  // prefetch meanwhile, or null):
   //   out[t * 16 + r] = sum_{p < pairs} dot2(qp[p * 16 + r], word p of k_rows[t])
   // qp: [pairs][16] words, 64-byte aligned (row r's pair p = (q[r][2p], q[r][2p+1])); k_rows[t]:
   // a bf16 row of 2 * pairs elements. Sums run in chunks of 32 pairs added in order (as the f32
   // score path's 64-term chains).
-  void (*score_rows16)(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_rows, int n, float* out);
+  void (*score_rows16)(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_rows, int n, float* out,
+                       const PrefetchRows* ahead);
   // Transposes score_rows16's key-major scores into rows, scaled: for r < rows <= 16, t < n <= 64,
   //   s[r * s_stride + t] = scale * st[t * 16 + r]
   void (*scores_to_rows)(const float* st, int n, float scale, float* s, int64_t s_stride, int rows);
@@ -32,9 +43,11 @@ struct Bf16DotKernels {
   //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[((j / 16) * pairs + p) * 16 + j % 16])
   // w: 8 row pointers of `pairs` words (rows >= mr may alias row 0; their results are discarded);
   // vp: two consecutive column blocks of pack_pairs16's layout (only the first read if nr <= 16).
+  // ahead: lines to prefetch meanwhile, or null.
   // (Reading V in place instead, pairs interleaved in registers, measured 35% slower: its 1 KiB
   // row stride maps a tile onto a few L1 sets, and each group of 8 rows re-reads it.)
-  void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr);
+  void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
+                  const PrefetchRows* ahead);
 };
 
 // The kernels, or null where the CPU lacks AVX-512 (F, BW, VL, BF16), TESSERA_SIMD asks for
