@@ -182,7 +182,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
       for (int64_t t0 = 0; t0 < n; t0 += 8) {
         const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
-        const ops::PrefetchRows k_ahead = rows_ahead(p_.k, t0, r0 == 0 ? nk : 0);
+        const ops::PrefetchRows k_ahead = rows_ahead(p_.k, t0, r0 == 0 && n_q_ == 1 ? nk : 0);
         dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16, &k_ahead);
         if (r0 == 0 && cls == TileClass::kFull)
           dot_->pack_pairs16(static_cast<const uint16_t*>(v_rows[t0]), p_.v.stride_seq, nk, Dv_, vw_ + t0 / 2 * 16,
@@ -313,7 +313,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       for (int r = 0; r < 8; ++r) w[r] = pw_ + (r0 + (r < mr ? r : 0)) * (kTileK / 2);
       for (int64_t c0 = 0; c0 < Dv_; c0 += 32) {
         const int64_t t_first = c0 / 32 * v_share, t_count = std::clamp<int64_t>(n - t_first, 0, v_share);
-        const ops::PrefetchRows v_ahead = rows_ahead(p_.v, t_first, r0 == 0 ? t_count : 0);
+        const ops::PrefetchRows v_ahead = rows_ahead(p_.v, t_first, r0 == 0 && n_q_ == 1 ? t_count : 0);
         dot_->pv_tile(w, vw_ + c0 / 16 * pairs * 16, pairs, o_ + r0 * Dv_ + c0, Dv_, mr,
                       static_cast<int>(std::min<int64_t>(32, Dv_ - c0)), &v_ahead);
       }
