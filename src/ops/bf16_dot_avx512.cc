@@ -51,7 +51,7 @@ void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, flo
     const int64_t p1 = p0 + 32 < pairs ? p0 + 32 : pairs;
     __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
     for (int64_t p = p0; p < p1; ++p) {
-      if (kFeed) pf.Step();
+      if (kFeed && (p & 3) == 0) pf.Step();
       const __m512i q = _mm512_load_si512(qp + p * 16);
       c0 = Dot2(c0, q, k[0] + p);
       c1 = Dot2(c1, q, k[1] + p);
@@ -80,7 +80,7 @@ void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, flo
 
 void ScoreRows16(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_rows, int n, float* out,
                  const PrefetchRows* ahead) {
-  LineFeeder pf(ahead, pairs * ((n + 7) / 8));
+  LineFeeder pf(ahead, (pairs + 3) / 4 * ((n + 7) / 8));
   for (int t0 = 0; t0 < n; t0 += 8) {
     const int nk = n - t0 < 8 ? n - t0 : 8;
     const uint32_t* k[8];
@@ -156,7 +156,7 @@ void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float*
   for (int r = 0; r < 8; ++r) a[r] = b[r] = _mm512_setzero_ps();
   const uint32_t* vp1 = vp + pairs * 16;
   for (int64_t p = 0; p < pairs; ++p) {
-    if (kFeed) pf.Step();
+    if (kFeed && (p & 3) == 0) pf.Step();
     const __m512i v0 = _mm512_load_si512(vp + p * 16);
     const __m512i v1 = kTwoBlocks ? _mm512_load_si512(vp1 + p * 16) : v0;
 #pragma GCC unroll 8
@@ -180,7 +180,7 @@ void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float*
 
 void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
             const PrefetchRows* ahead) {
-  LineFeeder pf(ahead, pairs);
+  LineFeeder pf(ahead, (pairs + 3) / 4);
   if (pf.active()) {
     if (nr > 16) return PvTileT<true, true>(w, vp, pairs, c, cs, mr, nr, pf);
     return PvTileT<false, true>(w, vp, pairs, c, cs, mr, nr, pf);
