@@ -99,9 +99,11 @@ TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
         const std::vector<float> c0 = c;
         const uint32_t* w[8];
         for (int r = 0; r < 8; ++r) w[r] = w_words.data() + (r < mr ? r : 0) * pairs;
+        // With mr 3 the kernel also prefetches V's rows meanwhile, which must change nothing.
+        const ops::PrefetchRows ahead{v.data(), stride * 2, cols * 2, rows};
         for (int64_t j0 = 0; j0 < cols; j0 += 32)
           dot->pv_tile(w, vp + j0 / 16 * pairs * 16, pairs, c.data() + j0, cs, mr,
-                       static_cast<int>(std::min<int64_t>(32, cols - j0)), nullptr);
+                       static_cast<int>(std::min<int64_t>(32, cols - j0)), mr == 3 ? &ahead : nullptr);
         for (int r = 0; r < 8; ++r)
           for (int64_t j = 0; j < cs; ++j) {
             if (r >= mr || j >= cols) {
@@ -117,6 +119,45 @@ TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
             ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag) << "rows " << rows << " cols " << cols << " mr " << mr;
           }
       }
+    }
+  }
+}
+
+TEST(Bf16Dot, ScoresToRowsAndPairsFromF32) {
+  const ops::Bf16DotKernels* dot = ops::Bf16Dot();
+  if (!dot) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (int n : {1, 15, 16, 17, 33, 63, 64}) {
+    for (int rows : {1, 7, 16}) {
+      std::vector<float> st(64 * 16), s(16 * 70, -1.0f);
+      for (float& x : st) x = nd(rng);
+      dot->scores_to_rows(st.data(), n, 0.37f, s.data(), 70, rows);
+      for (int r = 0; r < 16; ++r)
+        for (int t = 0; t < 70; ++t) {
+          const float want = r < rows && t < n ? 0.37f * st[t * 16 + r] : -1.0f;  // untouched elsewhere
+          ASSERT_EQ(s[r * 70 + t], want) << "n " << n << " rows " << rows << " r " << r << " t " << t;
+        }
+    }
+    // Weights: exp outputs in [0, 1], ties, values that round up to the next binade, denormals.
+    std::vector<float> x(n);
+    for (int i = 0; i < n; ++i) {
+      const int kind = i % 5;
+      x[i] = kind == 0 ? std::exp(-std::fabs(nd(rng)) * 10) : kind == 1 ? 1.0f + 3.0f * std::ldexp(1.0f, -9)
+             : kind == 2 ? std::nextafter(2.0f, 0.0f) : kind == 3 ? std::ldexp(1.0f, -130) : 0.0f;
+    }
+    std::vector<uint32_t> w((n + 1) / 2 + 4, 0xdeadbeefu);
+    dot->pairs_from_f32(x.data(), n, w.data());
+    for (int p = 0; p < (n + 1) / 2 + 4; ++p) {
+      if (p >= (n + 1) / 2) {
+        ASSERT_EQ(w[p], 0xdeadbeefu) << "wrote past the last pair, n " << n;
+        continue;
+      }
+      auto want = [&](int i) -> uint32_t {
+        if (i >= n) return 0;
+        return std::fabs(x[i]) < std::ldexp(1.0f, -126) ? 0 : F32ToBf16(x[i]);  // denormals flush to 0
+      };
+      ASSERT_EQ(w[p], want(2 * p) | want(2 * p + 1) << 16) << "n " << n << " pair " << p;
     }
   }
 }
