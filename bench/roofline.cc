@@ -120,28 +120,25 @@ double ReadBandwidthGBs(int threads, int64_t bytes, int reps, Paging paging) {
   return per_buffer[per_buffer.size() / 2];
 }
 
-double FmaPeakGflops(int threads) {
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
-  const int64_t iters = 20'000'000;
+// Best of 3 runs of `loop(iters)` on every thread, as GFLOP/s for `flops_per_iter` per iteration.
+static double LoopPeakGflops(int threads, float (*loop)(int64_t), int64_t iters, double flops_per_iter) {
   std::vector<float> sink(threads);
   double best = 0;
   for (int r = 0; r < 3; ++r) {
-    const double s = TimeOnThreads(threads, [&](int t) { sink[t] += FmaLoopAvx2(iters); });
-    best = std::max(best, threads * iters * 10.0 * 8 * 2 / s / 1e9);
+    const double s = TimeOnThreads(threads, [&](int t) { sink[t] += loop(iters); });
+    best = std::max(best, threads * iters * flops_per_iter / s / 1e9);
   }
   return best;
 }
 
+double FmaPeakGflops(int threads) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+  return LoopPeakGflops(threads, FmaLoopAvx2, 20'000'000, 10.0 * 8 * 2);  // 10 chains x 8 lanes x FMA
+}
+
 double Bf16DotPeakGflops(int threads) {
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) return 0;
-  const int64_t iters = 10'000'000;
-  std::vector<float> sink(threads);
-  double best = 0;
-  for (int r = 0; r < 3; ++r) {
-    const double s = TimeOnThreads(threads, [&](int t) { sink[t] += Bf16DotLoop(iters); });
-    best = std::max(best, threads * iters * 12.0 * 16 * 4 / s / 1e9);
-  }
-  return best;
+  return LoopPeakGflops(threads, Bf16DotLoop, 10'000'000, 12.0 * 16 * 4);  // 12 chains x 16 lanes x 2 FMAs
 }
 
 }  // namespace tessera::bench
