@@ -139,12 +139,14 @@ TEST(Bf16Dot, ScoresToRowsAndPairsFromF32) {
           ASSERT_EQ(s[r * 70 + t], want) << "n " << n << " rows " << rows << " r " << r << " t " << t;
         }
     }
-    // Weights: exp outputs in [0, 1], ties, values that round up to the next binade, denormals.
+    // Weights (exp outputs in [0, 1]) and q values (any sign), ties, values that round up to the
+    // next binade, denormals.
     std::vector<float> x(n);
     for (int i = 0; i < n; ++i) {
-      const int kind = i % 5;
+      const int kind = i % 7;
       x[i] = kind == 0 ? std::exp(-std::fabs(nd(rng)) * 10) : kind == 1 ? 1.0f + 3.0f * std::ldexp(1.0f, -9)
-             : kind == 2 ? std::nextafter(2.0f, 0.0f) : kind == 3 ? std::ldexp(1.0f, -130) : 0.0f;
+             : kind == 2 ? std::nextafter(2.0f, 0.0f) : kind == 3 ? std::ldexp(1.0f, -130)
+             : kind == 4 ? 0.0f : kind == 5 ? -nd(rng) * 100 : -std::ldexp(1.0f, -131);
     }
     std::vector<uint32_t> w((n + 1) / 2 + 4, 0xdeadbeefu);
     dot->pairs_from_f32(x.data(), n, w.data());
@@ -155,7 +157,8 @@ TEST(Bf16Dot, ScoresToRowsAndPairsFromF32) {
       }
       auto want = [&](int i) -> uint32_t {
         if (i >= n) return 0;
-        return std::fabs(x[i]) < std::ldexp(1.0f, -126) ? 0 : F32ToBf16(x[i]);  // denormals flush to 0
+        // denormals flush to a zero of their sign
+        return std::fabs(x[i]) < std::ldexp(1.0f, -126) ? (std::signbit(x[i]) ? 0x8000u : 0u) : F32ToBf16(x[i]);
       };
       ASSERT_EQ(w[p], want(2 * p) | want(2 * p + 1) << 16) << "n " << n << " pair " << p;
     }

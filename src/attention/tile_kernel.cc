@@ -110,11 +110,18 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
 void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
   b_ = b, g_ = g, i0_ = i0, n_q_ = n_q, rows_ = group_ * n_q;
   valid_ = KvValid(p_.mask, b, p_.k.seq);
+  const bool dot = dot_ && rows_ >= kPackedRows;  // scores from the q panels, not from q_
   for (int64_t r = 0; r < rows_; ++r) {
     const int64_t h = g * group_ + r / n_q, i = i0 + r % n_q;
     const float* src = reinterpret_cast<const float*>(p_.q.At(b, h, i));
     float* dst = q_ + r * D_;
-    if (bf16_) {
+    if (dot) {
+      // q as bf16 pairs in 16-row panels: word (p, r) = (q[r][2p], q[r][2p + 1]).
+      uint32_t* words = reinterpret_cast<uint32_t*>(dst);  // q_'s row as scratch
+      dot_->pairs_from_f32(src, D_, words);
+      uint32_t* panel = qw_ + r / 16 * 16 * pairs_ + r % 16;
+      for (int64_t pr = 0; pr < pairs_; ++pr) panel[pr * 16] = words[pr];
+    } else if (bf16_) {
       for (int64_t d = 0; d < D_; ++d) dst[d] = Bf16ToF32(F32ToBf16(src[d])) * p_.scale;
     } else {
       for (int64_t d = 0; d < D_; ++d) dst[d] = src[d] * p_.scale;
@@ -123,19 +130,9 @@ void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
     m_[r] = kNegInf;
     l_[r] = 0.0f;
   }
-  if (dot_ && rows_ >= kPackedRows) {
-    // q as bf16 pairs in 16-row panels (rows past rows_ zero): word (p, r) = (q[r][2p], q[r][2p + 1]).
-    for (int64_t r = 0; r < (rows_ + 15) / 16 * 16; ++r) {
-      uint32_t* panel = qw_ + r / 16 * 16 * pairs_ + r % 16;
-      if (r >= rows_) {
-        for (int64_t pr = 0; pr < pairs_; ++pr) panel[pr * 16] = 0;
-        continue;
-      }
-      const float* src = reinterpret_cast<const float*>(p_.q.At(b, g * group_ + r / n_q, i0 + r % n_q));
-      for (int64_t pr = 0; pr < pairs_; ++pr)
-        panel[pr * 16] = F32ToBf16(src[2 * pr]) | static_cast<uint32_t>(F32ToBf16(src[2 * pr + 1])) << 16;
-    }
-  }
+  if (dot)  // rows past rows_ in the last panel contribute zeros
+    for (int64_t r = rows_; r < (rows_ + 15) / 16 * 16; ++r)
+      for (int64_t pr = 0; pr < pairs_; ++pr) qw_[r / 16 * 16 * pairs_ + pr * 16 + r % 16] = 0;
 }
 
 void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {

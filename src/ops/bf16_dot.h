@@ -30,8 +30,8 @@ struct Bf16DotKernels {
   // Transposes score_rows16's key-major scores into rows, scaled: for r < rows <= 16, t < n <= 64,
   //   s[r * s_stride + t] = scale * st[t * 16 + r]
   void (*scores_to_rows)(const float* st, int n, float scale, float* s, int64_t s_stride, int rows);
-  // Softmax weights (finite, >= 0) rounded to bf16 (nearest, ties to even; below 2^-126 to 0) as
-  // pair words: w[p] = (x[2p], x[2p + 1]), 0 past n.
+  // Values (q rows, softmax weights) rounded to bf16 (nearest, ties to even; magnitudes below
+  // 2^-126 to a signed zero) as pair words: w[p] = (x[2p], x[2p + 1]), 0 past n.
   void (*pairs_from_f32)(const float* x, int64_t n, uint32_t* w);
   // V as pair panels: for block c < ceil(cols / 16), pair p < ceil(rows / 2), lane j < 16:
   //   dst[(c * block_pairs + p) * 16 + j] = (v[2p][16c + j], v[2p + 1][16c + j])
