@@ -91,7 +91,8 @@ struct MaskSpec {
 //          normalized weights; the kernels round the running numerators, the same relative
 //          error). K/V must be bf16. On CPUs with AVX-512-BF16 the tiled kernels then use its
 //          bf16 dot-product instruction (twice the f32 FMA rate); elsewhere the same rounded
-//          values go through the f32 kernels, so every CPU computes the same thing.
+//          values go through the f32 kernels, so every CPU forms the same products (results
+//          differ by f32 summation order, and the dot path flushes operands below 2^-126).
 enum class AttentionPrecision { kF32, kBf16 };
 const char* AttentionPrecisionName(AttentionPrecision p);
 // "f32", "bf16"; false for anything else.
