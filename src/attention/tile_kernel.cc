@@ -168,8 +168,8 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   if (dot) {
     // Scores on the bf16 dot product: each 16-row q panel against the K rows in place, then
     // transposed into s_ and scaled (q was rounded before the scale). Eight keys per call; with
-    // the first panel go, for those keys, the L2 prefetch of the K rows kPrefetchL2Keys ahead,
-    // issued by the micro-kernel one line every few dot products (V's go likewise during P.V):
+    // the first panel go, for those keys, in decode the L2 prefetch of the K rows kPrefetchL2Keys
+    // ahead, issued by the micro-kernel one line every few dot products (V's likewise in P.V):
     // the same prefetches issued in a burst before each call filled the miss queue and stalled
     // the core (16q/1kv x 512 at 32k keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs);
     // and, in a full tile, the packing of their V rows into pair panels (its loads wait on cache
