@@ -1,6 +1,7 @@
 #include "attention/tile_kernel.h"
 
 #include "ops/bf16_dot.h"
+#include "ops/prefetch_rows.h"
 #include "ops/simd.h"
 
 #include <algorithm>

@@ -7,16 +7,9 @@
 
 #include <cstdint>
 
-namespace tessera::ops {
+#include "ops/prefetch_rows.h"
 
-// Cache lines a micro-kernel asks into L2 while it computes, spread evenly over its loop: `rows`
-// rows of `row_bytes` each, the first at `first`, `stride` bytes apart (K or V rows far ahead in a
-// DRAM stream). Spread out, the requests never fill the core's miss queue at once, which a burst
-// of them did (the prefetch instructions themselves stalled).
-struct PrefetchRows {
-  const void* first = nullptr;
-  int64_t stride = 0, row_bytes = 0, rows = 0;
-};
+namespace tessera::ops {
 
 struct Bf16DotKernels {
   // Scores of one 16-row query panel against n <= 64 keys read in place (`ahead`: lines to
