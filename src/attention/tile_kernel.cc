@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 namespace tessera::attn {
@@ -31,16 +30,6 @@ void Prefetch(const void* p, int64_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + static_cast<uintptr_t>(bytes);
   for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64)
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, Locality);
-}
-
-// Rounds finite non-negative values (softmax weights) to the nearest bf16, ties to even, in place.
-void RoundToBf16(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, x + i, 4);
-    b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-    std::memcpy(x + i, &b, 4);
-  }
 }
 
 // The bf16 dot-product path's scratch: q panels, one panel's scores, V pair panels, weight pairs.
@@ -282,7 +271,8 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     l_[r] += simd.exp_sub_sum(s, n, m_new);
     // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum); the dot path rounds a full
     // tile's as it packs them into pairs below.
-    if (bf16_ && !(dot && cls == TileClass::kFull)) RoundToBf16(s, n);
+    if (bf16_ && !(dot && cls == TileClass::kFull))
+      for (int64_t t = 0; t < n; ++t) s[t] = Bf16ToF32(F32ToBf16(s[t]));
     if (cls == TileClass::kFull) continue;  // every key visible: P.V runs below for all rows
     // P.V over the keys with weight only (a masked key's V may hold anything, even NaN), four V
     // rows per pass so the output row is loaded and stored once per four keys.
@@ -329,7 +319,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);
   const int64_t col_blocks = (Dv_ + 15) / 16, v_share = (n + col_blocks - 1) / col_blocks;  // V rows per block
   LineFeed feed(rows_ahead(p_.v, 0, packed && n_q_ == 1 ? n : 0));
-  const int64_t per_call = (feed.lines() + (rows_ + 5) / 6 * col_blocks - 1) / ((rows_ + 5) / 6 * col_blocks);
+  const int64_t calls = (rows_ + 5) / 6 * col_blocks, per_call = (feed.lines() + calls - 1) / calls;
   for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
     const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
     const float* a[6];
