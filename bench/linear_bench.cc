@@ -1,6 +1,8 @@
 // Linear (y = x W^T) on Gemma-width weights: the row-dot path vs the blocked GEMM for token counts
 // from decode (1) to a prefill chunk (256), beside the machine's roofline measured in the same run
-// (read bandwidth, FMA peak). Picks the crossover `kGemmMinTokens` in ops/linear.cc.
+// (read bandwidth, FMA peak). Picks the crossover `kGemmMinTokens` in ops/linear.cc. For bf16
+// weights it also times the GEMM at matmul precision bf16 (x rounded to bf16; AVX-512-BF16's dot
+// product where the CPU has it) against the bf16 dot-product peak.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
 #include <algorithm>
@@ -32,9 +34,10 @@ int main(int argc, char** argv) {
     }
   }
   const double bw1 = bench::ReadBandwidthGBs(1), bwn = bench::ReadBandwidthGBs(threads);
-  const double peak = bench::FmaPeakGflops(threads);
-  std::printf("roofline: read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); f32 FMA peak %.1f GFLOP/s\n\n",
-              bw1, bwn, threads, peak);
+  const double peak = bench::FmaPeakGflops(threads), dot_peak = bench::Bf16DotPeakGflops(threads);
+  std::printf("roofline: read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); f32 FMA peak %.1f GFLOP/s; "
+              "bf16 dot peak %.1f GFLOP/s%s\n\n",
+              bw1, bwn, threads, peak, dot_peak, dot_peak > 0 ? "" : " (no AVX-512-BF16: precision bf16 runs the f32 kernels)");
   ThreadPool pool(threads);
   struct Shape {
     const char* name;
@@ -42,8 +45,8 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
                           {"gemma4-12b q (sliding)", 4096, 3840}, {"gemma3-1b mlp up", 6912, 1152}};
-  std::printf("%-24s %-5s %5s %12s %12s %12s %10s %10s\n", "weight", "dtype", "n", "row-dot ms", "gemm ms",
-              "best GFLOP/s", "% FMA peak", "W GB/s");
+  std::printf("%-24s %-5s %5s %12s %12s %12s %10s %10s | %14s %12s %10s %8s\n", "weight", "dtype", "n", "row-dot ms",
+              "gemm ms", "best GFLOP/s", "% FMA peak", "W GB/s", "gemm@bf16 ms", "GFLOP/s", "% dot peak", "x gemm");
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.05f);
   for (const Shape& s : shapes) {
@@ -59,9 +62,18 @@ int main(int argc, char** argv) {
         const double row = bench::MedianMs(reps, [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
         const double gemm = bench::MedianMs(reps, [&] { ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool); });
         const double best = std::min(row, gemm), flops = 2.0 * n * s.out * s.in;
-        std::printf("%-24s %-5s %5lld %12.3f %12.3f %12.1f %10.0f %10.1f\n", s.name, DTypeName(dt), (long long)n, row,
+        std::printf("%-24s %-5s %5lld %12.3f %12.3f %12.1f %10.0f %10.1f |", s.name, DTypeName(dt), (long long)n, row,
                     gemm, flops / best / 1e6, peak > 0 ? 100 * flops / best / 1e6 / peak : 0.0,
                     double(w.size()) / best / 1e6);
+        if (dt == DType::kBF16 && n >= 4) {
+          const double g16 = bench::MedianMs(reps, [&] {
+            ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16);
+          });
+          std::printf(" %14.3f %12.1f %10.0f %8.2f\n", g16, flops / g16 / 1e6,
+                      dot_peak > 0 ? 100 * flops / g16 / 1e6 / dot_peak : 0.0, gemm / g16);
+        } else {
+          std::printf(" %14s %12s %10s %8s\n", "-", "-", "-", "-");
+        }
       }
     }
   }

@@ -28,7 +28,7 @@ int RunCommand(int argc, char** argv) {
   StatusOr<Args> parsed = Args::Parse(argc, argv,
                                       {"model", "ids", "prompt", "image-embeds", "token-types", "max-new-tokens",
                                        "mode", "temperature", "top-k", "top-p", "seed", "max-context", "max-chunk",
-                                       "threads", "kv-dtype", "attention-precision"},
+                                       "threads", "kv-dtype", "attention-precision", "matmul-precision", "dtype"},
                                       {"no-stop"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
@@ -50,15 +50,25 @@ int RunCommand(int argc, char** argv) {
   if (!ParseDType(a.Get("kv-dtype", "f32"), &opt.kv_dtype)) return Fail("--kv-dtype must be f32, bf16 or f16");
   if (!ParseAttentionPrecision(a.Get("attention-precision", "f32"), &opt.attention_precision))
     return Fail("--attention-precision must be f32 or bf16, got '" + a.Get("attention-precision") + "'");
+  if (!ops::ParseMatmulPrecision(a.Get("matmul-precision", "f32"), &opt.matmul_precision))
+    return Fail("--matmul-precision must be f32 or bf16, got '" + a.Get("matmul-precision") + "'");
+  model::WeightLoadOptions load_options;  // --dtype: convert the weight matrices on load
+  if (a.Has("dtype")) {
+    DType d;
+    if (!ParseDType(a.Get("dtype"), &d)) return Fail("--dtype must be f32, bf16 or f16, got '" + a.Get("dtype") + "'");
+    load_options.convert_to = d;
+  }
   sp = {static_cast<float>(temp.value()), top_k.value(), static_cast<float>(top_p.value()),
         static_cast<uint64_t>(seed.value())};
   if (Status s = runtime::ValidateSampling(sp); !s.ok()) return Fail(s.message());
 
   std::fprintf(stderr, "loading %s ...\n", a.Get("model").c_str());
   const auto t_load = Clock::now();
-  StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(a.Get("model"));
+  StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(a.Get("model"), load_options);
   if (!loaded.ok()) return Fail(loaded.status().message());
   const model::GemmaModel& m = loaded.value()->model();
+  if (Status s = runtime::CheckMatmulPrecision(m, opt.matmul_precision); !s.ok())
+    return Fail(s.message() + " (--dtype bf16 converts the weights on load)");
   std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, vocab %lld in %.2f s\n", m.arch().model_type.c_str(),
                static_cast<long long>(m.arch().num_layers()), static_cast<long long>(m.arch().hidden),
                static_cast<long long>(m.arch().vocab), Seconds(t_load, Clock::now()));

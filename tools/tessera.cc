@@ -14,6 +14,7 @@ void Usage() {
       "                   [--max-new-tokens N] [--mode unified|bias|split] [--temperature T] [--top-k K]\n"
       "                   [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
       "                   [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
+      "                   [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
       "       tessera inspect --model DIR       layers, head geometry, mask rules, KV memory per context\n"
       "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]   Gemma-12B-shaped KV memory\n"
       "       tessera selfcheck                 attention kernels vs reference at Gemma-4 shapes\n");

@@ -56,7 +56,7 @@ void BindModel(py::module_& m) {
   py::class_<PyModel>(m, "_Model")
       .def(py::init([](const std::string& path, const std::string& dtype, int64_t max_batch, int64_t max_context,
                        int64_t max_chunk, const std::string& kv_dtype, int threads, const std::string& mode,
-                       const std::string& attention_precision) {
+                       const std::string& attention_precision, const std::string& matmul_precision) {
              auto pm = std::make_unique<PyModel>();
              model::WeightLoadOptions wo;
              if (dtype != "auto") {
@@ -73,6 +73,9 @@ void BindModel(py::module_& m) {
              if (!ParseDType(kv_dtype, &pm->options.kv_dtype)) throw py::value_error("unknown kv_dtype '" + kv_dtype + "'");
              if (!ParseAttentionPrecision(attention_precision, &pm->options.attention_precision))
                throw py::value_error("unknown attention_precision '" + attention_precision + "' (f32, bf16)");
+             if (!ops::ParseMatmulPrecision(matmul_precision, &pm->options.matmul_precision))
+               throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
+             ThrowIfError(runtime::CheckMatmulPrecision(pm->loaded->model(), pm->options.matmul_precision));
              pm->threads = threads;
              if (!runtime::ParseMode(mode, &pm->options.mode))
                throw py::value_error("unknown mode '" + mode + "' (unified, bias, split)");

@@ -7,6 +7,8 @@ from . import _tessera
 
 __all__ = ["Model"]
 
+_PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
+
 
 class Model:
     """A loaded checkpoint. Use `Model.load(path)`.
@@ -24,7 +26,7 @@ class Model:
 
     @classmethod
     def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
-             num_threads=0, mode="unified", attention_precision="float32"):
+             num_threads=0, mode="unified", attention_precision="float32", matmul_precision="float32"):
         """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
         max_chunk: prefill chunk (default min(256, max_context)); an image block must fit in one.
         mode: "unified" (structured masks, in-place cache), "bias" (dense bias + concat cache, the
@@ -32,15 +34,18 @@ class Model:
         cost. bias/split need rows of equal length.
         attention_precision: "float32", or "bfloat16" to round q and the softmax weights to bf16 in
         attention (a bf16 model's operands; twice the arithmetic rate on CPUs with AVX-512-BF16);
-        needs kv_dtype="bfloat16"."""
+        needs kv_dtype="bfloat16".
+        matmul_precision: "float32", or "bfloat16" to round every Linear's input to bf16 (a bf16
+        model's matmul operands; prefill's GEMM at twice the FMA rate on CPUs with AVX-512-BF16);
+        needs bf16 weights (dtype="bfloat16", or "auto" on a bf16 checkpoint)."""
         max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
         if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
             raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "
                              f"max_chunk={max_chunk}, max_context={max_context}")
         return cls(_tessera._Model(str(path), str(dtype), int(max_batch), int(max_context), int(max_chunk),
                                    str(kv_dtype), int(num_threads), str(mode),
-                                   {"float32": "f32", "bfloat16": "bf16"}.get(attention_precision,
-                                                                              str(attention_precision))))
+                                   _PRECISIONS.get(attention_precision, str(attention_precision)),
+                                   _PRECISIONS.get(matmul_precision, str(matmul_precision))))
 
     vocab_size = property(lambda self: self._impl.vocab_size)
     hidden_size = property(lambda self: self._impl.hidden_size)

@@ -248,6 +248,34 @@ def test_bf16_attention_within_bf16_tolerance_of_transformers_bf16(name):
     assert err_hf <= bf16_tol(z["row0_layer_out"].shape[0]), f"{name}: {err_hf:.3e} from transformers-bf16"
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_bf16_matmuls_within_bf16_tolerance_of_transformers_bf16(name):
+    # bf16 weights and cache, attention and every Linear at precision bf16 (each Linear's input
+    # rounded to bf16, as transformers' bf16 run has it): within the bf16 bar of transformers-bf16,
+    # with the matmul rounding really applied (the logits differ from the f32-matmul run's).
+    z = load_golden(name)
+    zb = dict(np.load(os.path.join(MODELS_DIR, name, "golden_bf16.npz")))
+    mask = z["attention_mask"].astype(bool)
+    got = {}
+    for mp in ("float32", "bfloat16"):
+        model = tessera.Model.load(os.path.join(MODELS_DIR, name), dtype="bfloat16", max_batch=2, max_context=64,
+                                   max_chunk=32, kv_dtype="bfloat16", attention_precision="bfloat16",
+                                   matmul_precision=mp)
+        got[mp] = model.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
+    err_hf = float(rel_errors(got["bfloat16"], zb["logits_bf16"], mask).max())
+    assert err_hf <= bf16_tol(z["row0_layer_out"].shape[0]), f"{name}: {err_hf:.3e} from transformers-bf16"
+    with np.errstate(invalid="ignore"):  # padded positions: 0 / 0, dropped by the mask
+        moved = float(rel_errors(got["bfloat16"], got["float32"], mask).max())
+    assert moved > 1e-4
+
+
+def test_bf16_matmuls_need_bf16_weights():
+    with pytest.raises(ValueError, match="matmul precision bf16 needs bf16 weights, got f32 for lm_head"):
+        tessera.Model.load(os.path.join(MODELS_DIR, "gemma3"), max_context=32, matmul_precision="bfloat16")
+    with pytest.raises(ValueError, match="unknown matmul_precision 'fp8'"):
+        tessera.Model.load(os.path.join(MODELS_DIR, "gemma3"), dtype="bfloat16", max_context=32, matmul_precision="fp8")
+
+
 def test_bf16_attention_needs_a_bf16_cache():
     with pytest.raises(Exception, match="attention precision bf16 needs a bf16 KV cache, got kv_dtype f32"):
         model = tessera.Model.load(os.path.join(MODELS_DIR, "gemma3"), max_context=32, attention_precision="bfloat16")

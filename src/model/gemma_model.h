@@ -32,6 +32,7 @@ struct ForwardBatch {
   // sees no structure. Null: structured masks (the engine's way).
   std::vector<float>* dense_bias = nullptr;
   AttentionPrecision attention_precision = AttentionPrecision::kF32;  // bf16 needs a bf16 cache
+  ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;  // bf16 needs bf16 Linear weights
 };
 
 // Which named activation of batch row 0 the forward pass copies out, for conformance debugging.
@@ -59,8 +60,8 @@ class GemmaModel {
   void PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const;
   Status Attention(int64_t layer, const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
                    Arena& attn_scratch) const;
-  void Mlp(int64_t layer, int64_t n, Activations& act, ThreadPool* pool) const;
-  void PerLayerResidual(int64_t layer, int64_t n, Activations& act, ThreadPool* pool) const;
+  void Mlp(int64_t layer, int64_t n, ops::MatmulPrecision mp, Activations& act, ThreadPool* pool) const;
+  void PerLayerResidual(int64_t layer, int64_t n, ops::MatmulPrecision mp, Activations& act, ThreadPool* pool) const;
 
   GemmaArch arch_;
   GemmaWeights weights_;

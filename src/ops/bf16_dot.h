@@ -1,4 +1,5 @@
-// Micro-kernels on AVX-512-BF16's dot-product instruction for attention at precision bf16.
+// Micro-kernels on AVX-512-BF16's dot-product instruction for attention and Linear at precision
+// bf16.
 // vdpbf16ps adds, per f32 lane, a[2i] b[2i] + a[2i+1] b[2i+1] over bf16 pairs: the products are
 // exact in f32 and it does twice the multiply-adds of an f32 FMA per instruction. Operands are bf16
 // pairs packed in 32-bit words (low half first), so a bf16 row of even length is already a row of
@@ -39,8 +40,15 @@ struct Bf16DotKernels {
   // ahead: lines to prefetch meanwhile, or null.
   // (Reading V in place instead, pairs interleaved in registers, measured 35% slower: its 1 KiB
   // row stride maps a tile onto a few L1 sets, and each group of 8 rows re-reads it.)
+  // (Linear's GEMM runs on it too: w = token rows of x as pairs, vp = pack_weight_pairs16's panels.)
   void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
                   const PrefetchRows* ahead);
+  // Rows of a [rows, cols] bf16 weight as pair panels, pv_tile's vp for y = x W^T: for block
+  // c < ceil(rows / 16), pair p < pairs = ceil(cols / 2), lane j < 16:
+  //   dst[(c * pairs + p) * 16 + j] = (w[16c + j][2p], w[16c + j][2p + 1])
+  // with 0 past rows and cols; w[r] = src + r * src_stride. dst 64-byte aligned. (A transpose of
+  // 32-bit words: each pair is already one word of a weight row.)
+  void (*pack_weight_pairs16)(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint32_t* dst);
 };
 
 // The kernels, or null where the CPU lacks AVX-512 (F, BW, VL, BF16), TESSERA_SIMD asks for

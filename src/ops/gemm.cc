@@ -2,17 +2,22 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
+#include "ops/bf16_dot.h"
 #include "ops/simd.h"
+#include "tessera/check.h"
 #include "tessera/dtype.h"
 
 namespace tessera::ops {
 namespace {
 
-constexpr int64_t kMr = 6;    // tokens per micro-tile
-constexpr int64_t kNr = 16;   // output columns per micro-tile (one packed panel)
-constexpr int64_t kKc = 256;  // depth of a packed block
-constexpr int64_t kNc = 128;  // output columns per packed block: kKc x kNc f32 = 128 KiB, L2-resident
+constexpr int64_t kMr = 6;      // tokens per f32 micro-tile
+constexpr int64_t kNr = 16;     // output columns per f32 micro-tile (one packed panel)
+constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product micro-tile (pv_tile)
+constexpr int64_t kNrDot = 32;  // output columns per bf16 dot-product micro-tile
+constexpr int64_t kKc = 256;    // depth of a packed block (even: pairs never straddle blocks)
+constexpr int64_t kNc = 128;    // output columns per packed block: kKc x kNc f32 = 128 KiB, L2-resident
 
 // Widens W[o0 .. o0+nc, k0 .. k0+kc] into panels bp[p][k][16] (columns past nc are zero).
 void PackBlock(const SimdKernels& simd, const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc, float* bp) {
@@ -26,7 +31,7 @@ void PackBlock(const SimdKernels& simd, const WeightView& w, int64_t o0, int64_t
 
 // Output columns per block: the widest multiple of kNr up to kNc whose blocks spread evenly over
 // the threads (hidden 1152 = 9 blocks of 128 left one of two threads idle for a ninth of the
-// down projection; 12 blocks of 96 do not).
+// down projection; 12 blocks of 96 do not). Multiples of 32 also fill the bf16 micro-tile.
 int64_t BlockColumns(int64_t out, int threads) {
   int64_t best = kNc, best_span = INT64_MAX;
   for (int64_t nc = kNc; nc >= kNc / 2; nc -= kNr) {
@@ -37,36 +42,85 @@ int64_t BlockColumns(int64_t out, int threads) {
   return best;
 }
 
+// One work item: output columns [o0, o0 + nc) of tokens [t_begin, t_end).
+struct Item {
+  int64_t o0, nc, t_begin, t_end;
+};
+
+// f32 micro-tiles on widened weight panels; round_x: x rounded to bf16 values first (precision
+// bf16 on CPUs without the dot product).
+void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+            const Item& it, bool round_x) {
+  alignas(64) float bp[kKc * kNc];   // packed f32 weight block, [nc / 16][kc][16]
+  alignas(64) float xr[kMr][kKc];    // the tile's x rows rounded to bf16 (round_x only)
+  for (int64_t k0 = 0; k0 < w.in; k0 += kKc) {
+    const int64_t kc = std::min(kKc, w.in - k0);
+    PackBlock(simd, w, it.o0, it.nc, k0, kc, bp);
+    for (int64_t t = it.t_begin; t < it.t_end; t += kMr) {
+      const int mr = static_cast<int>(std::min(kMr, it.t_end - t));
+      const float* rows[kMr];
+      for (int r = 0; r < kMr; ++r) {
+        const float* row = x + (t + (r < mr ? r : 0)) * x_stride + k0;
+        if (round_x && r < mr) RoundBf16(row, kc, xr[r]);
+        rows[r] = round_x ? xr[r < mr ? r : 0] : row;
+      }
+      for (int64_t j = 0; j < it.nc; j += kNr) {
+        simd.gemm_tile(rows, bp + (j / kNr) * kc * kNr, kc, y + t * y_stride + it.o0 + j, y_stride, mr,
+                       static_cast<int>(std::min(kNr, it.nc - j)), k0 > 0);
+      }
+    }
+  }
+}
+
+// bf16 dot products: weight rows packed as pair panels once per block, each 8-token tile's x rows
+// rounded to pairs once per block, 8 x 32 tiles on pv_tile (which adds to y: zeroed first).
+void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, int64_t x_stride, float* y,
+                int64_t y_stride, const Item& it) {
+  alignas(64) uint32_t bp[kKc / 2 * kNc];  // weight pair panels, [nc / 16][kc / 2][16]
+  alignas(64) uint32_t xp[kMrDot][kKc / 2];  // the tile's x rows as bf16 pairs
+  const uint16_t* wdata = static_cast<const uint16_t*>(w.data);
+  for (int64_t k0 = 0; k0 < w.in; k0 += kKc) {
+    const int64_t kc = std::min(kKc, w.in - k0), pairs = (kc + 1) / 2;
+    dot.pack_weight_pairs16(wdata + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
+    for (int64_t t = it.t_begin; t < it.t_end; t += kMrDot) {
+      const int mr = static_cast<int>(std::min(kMrDot, it.t_end - t));
+      const uint32_t* rows[kMrDot];
+      for (int r = 0; r < kMrDot; ++r) {
+        if (r < mr) dot.pairs_from_f32(x + (t + r) * x_stride + k0, kc, xp[r]);
+        rows[r] = xp[r < mr ? r : 0];
+      }
+      if (k0 == 0)
+        for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
+      for (int64_t j = 0; j < it.nc; j += kNrDot) {
+        dot.pv_tile(rows, bp + (j / 16) * pairs * 16, pairs, y + t * y_stride + it.o0 + j, y_stride, mr,
+                    static_cast<int>(std::min(kNrDot, it.nc - j)), nullptr);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-          ThreadPool* pool) {
+          ThreadPool* pool, MatmulPrecision precision) {
+  const bool bf16 = precision == MatmulPrecision::kBf16;
+  TESSERA_CHECK(!bf16 || w.dtype == DType::kBF16, "Gemm: precision bf16 needs bf16 weights");
   const SimdKernels& simd = Simd();
+  const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols = BlockColumns(w.out, threads);
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
-  const int64_t tiles = (n + kMr - 1) / kMr;
+  const int64_t mr = dot ? kMrDot : kMr;
+  const int64_t tiles = (n + mr - 1) / mr;
   const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
   auto run = [&](int64_t item, int) {
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
-    const int64_t o0 = cb * block_cols, nc = std::min(block_cols, w.out - o0);
-    const int64_t t_begin = rb * tiles_per_block * kMr, t_end = std::min(n, t_begin + tiles_per_block * kMr);
-    alignas(64) float bp[kKc * kNc];  // packed f32 weight block, [nc / 16][kc][16]
-    for (int64_t k0 = 0; k0 < w.in; k0 += kKc) {
-      const int64_t kc = std::min(kKc, w.in - k0);
-      PackBlock(simd, w, o0, nc, k0, kc, bp);
-      for (int64_t t = t_begin; t < t_end; t += kMr) {
-        const int mr = static_cast<int>(std::min(kMr, t_end - t));
-        const float* rows[kMr];
-        for (int r = 0; r < kMr; ++r) rows[r] = x + (t + (r < mr ? r : 0)) * x_stride + k0;
-        for (int64_t j = 0; j < nc; j += kNr) {
-          simd.gemm_tile(rows, bp + (j / kNr) * kc * kNr, kc, y + t * y_stride + o0 + j, y_stride, mr,
-                         static_cast<int>(std::min(kNr, nc - j)), k0 > 0);
-        }
-      }
-    }
+    const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
+    const Item it{o0, std::min(block_cols, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * mr)};
+    if (dot) return RunBf16Dot(*dot, w, x, x_stride, y, y_stride, it);
+    RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
   };
   const int64_t items = col_blocks * row_blocks;
   if (pool) {

@@ -1,6 +1,7 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "ops/gemm.h"
@@ -14,16 +15,9 @@ constexpr int64_t kItemsPerThread = 8;   // enough items to balance, few enough 
 // From this many tokens on, packing weight blocks for the GEMM micro-tile pays for itself
 // (bench/linear_bench.cc); below it each weight row is streamed once through the row-dot path.
 constexpr int64_t kGemmMinTokens = 4;
-}  // namespace
 
-void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool* pool) {
-  if (n >= kGemmMinTokens) return Gemm(w, x, n, x_stride, y, y_stride, pool);
-  LinearRowDot(w, x, n, x_stride, y, y_stride, pool);
-}
-
-void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                  ThreadPool* pool) {
+void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+               ThreadPool* pool) {
   // A 262144-row LM head in 16-row items would be 16384 hand-outs per token; a few large
   // contiguous ranges per thread also keep each thread's weight stream sequential.
   const int threads = pool ? pool->num_threads() : 1;
@@ -63,14 +57,62 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
   }
 }
 
-void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride) {
+}  // namespace
+
+const char* MatmulPrecisionName(MatmulPrecision p) { return p == MatmulPrecision::kBf16 ? "bf16" : "f32"; }
+
+bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out) {
+  if (name == "f32" || name == "float32") return *out = MatmulPrecision::kF32, true;
+  if (name == "bf16" || name == "bfloat16") return *out = MatmulPrecision::kBf16, true;
+  return false;
+}
+
+void RoundBf16(const float* x, int64_t n, float* out) {
+  // Branch-free so that it vectorizes: F32ToBf16's rounding, quiet NaNs kept NaN.
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, 4);
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t nan = (bits | 0x400000u) & 0xffff0000u;
+    const uint32_t r = (bits & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
+    std::memcpy(out + i, &r, 4);
+  }
+}
+
+void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+            ThreadPool* pool, MatmulPrecision precision) {
+  if (n >= kGemmMinTokens) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision);
+  LinearRowDot(w, x, n, x_stride, y, y_stride, pool, precision);
+}
+
+void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                  ThreadPool* pool, MatmulPrecision precision) {
+  if (precision == MatmulPrecision::kF32) return RowDotF32(w, x, n, x_stride, y, y_stride, pool);
+  TESSERA_CHECK(w.dtype == DType::kBF16, "LinearRowDot: precision bf16 needs bf16 weights");
+  TESSERA_CHECK(w.in <= kMaxRoundedRowDotFloats, "LinearRowDot: precision bf16 needs in <= kMaxRoundedRowDotFloats");
+  // bf16 x bf16 products are exact in f32, so the f32 kernels on the rounded x (bf16 weights
+  // widened in registers) compute precision bf16's result; decode streams the weights either way.
+  alignas(64) float xr[kMaxRoundedRowDotFloats];  // [group, in] rounded token rows
+  const int64_t group = kMaxRoundedRowDotFloats / w.in;
+  for (int64_t t0 = 0; t0 < n; t0 += group) {
+    const int64_t g = std::min(group, n - t0);
+    for (int64_t t = 0; t < g; ++t) RoundBf16(x + (t0 + t) * x_stride, w.in, xr + t * w.in);
+    RowDotF32(w, xr, g, w.in, y + t0 * y_stride, y_stride, pool);
+  }
+}
+
+void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                     MatmulPrecision precision) {
   std::vector<float> row(w.in);
   const size_t es = DTypeSize(w.dtype);
   for (int64_t o = 0; o < w.out; ++o) {
     DecodeToF32(w.dtype, static_cast<const char*>(w.data) + o * w.in * es, row.data(), w.in);
     for (int64_t t = 0; t < n; ++t) {
       double s = 0;
-      for (int64_t i = 0; i < w.in; ++i) s += static_cast<double>(row[i]) * x[t * x_stride + i];
+      for (int64_t i = 0; i < w.in; ++i) {
+        const float xi = x[t * x_stride + i];
+        s += static_cast<double>(row[i]) * (precision == MatmulPrecision::kBf16 ? Bf16ToF32(F32ToBf16(xi)) : xi);
+      }
       y[t * y_stride + o] = static_cast<float>(s);
     }
   }

@@ -3,11 +3,27 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "tessera/dtype.h"
 #include "tessera/thread_pool.h"
 
 namespace tessera::ops {
+
+// kBf16: each x element is rounded to bf16 (nearest, ties to even) before its products, as a bf16
+// model's matmul inputs are; the weights must be bf16. Products are then exact in f32 and sums run
+// in f32. On CPUs with AVX-512-BF16 the prefill GEMM runs on its dot product (twice the FMA rate);
+// elsewhere the same rounded values go through the f32 kernels.
+enum class MatmulPrecision { kF32, kBf16 };
+const char* MatmulPrecisionName(MatmulPrecision p);
+// "f32"/"float32" or "bf16"/"bfloat16"; false for anything else.
+bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out);
+// The most x elements (tokens x in) one row-dot call at precision bf16 rounds at once, on the
+// stack; Linear rounds larger calls in groups of tokens, so only in <= this is required.
+constexpr int64_t kMaxRoundedRowDotFloats = 32768;
+
+// out[i] = x[i] rounded to bf16 (F32ToBf16), as an f32 value. out may alias x.
+void RoundBf16(const float* x, int64_t n, float* out);
 
 struct WeightView {
   const void* data = nullptr;  // [out, in] row-major
@@ -18,14 +34,17 @@ struct WeightView {
 // x: [n, in] f32 with row stride x_stride; y: [n, out] f32 with row stride y_stride.
 // Picks the row-dot path for a few tokens (decode: each weight row is read once, memory-bound) and
 // the blocked GEMM (ops/gemm.h) for more (prefill: compute-bound).
+// precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked).
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool* pool);
+            ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32);
 
 // The row-dot path alone: a few row ranges per thread, four weight rows share each token-row load.
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                  ThreadPool* pool);
+                  ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32);
 
-// Plain loops with double accumulation: the reference the tests compare Linear against.
-void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride);
+// Plain loops with double accumulation: the reference the tests compare Linear against (at kBf16
+// over x rounded by F32ToBf16).
+void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                     MatmulPrecision precision = MatmulPrecision::kF32);
 
 }  // namespace tessera::ops

@@ -71,6 +71,33 @@ bool ParseMode(const std::string& name, Mode* out) {
   return true;
 }
 
+Status CheckMatmulPrecision(const model::GemmaModel& model, ops::MatmulPrecision precision) {
+  if (precision != ops::MatmulPrecision::kBf16) return Status::Ok();
+  const model::GemmaWeights& w = model.weights();
+  auto check = [](const ops::WeightView& v, const std::string& name) -> Status {
+    if (v.data == nullptr) return Status::Ok();
+    if (v.dtype != DType::kBF16)
+      return InvalidArgument("Session: matmul precision bf16 needs bf16 weights, got " + std::string(DTypeName(v.dtype)) +
+                             " for " + name);
+    if (v.in > ops::kMaxRoundedRowDotFloats)
+      return InvalidArgument("Session: matmul precision bf16 supports inputs of up to " +
+                             std::to_string(ops::kMaxRoundedRowDotFloats) + " features, " + name + " has " +
+                             std::to_string(v.in));
+    return Status::Ok();
+  };
+  TESSERA_RETURN_IF_ERROR(check(w.lm_head, "lm_head"));
+  TESSERA_RETURN_IF_ERROR(check(w.ple_model_proj, "per_layer_model_projection"));
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const model::LayerWeights& L = w.layers[l];
+    const std::string at = " of layer " + std::to_string(l);
+    for (auto [v, name] : {std::pair{&L.q_proj, "q_proj"}, {&L.k_proj, "k_proj"}, {&L.v_proj, "v_proj"},
+                           {&L.o_proj, "o_proj"}, {&L.gate, "gate_proj"}, {&L.up, "up_proj"}, {&L.down, "down_proj"},
+                           {&L.ple_gate, "per_layer_input_gate"}, {&L.ple_proj, "per_layer_projection"}})
+      TESSERA_RETURN_IF_ERROR(check(*v, name + at));
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& model, const SessionOptions& o,
                                                    ThreadPool* pool) {
   if (o.max_batch < 1 || o.max_chunk < 1 || o.max_context < 1 || o.max_chunk > o.max_context)
@@ -80,6 +107,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& mode
   if (o.attention_precision == AttentionPrecision::kBf16 && o.kv_dtype != DType::kBF16)
     return InvalidArgument(std::string("Session: attention precision bf16 needs a bf16 KV cache, got kv_dtype ") +
                            DTypeName(o.kv_dtype));
+  TESSERA_RETURN_IF_ERROR(CheckMatmulPrecision(model, o.matmul_precision));
   const model::GemmaArch& a = model.arch();
   std::unique_ptr<Session> s(new Session(model, o, pool));
   StatusOr<std::unique_ptr<kv::KvCache>> cache = kv::KvCache::Create(KvCacheConfigFor(a, o));
@@ -227,6 +255,7 @@ Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, 
     in.all_logits = all_logits != nullptr;
     in.dense_bias = baseline ? &dense_bias_ : nullptr;
     in.attention_precision = opt_.attention_precision;
+    in.matmul_precision = opt_.matmul_precision;
     float* out = act_.logits.as<float>();
     TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, out, tap));
     for (int64_t b = 0; b < B; ++b) {
@@ -309,6 +338,7 @@ Status Session::Decode(const int32_t* tokens, const uint8_t* active, float* logi
   in.pos = pos_.data();
   in.dense_bias = live_ == concat_cache_.get() ? &dense_bias_ : nullptr;
   in.attention_precision = opt_.attention_precision;
+  in.matmul_precision = opt_.matmul_precision;
   float* out = act_.logits.as<float>();
   TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, out));
   for (int64_t b = 0; b < batch_; ++b) next_pos_[b] += count_[b];

@@ -34,6 +34,9 @@ struct SessionOptions {
   // bf16: attention rounds q and the softmax weights to bf16 (AttentionPrecision; needs kv_dtype
   // bf16): twice the arithmetic rate on CPUs with AVX-512-BF16, a bf16 model's rounding.
   AttentionPrecision attention_precision = AttentionPrecision::kF32;
+  // bf16: every Linear rounds its input to bf16 (ops::MatmulPrecision; needs bf16 weights, as
+  // real Gemma checkpoints store them): prefill's GEMM at twice the FMA rate on AVX-512-BF16.
+  ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;
   Mode mode = Mode::kUnified;  // kBias / kSplit need prompts of equal length (one concat length)
   bool all_logits = false;     // Prefill may return logits for every prompt token (sizes a
                                // [max_batch * max_chunk, vocab] buffer; off for generation)
@@ -48,6 +51,11 @@ struct Prompt {
   const float* image_embeds = nullptr;  // [image_rows, hidden] f32
   int64_t image_rows = 0;
 };
+
+// Matmul precision bf16 rounds each Linear's input to bf16 so that bf16 x bf16 products are exact:
+// every Linear weight the forward pass uses must be bf16 (and have at most
+// ops::kMaxRoundedRowDotFloats inputs). Session::Create checks this; loaders may check earlier.
+Status CheckMatmulPrecision(const model::GemmaModel& model, ops::MatmulPrecision precision);
 
 // The KV cache a session of `options` allocates for `arch` (stores per layer, sharing, rings).
 kv::KvCacheConfig KvCacheConfigFor(const model::GemmaArch& arch, const SessionOptions& options);
