@@ -12,9 +12,14 @@ namespace tessera::ops {
 namespace {
 constexpr int64_t kMinRowsPerItem = 16;  // output rows per work item, at least
 constexpr int64_t kItemsPerThread = 8;   // enough items to balance, few enough to hand out cheaply
-// From this many tokens on, packing weight blocks for the GEMM micro-tile pays for itself
-// (bench/linear_bench.cc); below it each weight row is streamed once through the row-dot path.
-constexpr int64_t kGemmMinTokens = 4;
+// From this many tokens on, packing weight blocks for the GEMM micro-tile pays for itself; below it
+// each weight row is streamed once through the row-dot path. Measured (2026-11-30, 2 threads,
+// bf16 and f32 weights of the Gemma-4-width and Gemma-3-1B MLPs and q projection, 4-24 tokens;
+// bench/BENCHMARKS.md): the f32 GEMM's 6-token tiles overtake the row-dot path at ~10 tokens on
+// the MLP weights (4-6 on the small q projection); at matmul precision bf16 the dot-product GEMM
+// (twice the rate) at 4-6.
+constexpr int64_t kGemmMinTokens = 10;
+constexpr int64_t kGemmMinTokensBf16 = 4;
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool) {
@@ -28,7 +33,7 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
   const SimdKernels& simd = Simd();
   const int dt = static_cast<int>(w.dtype);
   // Each weight row is read from memory once (bf16/f16 widened in registers) and stays in L1 for
-  // the n (< 4 from Linear) tokens that use it.
+  // the n (< 10 from Linear, < 4 at precision bf16) tokens that use it.
   auto run = [&](int64_t item, int) {
     const int64_t o0 = item * rows_per_item, o1 = std::min(w.out, o0 + rows_per_item);
     // The item's rows are cut into four quarters walked side by side: four weight rows per pass
@@ -81,7 +86,8 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision) {
-  if (n >= kGemmMinTokens) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision);
+  if (n >= (precision == MatmulPrecision::kBf16 ? kGemmMinTokensBf16 : kGemmMinTokens))
+    return Gemm(w, x, n, x_stride, y, y_stride, pool, precision);
   LinearRowDot(w, x, n, x_stride, y, y_stride, pool, precision);
 }
 

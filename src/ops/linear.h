@@ -19,8 +19,10 @@ const char* MatmulPrecisionName(MatmulPrecision p);
 // "f32"/"float32" or "bf16"/"bfloat16"; false for anything else.
 bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out);
 // The most x elements (tokens x in) one row-dot call at precision bf16 rounds at once, on the
-// stack; Linear rounds larger calls in groups of tokens, so only in <= this is required.
-constexpr int64_t kMaxRoundedRowDotFloats = 32768;
+// calling thread's stack (192 KiB: the 3 tokens Linear sends it at up to 16384 features); larger
+// calls are rounded in groups of tokens, each group streaming the weights once, so only
+// in <= this is required.
+constexpr int64_t kMaxRoundedRowDotFloats = 3 * 16384;
 
 // out[i] = x[i] rounded to bf16 (F32ToBf16), as an f32 value. out may alias x.
 void RoundBf16(const float* x, int64_t n, float* out);
