@@ -120,6 +120,9 @@ def main():
     ap.add_argument("--work", default=os.path.join(HERE, ".work"))
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "release", "tessera"))
     ap.add_argument("--tessera-chunk", type=int, default=256, help="tessera run --max-chunk (its default)")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+                    help="bf16: a bf16 copy of each checkpoint, bf16 KV; Tessera at attention and matmul precision "
+                         "bf16, llama.cpp on its bf16 GGUF (onnxruntime-genai has no bf16 on CPU: skipped)")
     ap.add_argument("--llama-batch", type=int, default=512, help="llama.cpp n_batch = n_ubatch")
     ap.add_argument("--llama-flash-attn", choices=["on", "off"], default="on")
     ap.add_argument("--retry-failed", action="store_true", help="retry exports/conversions that failed before")
@@ -136,6 +139,9 @@ def main():
     args = ap.parse_args()
     cells = {c for c in args.cells.split(",") if c}
     eng = [e for e in args.engines.split(",") if e]
+    if args.dtype == "bf16" and "ortgenai" in eng:
+        eng.remove("ortgenai")
+        log("onnxruntime-genai skipped at --dtype bf16 (its CPU export has no bf16: bench/PEERS.md)")
     for e in eng:
         if e not in engines.ENGINES:
             sys.exit(f"unknown engine {e}; choose from {','.join(engines.ENGINES)}")
@@ -178,27 +184,31 @@ def main():
         avoid = checkpoint.special_ids(saved_cfg)
         vocab = checkpoint.text_config(cfg)["vocab_size"]
         models, notes = {}, []
+        bf16 = args.dtype == "bf16"
+        src = checkpoint.bf16_copy(hf, os.path.join(base, "hf-bf16"), log) if bf16 else hf
         for e in eng:
             t = time.time()
             if e == "tessera":
-                m, why = engines.prepare_tessera(hf, os.path.join(base, "tessera"))
+                m, why = engines.prepare_tessera(src, os.path.join(base, "tessera-bf16" if bf16 else "tessera"))
             elif e == "ortgenai":
                 m, why = engines.prepare_ortgenai(hf, os.path.join(base, "ortgenai"), args.threads, log,
                                                   args.retry_failed)
             else:
-                m, why = engines.prepare_llamacpp(hf, os.path.join(base, "model.f32.gguf"), log, args.retry_failed)
+                m, why = engines.prepare_llamacpp(hf, os.path.join(base, f"model.{args.dtype}.gguf"), log,
+                                                  args.retry_failed, outtype=args.dtype)
             if m:
                 models[e] = m
             else:
                 notes.append(f"{e}: {why}")
                 log(f"{tag}: {e} unavailable: {why}")
-        weight_bytes = info["text_weight_bytes"]
+        weight_bytes = info["text_weight_bytes"] // (2 if bf16 else 1)
+        kv_elem = 2 if bf16 else 4
         if args.prepare_only:
             log(f"{tag}: prepared {sorted(models)}" + "".join(f"; {n}" for n in notes))
             continue
 
         def warm(e):  # page cache holds the file an mmap engine will touch (not timed)
-            path = os.path.join(hf, "model.safetensors") if e == "tessera" else models[e]
+            path = os.path.join(src, "model.safetensors") if e == "tessera" else models[e]
             if e == "ortgenai":
                 return
             with open(path, "rb") as f:
@@ -208,8 +218,9 @@ def main():
         def run(e, ids, decode):
             if e == "tessera":
                 return engines.run_tessera(args.tessera, models[e], ids, decode, args.threads, args.tessera_chunk,
-                                           args.timeout)
-            extra = {"batch": args.llama_batch, "flash_attn": args.llama_flash_attn == "on"} if e == "llamacpp" \
+                                           args.timeout, dtype=args.dtype)
+            extra = {"batch": args.llama_batch, "flash_attn": args.llama_flash_attn == "on",
+                     "kv_type": 30 if bf16 else 0} if e == "llamacpp" \
                 else {"window": checkpoint.text_config(saved_cfg)["sliding_window"]}
             return engines.run_peer(e, models[e], ids, decode, args.threads, args.timeout, extra)
 
@@ -260,12 +271,17 @@ def main():
         ctx_rss = P["decode"][-1]
         kv_t = tessera_kv_f32_bytes(args.tessera, models.get("tessera", os.path.join(base, "tessera")), ctx_rss) \
             if "tessera" in models else None
-        lines = [f"### {tag}: {'Gemma-3-1B shape' if shape == 'gemma3' else 'Gemma-4-12B width, 6 layers'}"
+        if kv_t and bf16:
+            kv_t /= 2
+        lines = [f"### {tag}{' at bf16' if bf16 else ''}: "
+                 f"{'Gemma-3-1B shape' if shape == 'gemma3' else 'Gemma-4-12B width, 6 layers'}"
                  f"{' (quick)' if args.quick else ''}",
                  "",
-                 f"f32 weights {weight_bytes / 2**30:.2f} GiB (text decoder), f32 KV, {args.threads} threads, "
+                 f"{args.dtype} weights {weight_bytes / 2**30:.2f} GiB (text decoder), {args.dtype} KV, "
+                 f"{args.threads} threads{', Tessera at attention and matmul precision bf16' if bf16 else ''}, "
                  f"roofline bandwidth {bw:.1f} GB/s. Decode roofline: "
-                 + ", ".join(f"{roofline.decode_roofline(bw, weight_bytes, saved_cfg, n + steps // 2):.2f} tok/s @{n}"
+                 + ", ".join(f"{roofline.decode_roofline(bw, weight_bytes, saved_cfg, n + steps // 2, kv_elem):.2f} "
+                             f"tok/s @{n}"
                              for n in P["decode"]),
                  ""]
         pre, dn = P["prefill"], P["decode"]
@@ -288,7 +304,7 @@ def main():
                 dec.append((steps - 1) / r["decode_s"] if r else None)
                 row.append(fmt(dec[-1], 2) + star(f"d{n}"))
             for n, d in zip(dn, dec):
-                roof = roofline.decode_roofline(bw, weight_bytes, saved_cfg, n + steps // 2)
+                roof = roofline.decode_roofline(bw, weight_bytes, saved_cfg, n + steps // 2, kv_elem)
                 row.append(fmt(100 * d / roof if d else None, 0))
             rss = [r["maxrss_kb"] for r in R.values() if r and "maxrss_kb" in r and "error" not in r]
             row.append(fmt(max(rss) / 2**20 if rss else None, 2))

@@ -240,3 +240,61 @@ def make_checkpoint(d, cfg, log=print):
     with open(ready, "w") as f:
         json.dump(info, f)
     return info
+
+
+def bf16_copy(hf, out, log=print):
+    """out/: hf's checkpoint with every F32 tensor rounded to nearest-even bf16 and stored as BF16
+    (config.json says bfloat16; tokenizer files linked), unless out/READY exists: the same model
+    at bf16 for the engines that map bf16 weights. Streams tensor by tensor."""
+    ready = os.path.join(out, "READY")
+    if os.path.exists(ready):
+        return out
+    os.makedirs(out, exist_ok=True)
+    src = os.path.join(hf, "model.safetensors")
+    with open(src, "rb") as f:
+        hlen = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(hlen))
+    data = np.memmap(src, dtype=np.uint8, mode="r", offset=8 + hlen)
+    meta = header.pop("__metadata__", {"format": "pt"})
+    names = sorted(header, key=lambda k: header[k]["data_offsets"][0])
+    new, off = {}, 0
+    for k in names:
+        t = header[k]
+        n = (t["data_offsets"][1] - t["data_offsets"][0]) // (4 if t["dtype"] == "F32" else 1)
+        size = n * 2 if t["dtype"] == "F32" else n
+        new[k] = {"dtype": "BF16" if t["dtype"] == "F32" else t["dtype"], "shape": t["shape"],
+                  "data_offsets": [off, off + size]}
+        off += size
+    new["__metadata__"] = meta
+    hb = json.dumps(new, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    log(f"writing {out}/model.safetensors ({off / 2**30:.2f} GiB bf16)")
+    tmp = os.path.join(out, "model.safetensors.part")
+    with open(tmp, "wb") as f:
+        f.write(len(hb).to_bytes(8, "little"))
+        f.write(hb)
+        for k in names:
+            a, b = header[k]["data_offsets"]
+            if header[k]["dtype"] != "F32":
+                f.write(data[a:b].tobytes())
+                continue
+            step = 1 << 26
+            for i in range(a, b, step):
+                u = np.frombuffer(data[i:min(b, i + step)].tobytes(), dtype=np.uint32)
+                r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # nearest, ties to even (no NaNs here)
+                f.write(r.tobytes())
+    os.replace(tmp, os.path.join(out, "model.safetensors"))
+    with open(os.path.join(hf, "config.json")) as f:
+        cfg = json.load(f)
+    for c in (cfg, cfg.get("text_config") or {}):
+        for key in ("dtype", "torch_dtype"):
+            if key in c:
+                c[key] = "bfloat16"
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    for name in os.listdir(hf):
+        if name.startswith("tokenizer") and not os.path.lexists(os.path.join(out, name)):
+            os.symlink(os.path.join(hf, name), os.path.join(out, name))
+    with open(ready, "w") as f:
+        f.write("bf16 copy\n")
+    return out

@@ -129,14 +129,14 @@ def prepare_ortgenai(hf, out, threads, log, retry=False):
     return out, None
 
 
-def prepare_llamacpp(hf, out_file, log, retry=False):
+def prepare_llamacpp(hf, out_file, log, retry=False, outtype="f32"):
     failed = out_file + ".FAILED"
     if os.path.exists(failed) and not retry:
         return None, open(failed).read().strip()
     if not os.path.exists(out_file):
-        log(f"llama.cpp: converting {hf} -> {out_file} (--outtype f32)")
+        log(f"llama.cpp: converting {hf} -> {out_file} (--outtype {outtype})")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SDIST, "gguf-py"), SDIST]))
-        cmd = [sys.executable, os.path.join(SDIST, "convert_hf_to_gguf.py"), hf, "--outtype", "f32",
+        cmd = [sys.executable, os.path.join(SDIST, "convert_hf_to_gguf.py"), hf, "--outtype", outtype,
                "--outfile", out_file + ".part"]
         rc, so, se, rss, wall = run_measured(cmd, timeout=3 * 3600, env=env)
         log(f"llama.cpp convert: rc {rc}, {wall:.0f} s, peak RSS {rss / 2**20:.1f} GiB")
@@ -153,11 +153,14 @@ def prepare_llamacpp(hf, out_file, log, retry=False):
 TESSERA_LINE = re.compile(r"prefill (\d+) tokens in ([\d.]+) s .*decode (\d+) tokens in ([\d.]+) s")
 
 
-def run_tessera(binary, model, ids, decode, threads, chunk, timeout):
+def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32"):
+    """dtype bf16: a bf16 checkpoint, bf16 KV, attention and matmuls at precision bf16."""
     ctx = len(ids) + decode
     cmd = [binary, "run", "--model", model, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(decode),
-           "--max-context", str(ctx), "--threads", str(threads), "--kv-dtype", "f32", "--no-stop",
+           "--max-context", str(ctx), "--threads", str(threads), "--kv-dtype", dtype, "--no-stop",
            "--max-chunk", str(chunk)]
+    if dtype == "bf16":
+        cmd += ["--attention-precision", "bf16", "--matmul-precision", "bf16"]
     w = [sys.executable, os.path.join(HERE, "worker.py"), json.dumps({"engine": "exec", "cmd": cmd})]
     rc, wo, we, _, wall = run_measured(w, timeout)
     line = [l for l in wo.splitlines() if l.startswith("RESULT ")]

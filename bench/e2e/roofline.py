@@ -77,5 +77,5 @@ def kv_bytes(cfg, context, elem=4):
     return sum(2 * kv * hd * (min(context, w) if w else context) * elem for _, kv, hd, w in layer_geometry(cfg))
 
 
-def decode_roofline(bw_gbs, weight_bytes, cfg, context):
-    return bw_gbs * 1e9 / (weight_bytes + kv_bytes(cfg, context))
+def decode_roofline(bw_gbs, weight_bytes, cfg, context, kv_elem=4):
+    return bw_gbs * 1e9 / (weight_bytes + kv_bytes(cfg, context, kv_elem))

@@ -42,7 +42,8 @@ def run_llamacpp(a):
     llm = llama_cpp.Llama(model_path=a["model"], n_ctx=a["context"], n_threads=a["threads"],
                           n_threads_batch=a["threads"], n_batch=a.get("batch", 512),
                           n_ubatch=a.get("batch", 512), logits_all=False, verbose=False,
-                          flash_attn=a.get("flash_attn", True), type_k=0, type_v=0,  # GGML_TYPE_F32 KV
+                          flash_attn=a.get("flash_attn", True), type_k=a.get("kv_type", 0),
+                          type_v=a.get("kv_type", 0),  # GGML_TYPE_F32 (0) or GGML_TYPE_BF16 (30) KV
                           swa_full=False,  # sliding layers keep window + batch keys, as llama.cpp's CLI does
                           use_mmap=True)
     nv = llm.n_vocab()
