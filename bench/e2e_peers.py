@@ -3,7 +3,7 @@
 
   python3 bench/e2e_peers.py [--quick] [--only gemma3|gemma4] [--engines tessera,ortgenai,llamacpp]
                              [--cells check,d1024] [--repeat 5]
-                             [--threads 2] [--decode-steps 32]
+                             [--threads 2] [--decode-steps 32] [--dtype f32|bf16]
 
 (it re-executes itself with bench/.peers/venv/bin/python, the peers' venv). Checkpoints
 (bench/e2e/checkpoint.py: a Gemma-3-1B shape and the Gemma-4-12B width with 6 layers, f32 random
@@ -19,6 +19,9 @@ f32 weights and f32 KV cache everywhere:
 - % of the decode roofline: bandwidth measured in this run / (weights + KV bytes per token);
 - peak RSS (max over the engine's runs; VmHWM of the peer's worker, Python + numpy included, or
   ru_maxrss of Tessera's CLI process).
+--dtype bf16: the same checkpoints rounded to bf16 (a bf16 safetensors copy for Tessera, llama.cpp's
+--outtype bf16 GGUF), bf16 KV; Tessera at attention and matmul precision bf16 (a bf16 model's
+roundings, AVX-512-BF16 where present); onnxruntime-genai skipped (no bf16 on CPU).
 --quick: 2 layers, vocab 8192, prompts 128/512, decode at 256/1024, 8 steps (minutes, development).
 Prompts are random ids in [16, 255999), avoiding Gemma's specials and multimodal ids.
 """
