@@ -17,7 +17,7 @@ void Usage() {
       "                   [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
       "       tessera inspect --model DIR       layers, head geometry, mask rules, KV memory per context\n"
       "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]   Gemma-12B-shaped KV memory\n"
-      "       tessera selfcheck                 attention kernels vs reference at Gemma-4 shapes\n");
+      "       tessera selfcheck                 attention and Linear kernels vs reference at Gemma-4 shapes\n");
 }
 
 }  // namespace

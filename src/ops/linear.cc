@@ -64,8 +64,6 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
 
 }  // namespace
 
-const char* MatmulPrecisionName(MatmulPrecision p) { return p == MatmulPrecision::kBf16 ? "bf16" : "f32"; }
-
 bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out) {
   if (name == "f32" || name == "float32") return *out = MatmulPrecision::kF32, true;
   if (name == "bf16" || name == "bfloat16") return *out = MatmulPrecision::kBf16, true;

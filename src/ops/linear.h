@@ -15,7 +15,6 @@ namespace tessera::ops {
 // in f32. On CPUs with AVX-512-BF16 the prefill GEMM runs on its dot product (twice the FMA rate);
 // elsewhere the same rounded values go through the f32 kernels.
 enum class MatmulPrecision { kF32, kBf16 };
-const char* MatmulPrecisionName(MatmulPrecision p);
 // "f32"/"float32" or "bf16"/"bfloat16"; false for anything else.
 bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out);
 // The most x elements (tokens x in) one row-dot call at precision bf16 rounds at once, on the
