@@ -39,8 +39,8 @@ Problem MakeProblem(std::mt19937& rng, int64_t n, int64_t in, int64_t out) {
 // f32 sums of `in` exact products of N(0,1) values vs double: the f32 Linear tests' bound.
 double Tolerance(int64_t in) { return 2e-5 * std::sqrt(static_cast<double>(in)) * 4; }
 
-// Token counts, widths and depths across the 8 x 32 dot tile, the 6 x 16 f32 tile, the 256-deep
-// blocks (odd depths leave a half pair), the 16-row weight panels and the row-dot quarters; strided
+// Token counts, widths and depths across the 8 x 32 dot tile, the 6 x 16 f32 tile, the 512-deep
+// pair blocks and 256-deep f32 blocks (odd depths leave a half pair), the 16-row weight panels and the row-dot quarters; strided
 // x and y; no pool and 3 threads; the dot product on and off.
 TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
   std::mt19937 rng(11);
@@ -48,7 +48,7 @@ TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
   const bool has_dot = ops::Bf16Dot() != nullptr;
   for (auto [n, in, out] : {std::tuple{1, 5, 3}, {4, 7, 5}, {8, 256, 32}, {9, 257, 33}, {13, 600, 129},
                             {37, 513, 300}, {64, 1024, 128}, {17, 31, 255}, {2, 33, 67}, {3, 130, 401},
-                            {1, 1152, 1001}, {40, 2, 16}}) {
+                            {1, 1152, 1001}, {40, 2, 16}, {11, 1537, 45}}) {
     Problem p = MakeProblem(rng, n, in, out);
     const ops::WeightView wv{p.w.data(), DType::kBF16, out, in};
     std::vector<float> ref(n * p.ys, -7.0f), f32(n * p.ys, -7.0f), y(n * p.ys);
@@ -85,12 +85,13 @@ TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
   }
 }
 
-// Each output of the bf16 GEMM is one chain per 256-deep block, blocks added in order, on either
+// Each output of the bf16 GEMM is one chain per block (512 deep on the dot product, 256 on the f32
+// kernels), blocks added in order, on either
 // kernel: a token gives bit-identical results alone, in any batch, at any position of a tile.
 TEST(LinearBf16, GemmIsBatchInvariant) {
   std::mt19937 rng(12);
   ThreadPool pool(2);
-  Problem p = MakeProblem(rng, 23, 700, 150);
+  Problem p = MakeProblem(rng, 23, 1100, 150);
   const ops::WeightView wv{p.w.data(), DType::kBF16, p.out, p.in};
   for (bool dot : {true, false}) {
     ops::EnableBf16Dot(dot);
