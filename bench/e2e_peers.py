@@ -326,8 +326,8 @@ def main():
             budget = weight_bytes + kv_t
             lines += ["", f"Tessera peak RSS over the {ctx_rss}-token prefill (+{steps} decode): "
                           f"{rt['maxrss_kb'] * 1024 / 2**30:.2f} GiB vs weights + KV {budget / 2**30:.2f} GiB "
-                          f"(weights {weight_bytes / 2**30:.2f} + KV plan {kv_t / 2**30:.2f}, `tessera inspect` f32 "
-                          f"@{ctx_rss}): {100 * (rt['maxrss_kb'] * 1024 / budget - 1):+.0f}% "
+                          f"(weights {weight_bytes / 2**30:.2f} + KV plan {kv_t / 2**30:.2f}, `tessera inspect` "
+                          f"f32{' / 2' if bf16 else ''} @{ctx_rss}): {100 * (rt['maxrss_kb'] * 1024 / budget - 1):+.0f}% "
                           f"(target ≤ +25%)"]
         for e in models:
             d = res[e].get("check", {})

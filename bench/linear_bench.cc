@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> w(wf.size() * DTypeSize(dt));
       EncodeFromF32(dt, wf.data(), w.data(), wf.size());
       const ops::WeightView wv{w.data(), dt, s.out, s.in};
-      for (int64_t n : {1, 4, 8, 16, 64, 256}) {
+      for (int64_t n : {1, 4, 6, 8, 10, 12, 16, 64, 256}) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
         const double row = bench::MedianMs(reps, [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); });

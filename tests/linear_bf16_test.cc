@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "core/aligned_buffer.h"
 #include "ops/bf16_dot.h"
 #include "ops/gemm.h"
 #include "ops/linear.h"
@@ -40,8 +41,8 @@ Problem MakeProblem(std::mt19937& rng, int64_t n, int64_t in, int64_t out) {
 double Tolerance(int64_t in) { return 2e-5 * std::sqrt(static_cast<double>(in)) * 4; }
 
 // Token counts, widths and depths across the 8 x 32 dot tile, the 6 x 16 f32 tile, the 512-deep
-// pair blocks and 256-deep f32 blocks (odd depths leave a half pair), the 16-row weight panels and the row-dot quarters; strided
-// x and y; no pool and 3 threads; the dot product on and off.
+// pair blocks and 256-deep f32 blocks (odd depths leave a half pair), the 16-row weight panels and
+// the row-dot quarters; strided x and y; no pool and 3 threads; the dot product on and off.
 TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
   std::mt19937 rng(11);
   ThreadPool pool3(3);
@@ -86,8 +87,8 @@ TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
 }
 
 // Each output of the bf16 GEMM is one chain per block (512 deep on the dot product, 256 on the f32
-// kernels), blocks added in order, on either
-// kernel: a token gives bit-identical results alone, in any batch, at any position of a tile.
+// kernels), blocks added in order: a token gives bit-identical results alone, in any batch, at any
+// position of a tile.
 TEST(LinearBf16, GemmIsBatchInvariant) {
   std::mt19937 rng(12);
   ThreadPool pool(2);
@@ -118,8 +119,8 @@ TEST(LinearBf16, WeightPairPackingLayout) {
     std::vector<uint16_t> src(rows * stride + 1);
     for (uint16_t& v : src) v = static_cast<uint16_t>(bits(rng) | 1);
     const int64_t pairs = (cols + 1) / 2, blocks = (rows + 15) / 16;
-    std::vector<uint32_t, std::allocator<uint32_t>> buf(blocks * pairs * 16 + 16);
-    uint32_t* dst = reinterpret_cast<uint32_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
+    AlignedBuffer buf(blocks * pairs * 16 * sizeof(uint32_t));
+    uint32_t* dst = buf.as<uint32_t>();
     dot->pack_weight_pairs16(src.data(), stride, rows, cols, dst);
     for (int64_t c = 0; c < blocks; ++c)
       for (int64_t p = 0; p < pairs; ++p)
