@@ -69,7 +69,7 @@ TEST(Bf16Dot, ScoreRows16MatchesDouble) {
   }
 }
 
-TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
+TEST(Bf16Dot, PvTileMatchesDouble) {
   const ops::Bf16DotKernels* dot = ops::Bf16Dot();
   if (!dot) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
   std::mt19937 rng(4);
@@ -77,17 +77,15 @@ TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
     for (int64_t cols : {1, 15, 16, 17, 40, 256, 512}) {
       const int64_t stride = cols + 3, pairs = (rows + 1) / 2, blocks = (cols + 15) / 16;
       const std::vector<uint16_t> v = RandomBf16(rng, rows * stride);
+      // The panels, written here from their definition: (v[2p][16c + j], v[2p + 1][16c + j]),
+      // zero past rows and cols.
       AlignedBuffer vp_buf((blocks + 1) * pairs * 16 * 4);
       uint32_t* vp = reinterpret_cast<uint32_t*>(vp_buf.data());
-      dot->pack_pairs16(v.data(), stride, rows, cols, vp, pairs);
-      // The layout exactly: (v[2p][16c + j], v[2p + 1][16c + j]), zero past rows and cols.
       auto at = [&](int64_t t, int64_t c) -> uint32_t { return t < rows && c < cols ? v[t * stride + c] : 0; };
       for (int64_t c = 0; c < blocks; ++c)
         for (int64_t p = 0; p < pairs; ++p)
-          for (int j = 0; j < 16; ++j)
-            ASSERT_EQ(vp[(c * pairs + p) * 16 + j], at(2 * p, 16 * c + j) | at(2 * p + 1, 16 * c + j) << 16)
-                << "rows " << rows << " cols " << cols << " block " << c << " pair " << p << " lane " << j;
-      // P.V: 8 weight rows (bf16 pairs) times the panels, added to c.
+          for (int j = 0; j < 16; ++j) vp[(c * pairs + p) * 16 + j] = at(2 * p, 16 * c + j) | at(2 * p + 1, 16 * c + j) << 16;
+      // 8 weight rows (bf16 pairs) times the panels, added to c.
       const std::vector<uint16_t> wv = RandomBf16(rng, 8 * 2 * pairs);
       std::vector<uint32_t> w_words(8 * pairs);
       for (int r = 0; r < 8; ++r)
@@ -117,6 +115,47 @@ TEST(Bf16Dot, PackPairsAndPvTileMatchDouble) {
               want += x, mag += std::fabs(x);
             }
             ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag) << "rows " << rows << " cols " << cols << " mr " << mr;
+          }
+      }
+    }
+  }
+}
+
+TEST(Bf16Dot, PvRows16MatchesDouble) {
+  const ops::Bf16DotKernels* dot = ops::Bf16Dot();
+  if (!dot) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+  std::mt19937 rng(6);
+  for (int n : {1, 2, 7, 33, 63, 64}) {
+    for (int64_t cols : {1, 15, 16, 17, 40, 512}) {
+      const int64_t stride = cols + 3;
+      const std::vector<uint16_t> v = RandomBf16(rng, n * stride);
+      // Weights: 16 rows of 32 words; rows past mr hold NaN, which must not reach any result.
+      const std::vector<uint16_t> wv = RandomBf16(rng, 16 * 64);
+      std::vector<uint32_t> w(16 * 32);
+      for (int mr : {1, 3, 4, 5, 8, 9, 16}) {
+        for (int r = 0; r < 16; ++r)
+          for (int p = 0; p < 32; ++p) {
+            const uint32_t lo = wv[r * 64 + 2 * p], hi = 2 * p + 1 < n ? wv[r * 64 + 2 * p + 1] : 0;
+            w[r * 32 + p] = r < mr ? lo | hi << 16 : 0x7fc07fc0u;  // (bf16 NaN, NaN)
+          }
+        const int64_t cs = cols + 20;
+        std::vector<float> c(16 * cs, 0.25f);
+        const std::vector<float> c0 = c;
+        // With odd n the kernel also prefetches V's rows meanwhile, which must change nothing.
+        const ops::PrefetchRows ahead{v.data(), stride * 2, cols * 2, n};
+        dot->pv_rows16(w.data(), v.data(), stride, n, c.data(), cs, mr, cols, n % 2 ? &ahead : nullptr);
+        for (int r = 0; r < 16; ++r)
+          for (int64_t j = 0; j < cs; ++j) {
+            if (r >= mr || j >= cols) {
+              ASSERT_EQ(c[r * cs + j], c0[r * cs + j]) << "wrote outside the block: r " << r << " j " << j;
+              continue;
+            }
+            double want = 0.25, mag = 0.25;
+            for (int t = 0; t < n; ++t) {
+              const double x = double(Bf16ToF32(wv[r * 64 + t])) * Bf16ToF32(v[t * stride + j]);
+              want += x, mag += std::fabs(x);
+            }
+            ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag) << "n " << n << " cols " << cols << " mr " << mr << " r " << r;
           }
       }
     }

@@ -32,10 +32,11 @@ void Prefetch(const void* p, int64_t bytes) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, Locality);
 }
 
-// The bf16 dot-product path's scratch: q panels, one panel's scores, V pair panels, weight pairs.
-int64_t DotScratchFloats(int64_t D, int64_t Dv, int64_t max_rows) {
-  return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + Pad16(Dv) * (kTileK / 2) +
-         Pad16(max_rows * (kTileK / 2));
+// The bf16 dot-product path's scratch: q panels, one panel's scores, weight pairs (whole 16-row
+// panels: pv_rows16 reads rows past the block's).
+int64_t DotScratchFloats(int64_t D, int64_t max_rows) {
+  const int64_t panel_rows = (max_rows + 15) / 16 * 16;
+  return Pad16(panel_rows * (D / 2)) + kTileK * 16 + panel_rows * (kTileK / 2);
 }
 
 // Issues the lines of a PrefetchRows into L2 a few at a time (Issue(k) asks for the next k), for
@@ -65,7 +66,7 @@ int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_row
   // The packed K/V tiles exist only for blocks that can reach kPackedRows rows.
   const bool many = max_rows >= kPackedRows;
   const int64_t packed = many ? Pad16(kTileK * D) + kTileK * Pad16(Dv) : 0;
-  const int64_t dot = many && p.precision == AttentionPrecision::kBf16 ? DotScratchFloats(D, Dv, max_rows) : 0;
+  const int64_t dot = many && p.precision == AttentionPrecision::kBf16 ? DotScratchFloats(D, max_rows) : 0;
   return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + packed + dot + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
 }
 
@@ -86,10 +87,11 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
   bf16_ = p.precision == AttentionPrecision::kBf16;
   if (bf16_ && max_rows >= kPackedRows) {
     pairs_ = D_ / 2;
-    qw_ = reinterpret_cast<uint32_t*>(take((max_rows + 15) / 16 * 16 * pairs_));
+    const int64_t panel_rows = (max_rows + 15) / 16 * 16;
+    qw_ = reinterpret_cast<uint32_t*>(take(panel_rows * pairs_));
     st_ = take(kTileK * 16);
-    vw_ = reinterpret_cast<uint32_t*>(take(Pad16(Dv_) * (kTileK / 2)));
-    pw_ = reinterpret_cast<uint32_t*>(take(max_rows * (kTileK / 2)));
+    pw_ = reinterpret_cast<uint32_t*>(take(panel_rows * (kTileK / 2)));
+    std::fill(pw_, pw_ + panel_rows * (kTileK / 2), 0u);  // rows past rows_ are read (and discarded) by pv_rows16
     if (D_ % 2 == 0) dot_ = ops::Bf16Dot();  // (an odd head_dim stays on the f32 kernels)
   }
   o_ = take(max_rows * Dv_);
@@ -161,19 +163,13 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     // the first panel go, for those keys, in decode the L2 prefetch of the K rows kPrefetchL2Keys
     // ahead, issued by the micro-kernel one line every few dot products (V's likewise in P.V):
     // the same prefetches issued in a burst before each call filled the miss queue and stalled
-    // the core (16q/1kv x 512 at 32k keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs);
-    // and, in a full tile, the packing of their V rows into pair panels (its loads wait on cache
-    // misses that the dot products around it hide; packed all at once they measured as a stall).
+    // the core (16q/1kv x 512 at 32k keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs).
     const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
-    const int64_t tile_pairs = (n + 1) / 2;
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
       for (int64_t t0 = 0; t0 < n; t0 += 8) {
         const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
         const ops::PrefetchRows k_ahead = rows_ahead(p_.k, t0, r0 == 0 && n_q_ == 1 ? nk : 0);
         dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16, &k_ahead);
-        if (r0 == 0 && cls == TileClass::kFull)
-          dot_->pack_pairs16(static_cast<const uint16_t*>(v_rows[t0]), p_.v.stride_seq, nk, Dv_, vw_ + t0 / 2 * 16,
-                             tile_pairs);
       }
       dot_->scores_to_rows(st_, static_cast<int>(n), p_.scale, s_ + r0 * kTileK, kTileK,
                            static_cast<int>(std::min<int64_t>(16, rows_ - r0)));
@@ -290,22 +286,17 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   }
   if (cls != TileClass::kFull) return;
   if (dot) {
-    // Fully visible tile on the bf16 dot product: the weights as bf16 pairs against V's pair
-    // panels (packed during the score pass), 8 rows x 32 columns per pass.
-    const int64_t pairs = (n + 1) / 2;
+    // Fully visible tile on the bf16 dot product: the weights as bf16 pairs, 16 rows at a time
+    // against V read in place (each pair of V rows interleaved in registers). Against packing V
+    // into pair panels once per tile (64 KiB written and read back through L2 per 16 rows, 11% of
+    // a decode's time) and 8-row passes over them: 16q/1kv x 512 decode +12% single-threaded from
+    // L3, prefill level to +3% (2026-11-30, in-process A/Bs; bench/BENCHMARKS.md).
     for (int64_t r = 0; r < rows_; ++r) dot_->pairs_from_f32(s_ + r * kTileK, n, pw_ + r * (kTileK / 2));
-    const int64_t chunks = (Dv_ + 31) / 32, v_share = (n + chunks - 1) / chunks;  // V rows asked per chunk
-    for (int64_t r0 = 0; r0 < rows_; r0 += 8) {
-      const int mr = static_cast<int>(std::min<int64_t>(8, rows_ - r0));
-      const uint32_t* w[8];
-      for (int r = 0; r < 8; ++r) w[r] = pw_ + (r0 + (r < mr ? r : 0)) * (kTileK / 2);
-      for (int64_t c0 = 0; c0 < Dv_; c0 += 32) {
-        const int64_t t_first = c0 / 32 * v_share, t_count = std::clamp<int64_t>(n - t_first, 0, v_share);
-        const ops::PrefetchRows v_ahead = rows_ahead(p_.v, t_first, r0 == 0 && n_q_ == 1 ? t_count : 0);
-        dot_->pv_tile(w, vw_ + c0 / 16 * pairs * 16, pairs, o_ + r0 * Dv_ + c0, Dv_, mr,
-                      static_cast<int>(std::min<int64_t>(32, Dv_ - c0)), &v_ahead);
-      }
-    }
+    const ops::PrefetchRows v_ahead = rows_ahead(p_.v, 0, n_q_ == 1 ? n : 0);
+    for (int64_t r0 = 0; r0 < rows_; r0 += 16)
+      dot_->pv_rows16(pw_ + r0 * (kTileK / 2), static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq,
+                      static_cast<int>(n), o_ + r0 * Dv_, Dv_, static_cast<int>(std::min<int64_t>(16, rows_ - r0)), Dv_,
+                      r0 == 0 ? &v_ahead : nullptr);
     return;
   }
   // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.

@@ -6,7 +6,8 @@
 // (decode with small groups) read K and V in place, prefetched ahead of the DRAM stream.
 // At precision bf16 q and the softmax weights are rounded to bf16 (AttentionPrecision); from
 // kPackedRows rows on, where the CPU has AVX-512-BF16, the products then run on its bf16 dot
-// product: scores from 16-row query panels against K read in place, P.V against V pair panels.
+// product: scores from 16-row query panels against K read in place, P.V of 16-row panels against V
+// read in place.
 #pragma once
 
 #include <cstdint>
@@ -61,8 +62,7 @@ class GroupTileKernel {
   int64_t pairs_ = 0;          // D / 2
   uint32_t* qw_ = nullptr;     // [ceil(max_rows / 16)][pairs][16] bf16 pairs of q (unscaled), 16-row panels
   float* st_ = nullptr;        // [kTileK][16] scores of one panel, key-major
-  uint32_t* vw_ = nullptr;     // [ceil(Dv / 16)][kTileK / 2][16] the V tile as bf16 pair panels
-  uint32_t* pw_ = nullptr;     // [max_rows][kTileK / 2] softmax weights as bf16 pairs
+  uint32_t* pw_ = nullptr;     // [ceil(max_rows / 16) * 16][kTileK / 2] softmax weights as bf16 pairs
   float* o_;   // [max_rows, Dv] unnormalized output accumulator
   float* m_;   // [max_rows]     running max
   float* l_;   // [max_rows]     running denominator

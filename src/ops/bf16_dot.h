@@ -27,22 +27,22 @@ struct Bf16DotKernels {
   // Values (q rows, softmax weights) rounded to bf16 (nearest, ties to even; magnitudes below
   // 2^-126 to a signed zero) as pair words: w[p] = (x[2p], x[2p + 1]), 0 past n.
   void (*pairs_from_f32)(const float* x, int64_t n, uint32_t* w);
-  // V as pair panels: for block c < ceil(cols / 16), pair p < ceil(rows / 2), lane j < 16:
-  //   dst[(c * block_pairs + p) * 16 + j] = (v[2p][16c + j], v[2p + 1][16c + j])
-  // with 0 past rows and cols; v[t] = src + t * src_stride (bf16). dst 64-byte aligned. A tile
-  // can be packed in parts: rows 2q.. go to dst + q * 16 with the tile's block_pairs.
-  void (*pack_pairs16)(const uint16_t* src, int64_t src_stride, int64_t rows, int64_t cols, uint32_t* dst,
-                       int64_t block_pairs);
-  // P.V on pair panels, up to 8 rows x 32 columns: for r < mr, j < nr <= 32,
+  // Pair panels times token rows, up to 8 rows x 32 columns (Linear's GEMM: w = token rows of x
+  // as pairs, vp = pack_weight_pairs16's panels): for r < mr, j < nr <= 32,
   //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[((j / 16) * pairs + p) * 16 + j % 16])
   // w: 8 row pointers of `pairs` words (rows >= mr may alias row 0; their results are discarded);
-  // vp: two consecutive column blocks of pack_pairs16's layout (only the first read if nr <= 16).
+  // vp: two consecutive column blocks of panels (only the first read if nr <= 16).
   // ahead: lines to prefetch meanwhile, or null.
-  // (Reading V in place instead, pairs interleaved in registers, measured 35% slower: its 1 KiB
-  // row stride maps a tile onto a few L1 sets, and each group of 8 rows re-reads it.)
-  // (Linear's GEMM runs on it too: w = token rows of x as pairs, vp = pack_weight_pairs16's panels.)
   void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
                   const PrefetchRows* ahead);
+  // P.V with V read in place (no packed copy), up to 16 rows x all columns of n <= 64 keys: for
+  // r < mr <= 16, j < cols,
+  //   c[r * cs + j] += sum_{p < ceil(n / 2)} dot2(w[r * 32 + p], (v[2p][j], v[2p + 1][j]))
+  // with v[t] = v + t * v_stride (bf16, n rows; the pair past an odd n is (v[n - 1][j], 0)). w: 16
+  // rows of 32 words (a tile's weights as pairs; rows >= mr are read, their results discarded).
+  // ahead: lines to prefetch meanwhile, or null.
+  void (*pv_rows16)(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
+                    int64_t cols, const PrefetchRows* ahead);
   // Rows of a [rows, cols] bf16 weight as pair panels, pv_tile's vp for y = x W^T: for block
   // c < ceil(rows / 16), pair p < pairs = ceil(cols / 2), lane j < 16:
   //   dst[(c * pairs + p) * 16 + j] = (w[16c + j][2p], w[16c + j][2p + 1])

@@ -43,7 +43,7 @@ class LineFeeder {
 
 // Eight keys against the panel: one panel load and eight broadcast dot products per pair.
 template <bool kFeed>
-void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, float* out, int nk, LineFeeder& pf) {
+__attribute__((noinline)) void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, float* out, int nk, LineFeeder& pf) {
   __m512 total[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) total[j] = _mm512_setzero_ps();
@@ -93,12 +93,9 @@ void ScoreRows16(const uint32_t* qp, int64_t pairs, const uint16_t* const* k_row
   }
 }
 
-// Word j of `lo` is (a[j], b[j]), of `hi` (a[16 + j], b[16 + j]): vpermt2w indices 32 and up
-// pick from b.
-alignas(64) constexpr uint16_t kPairLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                                              8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-alignas(64) constexpr uint16_t kPairHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                              24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+// Word j of the result is (x[j], x[16 + j]): the 16 elements of x's low half paired with its high half's.
+alignas(64) constexpr uint16_t kPairHalves[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                  8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
 
 void ScoresToRows(const float* st, int n, float scale, float* s, int64_t s_stride, int rows) {
   const __m512 vs = _mm512_set1_ps(scale);
@@ -126,24 +123,6 @@ void PairsFromF32(const float* x, int64_t n, uint32_t* w) {
     const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, x + i + 16), _mm512_maskz_loadu_ps(m0, x + i));
     const int64_t pairs = (left + 1) / 2;
     _mm512_mask_storeu_epi32(w + i / 2, static_cast<__mmask16>((1u << pairs) - 1u), reinterpret_cast<__m512i>(h));
-  }
-}
-
-void PackPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_t cols, uint32_t* dst, int64_t block_pairs) {
-  const __m512i lo_idx = _mm512_load_si512(kPairLo), hi_idx = _mm512_load_si512(kPairHi);
-  const int64_t pairs = (rows + 1) / 2, blocks = (cols + 15) / 16;
-  for (int64_t p = 0; p < pairs; ++p) {
-    const uint16_t* a = src + 2 * p * stride;
-    const uint16_t* b = 2 * p + 1 < rows ? a + stride : nullptr;
-    for (int64_t c0 = 0; c0 < cols; c0 += 32) {
-      const int64_t left = cols - c0;
-      const __mmask32 m = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
-      const __m512i va = _mm512_maskz_loadu_epi16(m, a + c0);
-      const __m512i vb = b ? _mm512_maskz_loadu_epi16(m, b + c0) : _mm512_setzero_si512();
-      _mm512_store_si512(dst + ((c0 / 16) * block_pairs + p) * 16, _mm512_permutex2var_epi16(va, lo_idx, vb));
-      if (c0 / 16 + 1 < blocks)
-        _mm512_store_si512(dst + ((c0 / 16 + 1) * block_pairs + p) * 16, _mm512_permutex2var_epi16(va, hi_idx, vb));
-    }
   }
 }
 
@@ -187,6 +166,62 @@ void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* 
   }
   if (nr > 16) return PvTileT<true, false>(w, vp, pairs, c, cs, mr, nr, pf);
   PvTileT<false, false>(w, vp, pairs, c, cs, mr, nr, pf);
+}
+
+constexpr int64_t kPvRowWords = 32;  // pv_rows16's weight row stride
+
+// P.V with V read in place, kRows rows x 16 columns per pass: the 16 columns of key rows 2p and
+// 2p + 1 are loaded into one vector's halves and interleaved into pairs by one word permute, so
+// each V element is loaded once per 16 rows and no packed copy is written. The weight rows lie a
+// constant kPvRowWords apart, so their broadcasts address from one register (with a pointer per
+// row, as pv_tile's, 16 rows spilled them: 12% slower). (gcc 12 flags the insert intrinsic's
+// undefined pass-through operand as maybe-uninitialized, as in Transpose16x16 below.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <int kRows, bool kFeed>
+void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
+             int64_t cols, LineFeeder& pf) {
+  const __m512i idx = _mm512_load_si512(kPairHalves);
+  const int64_t pairs = (n + 1) / 2, full = n / 2;
+  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+    const int64_t left = cols - c0;
+    const __mmask16 m = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
+    __m512 acc[kRows];
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+    const uint16_t* a = v + c0;
+    for (int64_t p = 0; p < pairs; ++p, a += 2 * v_stride) {
+      if (kFeed && (p & 3) == 0) pf.Step();
+      const __m256i lo = _mm256_maskz_loadu_epi16(m, a);
+      const __m256i hi = p < full ? _mm256_maskz_loadu_epi16(m, a + v_stride) : _mm256_setzero_si256();
+      const __m512i vv = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1));
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) acc[r] = Dot2(acc[r], vv, w + r * kPvRowWords + p);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= mr) break;
+      float* cr = c + r * cs + c0;
+      _mm512_mask_storeu_ps(cr, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), acc[r]));
+    }
+  }
+}
+
+#pragma GCC diagnostic pop
+
+template <int kRows>
+void PvRowsOf(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
+              int64_t cols, const PrefetchRows* ahead) {
+  LineFeeder pf(ahead, (cols + 15) / 16 * (((n + 1) / 2 + 3) / 4));
+  if (pf.active()) return PvRowsT<kRows, true>(w, v, v_stride, n, c, cs, mr, cols, pf);
+  PvRowsT<kRows, false>(w, v, v_stride, n, c, cs, mr, cols, pf);
+}
+
+void PvRows16(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
+              int64_t cols, const PrefetchRows* ahead) {
+  if (mr <= 4) return PvRowsOf<4>(w, v, v_stride, n, c, cs, mr, cols, ahead);
+  if (mr <= 8) return PvRowsOf<8>(w, v, v_stride, n, c, cs, mr, cols, ahead);
+  PvRowsOf<16>(w, v, v_stride, n, c, cs, mr, cols, ahead);
 }
 
 // Transposes 16 x 16 words in place: afterwards r[j] holds word j of the 16 input vectors.
@@ -245,7 +280,7 @@ void PackWeightPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_
 }  // namespace
 
 const Bf16DotKernels& Bf16DotAvx512() {
-  static const Bf16DotKernels k{ScoreRows16, ScoresToRows, PairsFromF32, PackPairs16, PvTile, PackWeightPairs16};
+  static const Bf16DotKernels k{ScoreRows16, ScoresToRows, PairsFromF32, PvTile, PvRows16, PackWeightPairs16};
   return k;
 }
 
