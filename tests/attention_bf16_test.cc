@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -129,14 +130,14 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
     for (int64_t cols : {1, 15, 16, 17, 40, 512}) {
       const int64_t stride = cols + 3;
       const std::vector<uint16_t> v = RandomBf16(rng, n * stride);
-      // Weights: 16 rows of 32 words; rows past mr hold NaN, which must not reach any result.
+      // Weights key-major, [32 pairs][16 rows]; rows past mr hold NaN, which must reach no result.
       const std::vector<uint16_t> wv = RandomBf16(rng, 16 * 64);
-      std::vector<uint32_t> w(16 * 32);
+      std::vector<uint32_t> w(32 * 16);
       for (int mr : {1, 3, 4, 5, 8, 9, 16}) {
         for (int r = 0; r < 16; ++r)
           for (int p = 0; p < 32; ++p) {
             const uint32_t lo = wv[r * 64 + 2 * p], hi = 2 * p + 1 < n ? wv[r * 64 + 2 * p + 1] : 0;
-            w[r * 32 + p] = r < mr ? lo | hi << 16 : 0x7fc07fc0u;  // (bf16 NaN, NaN)
+            w[p * 16 + r] = r < mr ? lo | hi << 16 : 0x7fc07fc0u;  // (bf16 NaN, NaN)
           }
         const int64_t cs = cols + 20;
         std::vector<float> c(16 * cs, 0.25f);
@@ -157,6 +158,58 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
             }
             ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag) << "n " << n << " cols " << cols << " mr " << mr << " r " << r;
           }
+      }
+    }
+  }
+}
+
+TEST(Bf16Dot, SoftmaxPanel16MatchesDouble) {
+  const ops::Bf16DotKernels* dot = ops::Bf16Dot();
+  if (!dot) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int n : {1, 2, 7, 33, 64}) {
+    for (int mr : {1, 5, 16}) {
+      AlignedBuffer st_buf(64 * 16 * 4), w_buf(32 * 16 * 4);
+      float* st = reinterpret_cast<float*>(st_buf.data());
+      uint32_t* w = reinterpret_cast<uint32_t*>(w_buf.data());
+      for (int i = 0; i < 64 * 16; ++i) st[i] = 4 * nd(rng);
+      // Running states: row 0 has seen nothing (-inf), row 1 a max above this tile's, the rest
+      // random; row 2 sees only -inf scores in this tile (its max and sum must not move).
+      float m[16], l[16], alpha[16];
+      for (int r = 0; r < 16; ++r) m[r] = 2 * nd(rng), l[r] = 1 + std::fabs(nd(rng));
+      m[0] = -inf, l[0] = 0, m[1] = 1000;
+      for (int t = 0; t < n; ++t) st[t * 16 + 2] = -inf;
+      float m0[16], l0[16];
+      std::copy(m, m + 16, m0), std::copy(l, l + 16, l0);
+      for (int i = 0; i < 32 * 16; ++i) w[i] = 0xdeadbeefu;
+      const float scale = 0.3f;
+      dot->softmax_panel16(st, n, scale, m, l, mr, alpha, w);
+      for (int r = 0; r < 16; ++r) {
+        if (r >= mr) {  // untouched
+          ASSERT_EQ(m[r], m0[r]) << r;
+          ASSERT_EQ(l[r], l0[r]) << r;
+          continue;
+        }
+        float tile_max = -inf;
+        for (int t = 0; t < n; ++t) tile_max = std::max(tile_max, scale * st[t * 16 + r]);
+        const float m_new = std::max(m0[r], tile_max);
+        ASSERT_EQ(m[r], m_new) << "n " << n << " r " << r;
+        const double a = m_new == m0[r] ? 1.0 : std::exp(double(m0[r]) - m_new);
+        ASSERT_NEAR(alpha[r], a, 1e-6 * a + 1e-37) << "n " << n << " r " << r;
+        double sum = 0;
+        for (int t = 0; t < 2 * ((n + 1) / 2); ++t) {
+          const double e = t < n && m_new != -inf ? std::exp(double(scale * st[t * 16 + r]) - m_new) : 0.0;
+          sum += e;
+          const uint32_t word = w[t / 2 * 16 + r];
+          const float got = Bf16ToF32(static_cast<uint16_t>(t % 2 ? word >> 16 : word & 0xffff));
+          // bf16 of a weight within 1e-6 relative of exp: at most half a bf16 step (2^-8 of the
+          // value) off, flushed to zero below 2^-126.
+          ASSERT_NEAR(got, e, e * (1.0 / 256 + 1e-6) + std::ldexp(1.0, -126)) << "n " << n << " r " << r << " t " << t;
+        }
+        const double want_l = l0[r] * a + sum;
+        ASSERT_NEAR(l[r], want_l, 1e-6 * want_l) << "n " << n << " r " << r;
       }
     }
   }

@@ -32,11 +32,9 @@ void Prefetch(const void* p, int64_t bytes) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, Locality);
 }
 
-// The bf16 dot-product path's scratch: q panels, one panel's scores, weight pairs (whole 16-row
-// panels: pv_rows16 reads rows past the block's).
+// The bf16 dot-product path's scratch: q panels, one panel's scores, one panel's weight pairs.
 int64_t DotScratchFloats(int64_t D, int64_t max_rows) {
-  const int64_t panel_rows = (max_rows + 15) / 16 * 16;
-  return Pad16(panel_rows * (D / 2)) + kTileK * 16 + panel_rows * (kTileK / 2);
+  return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + kTileK / 2 * 16;
 }
 
 // Issues the lines of a PrefetchRows into L2 a few at a time (Issue(k) asks for the next k), for
@@ -87,11 +85,9 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
   bf16_ = p.precision == AttentionPrecision::kBf16;
   if (bf16_ && max_rows >= kPackedRows) {
     pairs_ = D_ / 2;
-    const int64_t panel_rows = (max_rows + 15) / 16 * 16;
-    qw_ = reinterpret_cast<uint32_t*>(take(panel_rows * pairs_));
+    qw_ = reinterpret_cast<uint32_t*>(take((max_rows + 15) / 16 * 16 * pairs_));
     st_ = take(kTileK * 16);
-    pw_ = reinterpret_cast<uint32_t*>(take(panel_rows * (kTileK / 2)));
-    std::fill(pw_, pw_ + panel_rows * (kTileK / 2), 0u);  // rows past rows_ are read (and discarded) by pv_rows16
+    pw_ = reinterpret_cast<uint32_t*>(take(kTileK / 2 * 16));
     if (D_ % 2 == 0) dot_ = ops::Bf16Dot();  // (an odd head_dim stays on the f32 kernels)
   }
   o_ = take(max_rows * Dv_);
@@ -157,20 +153,46 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     }
     return pf;
   };
-  if (dot) {
-    // Scores on the bf16 dot product: each 16-row q panel against the K rows in place, then
-    // transposed into s_ and scaled (q was rounded before the scale). Eight keys per call; with
-    // the first panel go, for those keys, in decode the L2 prefetch of the K rows kPrefetchL2Keys
-    // ahead, issued by the micro-kernel one line every few dot products (V's likewise in P.V):
-    // the same prefetches issued in a burst before each call filled the miss queue and stalled
-    // the core (16q/1kv x 512 at 32k keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs).
-    const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
+  // Scores on the bf16 dot product: 16-row q panel r0 against the K rows in place, key-major into
+  // st_ (unscaled: q was rounded before the scale). Eight keys per call; with the first panel go,
+  // for those keys, in decode the L2 prefetch of the K rows kPrefetchL2Keys ahead, issued by the
+  // micro-kernel one line every few dot products (V's likewise in P.V): the same prefetches issued
+  // in a burst before each call filled the miss queue and stalled the core (16q/1kv x 512 at 32k
+  // keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs).
+  const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
+  auto panel_scores = [&](int64_t r0) {
+    for (int64_t t0 = 0; t0 < n; t0 += 8) {
+      const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
+      const ops::PrefetchRows k_ahead = rows_ahead(p_.k, t0, r0 == 0 && n_q_ == 1 ? nk : 0);
+      dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16, &k_ahead);
+    }
+  };
+  if (dot && cls == TileClass::kFull && p_.softcap <= 0) {
+    // A fully visible tile on the bf16 dot product, one 16-row panel at a time: scores, the online
+    // softmax step key-major on the scores as they come (no transpose into rows; softmax_panel16
+    // also rounds the weights to bf16 pairs), then P.V against V read in place, each pair of V rows
+    // interleaved in registers. Against the row-major softmax and V packed into pair panels once
+    // per tile (64 KiB written and read back through L2) with 8-row passes over them: 16q/1kv x 512
+    // decode 142 -> 188 GFLOP/s single-threaded from L3 (2026-11-30, in-process A/Bs;
+    // bench/BENCHMARKS.md), prefill level or better.
+    const ops::PrefetchRows v_ahead = rows_ahead(p_.v, 0, n_q_ == 1 ? n : 0);
+    float alpha[16];
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
-      for (int64_t t0 = 0; t0 < n; t0 += 8) {
-        const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
-        const ops::PrefetchRows k_ahead = rows_ahead(p_.k, t0, r0 == 0 && n_q_ == 1 ? nk : 0);
-        dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16, &k_ahead);
-      }
+      const int mr = static_cast<int>(std::min<int64_t>(16, rows_ - r0));
+      panel_scores(r0);
+      dot_->softmax_panel16(st_, static_cast<int>(n), p_.scale, m_ + r0, l_ + r0, mr, alpha, pw_);
+      for (int r = 0; r < mr; ++r)
+        if (alpha[r] != 1.0f) simd.scale(o_ + (r0 + r) * Dv_, alpha[r], Dv_);
+      dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n),
+                      o_ + r0 * Dv_, Dv_, mr, Dv_, r0 == 0 ? &v_ahead : nullptr);
+    }
+    return;
+  }
+  if (dot) {
+    // Partly visible tile (or a soft cap): scores transposed into s_ rows and scaled for the
+    // row-wise softmax, mask and P.V below.
+    for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
+      panel_scores(r0);
       dot_->scores_to_rows(st_, static_cast<int>(n), p_.scale, s_ + r0 * kTileK, kTileK,
                            static_cast<int>(std::min<int64_t>(16, rows_ - r0)));
     }
@@ -265,11 +287,12 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     }
     // Softmax weights in place (masked keys, -inf, become 0).
     l_[r] += simd.exp_sub_sum(s, n, m_new);
-    // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum); the dot path rounds a full
-    // tile's as it packs them into pairs below.
-    if (bf16_ && !(dot && cls == TileClass::kFull))
+    // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum).
+    if (bf16_)
       for (int64_t t = 0; t < n; ++t) s[t] = Bf16ToF32(F32ToBf16(s[t]));
-    if (cls == TileClass::kFull) continue;  // every key visible: P.V runs below for all rows
+    // Every key visible: P.V runs below for all rows (on the dot path only with a soft cap, which
+    // takes this per-row P.V).
+    if (cls == TileClass::kFull && !dot) continue;
     // P.V over the keys with weight only (a masked key's V may hold anything, even NaN), four V
     // rows per pass so the output row is loaded and stored once per four keys.
     float w[kTileK];
@@ -284,21 +307,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     for (; t4 + 4 <= nv; t4 += 4) simd.Axpy4(dt, o, w + t4, vis + t4, Dv_);
     for (; t4 < nv; ++t4) simd.Axpy(dt, o, w[t4], vis[t4], Dv_);
   }
-  if (cls != TileClass::kFull) return;
-  if (dot) {
-    // Fully visible tile on the bf16 dot product: the weights as bf16 pairs, 16 rows at a time
-    // against V read in place (each pair of V rows interleaved in registers). Against packing V
-    // into pair panels once per tile (64 KiB written and read back through L2 per 16 rows, 11% of
-    // a decode's time) and 8-row passes over them: 16q/1kv x 512 decode +12% single-threaded from
-    // L3, prefill level to +3% (2026-11-30, in-process A/Bs; bench/BENCHMARKS.md).
-    for (int64_t r = 0; r < rows_; ++r) dot_->pairs_from_f32(s_ + r * kTileK, n, pw_ + r * (kTileK / 2));
-    const ops::PrefetchRows v_ahead = rows_ahead(p_.v, 0, n_q_ == 1 ? n : 0);
-    for (int64_t r0 = 0; r0 < rows_; r0 += 16)
-      dot_->pv_rows16(pw_ + r0 * (kTileK / 2), static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq,
-                      static_cast<int>(n), o_ + r0 * Dv_, Dv_, static_cast<int>(std::min<int64_t>(16, rows_ - r0)), Dv_,
-                      r0 == 0 ? &v_ahead : nullptr);
-    return;
-  }
+  if (cls != TileClass::kFull || dot) return;
   // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.
   // Many rows: V widened once into 16-dim panels (reading V in place re-fetches it per row group,
   // and its 1-2 KiB row stride maps a tile onto a few L1 sets). Few rows (one pass): V read in

@@ -62,7 +62,7 @@ class GroupTileKernel {
   int64_t pairs_ = 0;          // D / 2
   uint32_t* qw_ = nullptr;     // [ceil(max_rows / 16)][pairs][16] bf16 pairs of q (unscaled), 16-row panels
   float* st_ = nullptr;        // [kTileK][16] scores of one panel, key-major
-  uint32_t* pw_ = nullptr;     // [ceil(max_rows / 16) * 16][kTileK / 2] softmax weights as bf16 pairs
+  uint32_t* pw_ = nullptr;     // [kTileK / 2][16] one panel's softmax weights as bf16 pairs, key-major
   float* o_;   // [max_rows, Dv] unnormalized output accumulator
   float* m_;   // [max_rows]     running max
   float* l_;   // [max_rows]     running denominator

@@ -27,6 +27,16 @@ struct Bf16DotKernels {
   // Values (q rows, softmax weights) rounded to bf16 (nearest, ties to even; magnitudes below
   // 2^-126 to a signed zero) as pair words: w[p] = (x[2p], x[2p + 1]), 0 past n.
   void (*pairs_from_f32)(const float* x, int64_t n, uint32_t* w);
+  // The online softmax step of one 16-row panel over a fully visible tile of n <= 64 keys, key-major:
+  // for rows r < mr <= 16 with scores s[t][r] = scale * st[t * 16 + r] (st 64-byte aligned),
+  //   m_new[r] = max(m[r], max_t s[t][r]);  alpha[r] = m_new[r] == m[r] ? 1 : exp(m[r] - m_new[r])
+  //   e[t][r] = exp(s[t][r] - m_new[r]) (0 while m_new[r] is -inf);  l[r] = l[r] alpha[r] + sum_t e[t][r]
+  // writes m[r] = m_new[r] and l[r] for r < mr, alpha[0..16) (lanes past mr: don't care), and the
+  // weights rounded to bf16 as pair words, key-major: w[p * 16 + r] = (e[2p][r], e[2p + 1][r]), 0 past
+  // n, for p < ceil(n / 2) (64-byte aligned; lanes past mr: don't care). The caller scales each row's
+  // output by alpha[r].
+  void (*softmax_panel16)(const float* st, int n, float scale, float* m, float* l, int mr, float* alpha,
+                          uint32_t* w);
   // Pair panels times token rows, up to 8 rows x 32 columns (Linear's GEMM: w = token rows of x
   // as pairs, vp = pack_weight_pairs16's panels): for r < mr, j < nr <= 32,
   //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[((j / 16) * pairs + p) * 16 + j % 16])
@@ -37,9 +47,9 @@ struct Bf16DotKernels {
                   const PrefetchRows* ahead);
   // P.V with V read in place (no packed copy), up to 16 rows x all columns of n <= 64 keys: for
   // r < mr <= 16, j < cols,
-  //   c[r * cs + j] += sum_{p < ceil(n / 2)} dot2(w[r * 32 + p], (v[2p][j], v[2p + 1][j]))
-  // with v[t] = v + t * v_stride (bf16, n rows; the pair past an odd n is (v[n - 1][j], 0)). w: 16
-  // rows of 32 words (a tile's weights as pairs; rows >= mr are read, their results discarded).
+  //   c[r * cs + j] += sum_{p < ceil(n / 2)} dot2(w[p * 16 + r], (v[2p][j], v[2p + 1][j]))
+  // with v[t] = v + t * v_stride (bf16, n rows; the pair past an odd n is (v[n - 1][j], 0)). w:
+  // softmax_panel16's key-major weight pairs (lanes >= mr are read, their results discarded).
   // ahead: lines to prefetch meanwhile, or null.
   void (*pv_rows16)(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
                     int64_t cols, const PrefetchRows* ahead);

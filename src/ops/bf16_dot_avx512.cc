@@ -168,16 +168,67 @@ void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* 
   PvTileT<false, false>(w, vp, pairs, c, cs, mr, nr, pf);
 }
 
-constexpr int64_t kPvRowWords = 32;  // pv_rows16's weight row stride
+// (gcc 12 flags the undefined pass-through operand inside several AVX-512 intrinsics, from here
+// to PvRowsT and in Transpose16x16 below, as maybe-uninitialized: false positives, silenced there.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// exp(x) for 16 lanes, the AVX2 table's Exp (simd_avx2.cc) at twice the width, bit for bit: x =
+// n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, times 2^n in the exponent
+// bits; below -87.3 (and -inf) 0, clamped at 88.
+inline __m512 Exp16(__m512 x) {
+  const __mmask16 too_small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~too_small), p, _mm512_castsi512_ps(e));
+}
+
+void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int mr, float* alpha, uint32_t* w) {
+  const __mmask16 rows = mr >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << mr) - 1u);
+  const __m512 vs = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-__builtin_inff()), zero = _mm512_setzero_ps();
+  __m512 tile_max = neg_inf;
+  for (int t = 0; t < n; ++t) tile_max = _mm512_max_ps(tile_max, _mm512_mul_ps(_mm512_load_ps(st + t * 16), vs));
+  const __m512 m_old = _mm512_mask_loadu_ps(neg_inf, rows, m);
+  const __m512 m_new = _mm512_max_ps(m_old, tile_max);
+  // A row whose max moved scales its state by exp(m_old - m_new) (0 from -inf); others by 1. A
+  // row with no finite score yet subtracts 0, so its -inf scores give weight 0, not NaN.
+  const __mmask16 moved = _mm512_cmp_ps_mask(m_old, m_new, _CMP_NEQ_UQ);
+  const __mmask16 dead = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_EQ_OQ);
+  const __m512 a = _mm512_mask_blend_ps(moved, _mm512_set1_ps(1.0f), Exp16(_mm512_sub_ps(m_old, m_new)));
+  const __m512 m_sub = _mm512_mask_blend_ps(dead, m_new, zero);
+  const __m512i halves = _mm512_load_si512(kPairHalves);
+  __m512 sum = zero;
+  for (int t = 0; t < n; t += 2) {
+    const __m512 e0 = Exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(st + t * 16), vs), m_sub));
+    const __m512 e1 =
+        t + 1 < n ? Exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_load_ps(st + (t + 1) * 16), vs), m_sub)) : zero;
+    sum = _mm512_add_ps(_mm512_add_ps(sum, e0), e1);
+    const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(e1, e0));  // words: e0's lanes, then e1's
+    _mm512_store_si512(w + t / 2 * 16, _mm512_permutexvar_epi16(halves, h));
+  }
+  _mm512_mask_storeu_ps(m, rows, m_new);
+  _mm512_mask_storeu_ps(l, rows, _mm512_fmadd_ps(_mm512_mask_loadu_ps(zero, rows, l), a, sum));
+  _mm512_storeu_ps(alpha, a);
+}
 
 // P.V with V read in place, kRows rows x 16 columns per pass: the 16 columns of key rows 2p and
 // 2p + 1 are loaded into one vector's halves and interleaved into pairs by one word permute, so
-// each V element is loaded once per 16 rows and no packed copy is written. The weight rows lie a
-// constant kPvRowWords apart, so their broadcasts address from one register (with a pointer per
-// row, as pv_tile's, 16 rows spilled them: 12% slower). (gcc 12 flags the insert intrinsic's
-// undefined pass-through operand as maybe-uninitialized, as in Transpose16x16 below.)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// each V element is loaded once per 16 rows and no packed copy is written. The weights are
+// key-major ([pair][16 rows]), so each pair's broadcasts address from one pointer (with a pointer
+// per row, as pv_tile's, 16 rows spilled them: 12% slower).
 template <int kRows, bool kFeed>
 void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
              int64_t cols, LineFeeder& pf) {
@@ -196,7 +247,7 @@ void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, floa
       const __m256i hi = p < full ? _mm256_maskz_loadu_epi16(m, a + v_stride) : _mm256_setzero_si256();
       const __m512i vv = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1));
 #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) acc[r] = Dot2(acc[r], vv, w + r * kPvRowWords + p);
+      for (int r = 0; r < kRows; ++r) acc[r] = Dot2(acc[r], vv, w + p * 16 + r);
     }
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
@@ -280,7 +331,8 @@ void PackWeightPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_
 }  // namespace
 
 const Bf16DotKernels& Bf16DotAvx512() {
-  static const Bf16DotKernels k{ScoreRows16, ScoresToRows, PairsFromF32, PvTile, PvRows16, PackWeightPairs16};
+  static const Bf16DotKernels k{ScoreRows16,    ScoresToRows, PairsFromF32, SoftmaxPanel16,
+                                PvTile,         PvRows16,     PackWeightPairs16};
   return k;
 }
 
