@@ -104,11 +104,7 @@ void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
     const float* src = reinterpret_cast<const float*>(p_.q.At(b, h, i));
     float* dst = q_ + r * D_;
     if (dot) {
-      // q as bf16 pairs in 16-row panels: word (p, r) = (q[r][2p], q[r][2p + 1]).
-      uint32_t* words = reinterpret_cast<uint32_t*>(dst);  // q_'s row as scratch
-      dot_->pairs_from_f32(src, D_, words);
-      uint32_t* panel = qw_ + r / 16 * 16 * pairs_ + r % 16;
-      for (int64_t pr = 0; pr < pairs_; ++pr) panel[pr * 16] = words[pr];
+      dot_->pairs_from_f32(src, D_, reinterpret_cast<uint32_t*>(dst));  // q_'s row as a bf16 row
     } else if (bf16_) {
       for (int64_t d = 0; d < D_; ++d) dst[d] = Bf16ToF32(F32ToBf16(src[d])) * p_.scale;
     } else {
@@ -118,9 +114,12 @@ void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
     m_[r] = kNegInf;
     l_[r] = 0.0f;
   }
-  if (dot)  // rows past rows_ in the last panel contribute zeros
-    for (int64_t r = rows_; r < (rows_ + 15) / 16 * 16; ++r)
-      for (int64_t pr = 0; pr < pairs_; ++pr) qw_[r / 16 * 16 * pairs_ + pr * 16 + r % 16] = 0;
+  // q as bf16 pairs in 16-row panels, word (p, r) = (q[r][2p], q[r][2p + 1]): the bf16 rows in q_
+  // transposed as 32-bit words, zeros for rows past rows_ in the last panel.
+  if (dot)
+    for (int64_t r0 = 0; r0 < rows_; r0 += 16)
+      dot_->pack_weight_pairs16(reinterpret_cast<const uint16_t*>(q_ + r0 * D_), 2 * D_,
+                                std::min<int64_t>(16, rows_ - r0), D_, qw_ + r0 * pairs_);
 }
 
 void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {

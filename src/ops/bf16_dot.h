@@ -53,7 +53,8 @@ struct Bf16DotKernels {
   // ahead: lines to prefetch meanwhile, or null.
   void (*pv_rows16)(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
                     int64_t cols, const PrefetchRows* ahead);
-  // Rows of a [rows, cols] bf16 weight as pair panels, pv_tile's vp for y = x W^T: for block
+  // Rows of a [rows, cols] bf16 matrix as pair panels (a weight's: pv_tile's vp for y = x W^T;
+  // attention's q rows: score_rows16's panel): for block
   // c < ceil(rows / 16), pair p < pairs = ceil(cols / 2), lane j < 16:
   //   dst[(c * pairs + p) * 16 + j] = (w[16c + j][2p], w[16c + j][2p + 1])
   // with 0 past rows and cols; w[r] = src + r * src_stride. dst 64-byte aligned. (A transpose of
