@@ -129,7 +129,7 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
   for (int n : {1, 2, 7, 33, 63, 64}) {
     for (int64_t cols : {1, 15, 16, 17, 40, 512}) {
       const int64_t stride = cols + 3;
-      const std::vector<uint16_t> v = RandomBf16(rng, n * stride);
+      std::vector<uint16_t> v = RandomBf16(rng, n * stride);
       // Weights key-major, [32 pairs][16 rows]; rows past mr hold NaN, which must reach no result.
       const std::vector<uint16_t> wv = RandomBf16(rng, 16 * 64);
       std::vector<uint32_t> w(32 * 16);
@@ -139,25 +139,37 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
             const uint32_t lo = wv[r * 64 + 2 * p], hi = 2 * p + 1 < n ? wv[r * 64 + 2 * p + 1] : 0;
             w[p * 16 + r] = r < mr ? lo | hi << 16 : 0x7fc07fc0u;  // (bf16 NaN, NaN)
           }
-        const int64_t cs = cols + 20;
-        std::vector<float> c(16 * cs, 0.25f);
-        const std::vector<float> c0 = c;
-        // With odd n the kernel also prefetches V's rows meanwhile, which must change nothing.
-        const ops::PrefetchRows ahead{v.data(), stride * 2, cols * 2, n};
-        dot->pv_rows16(w.data(), v.data(), stride, n, c.data(), cs, mr, cols, n % 2 ? &ahead : nullptr);
-        for (int r = 0; r < 16; ++r)
-          for (int64_t j = 0; j < cs; ++j) {
-            if (r >= mr || j >= cols) {
-              ASSERT_EQ(c[r * cs + j], c0[r * cs + j]) << "wrote outside the block: r " << r << " j " << j;
-              continue;
-            }
-            double want = 0.25, mag = 0.25;
-            for (int t = 0; t < n; ++t) {
-              const double x = double(Bf16ToF32(wv[r * 64 + t])) * Bf16ToF32(v[t * stride + j]);
-              want += x, mag += std::fabs(x);
-            }
-            ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag) << "n " << n << " cols " << cols << " mr " << mr << " r " << r;
+        // Every key, then a random subset: the other keys' V rows hold NaN, which must not be read.
+        for (int subset : {0, 1}) {
+          uint64_t keys = ~uint64_t{0};
+          std::vector<uint16_t> vk = v;
+          if (subset) {
+            keys = std::uniform_int_distribution<uint64_t>()(rng);
+            for (int t = 0; t < n; ++t)
+              if (!(keys >> t & 1)) std::fill(vk.begin() + t * stride, vk.begin() + t * stride + cols, uint16_t{0x7fc0});
           }
+          const int64_t cs = cols + 20;
+          std::vector<float> c(16 * cs, 0.25f);
+          const std::vector<float> c0 = c;
+          // With odd n the kernel also prefetches V's rows meanwhile, which must change nothing.
+          const ops::PrefetchRows ahead{vk.data(), stride * 2, cols * 2, n};
+          dot->pv_rows16(w.data(), vk.data(), stride, n, keys, c.data(), cs, mr, cols, n % 2 ? &ahead : nullptr);
+          for (int r = 0; r < 16; ++r)
+            for (int64_t j = 0; j < cs; ++j) {
+              if (r >= mr || j >= cols) {
+                ASSERT_EQ(c[r * cs + j], c0[r * cs + j]) << "wrote outside the block: r " << r << " j " << j;
+                continue;
+              }
+              double want = 0.25, mag = 0.25;
+              for (int t = 0; t < n; ++t) {
+                if (!(keys >> t & 1)) continue;
+                const double x = double(Bf16ToF32(wv[r * 64 + t])) * Bf16ToF32(vk[t * stride + j]);
+                want += x, mag += std::fabs(x);
+              }
+              ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag)
+                  << "n " << n << " cols " << cols << " mr " << mr << " r " << r << " subset " << subset;
+            }
+        }
       }
     }
   }

@@ -166,30 +166,50 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16, &k_ahead);
     }
   };
-  if (dot && cls == TileClass::kFull && p_.softcap <= 0) {
-    // A fully visible tile on the bf16 dot product, one 16-row panel at a time: scores, the online
-    // softmax step key-major on the scores as they come (no transpose into rows; softmax_panel16
-    // also rounds the weights to bf16 pairs), then P.V against V read in place, each pair of V rows
-    // interleaved in registers. Against the row-major softmax and V packed into pair panels once
-    // per tile (64 KiB written and read back through L2) with 8-row passes over them: 16q/1kv x 512
-    // decode 142 -> 188 GFLOP/s single-threaded from L3 (2026-11-30, in-process A/Bs;
-    // bench/BENCHMARKS.md), prefill level or better.
+  const MaskSpec& m = p_.mask;
+  if (dot && p_.softcap <= 0 && !m.dense.present()) {
+    // On the bf16 dot product (no soft cap, no dense bias), one 16-row panel at a time: scores,
+    // the mask of a partly visible tile applied to them (-inf), the online softmax step key-major
+    // on the scores as they come (no transpose into rows; softmax_panel16 also rounds the weights
+    // to bf16 pairs), then P.V against V read in place, each pair of V rows interleaved in
+    // registers. Against the row-major softmax and V packed into pair panels once per tile (64 KiB
+    // written and read back through L2) with 8-row passes over them: 16q/1kv x 512 decode 142 ->
+    // 183 GFLOP/s single-threaded from L3 (2026-11-30, in-process A/Bs; bench/BENCHMARKS.md),
+    // prefill faster too.
     const ops::PrefetchRows v_ahead = rows_ahead(p_.v, 0, n_q_ == 1 ? n : 0);
+    const int64_t S_q = p_.q.seq, S_kv = p_.k.seq;
     float alpha[16];
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
       const int mr = static_cast<int>(std::min<int64_t>(16, rows_ - r0));
       panel_scores(r0);
+      uint64_t keys = ~uint64_t{0};  // the keys some row of the panel sees: P.V reads only those
+      if (cls == TileClass::kPartial) {
+        keys = 0;
+        for (int r = 0; r < mr; ++r) {
+          const int64_t i = i0_ + (r0 + r) % n_q_;
+          const int32_t qp = m.q_pos[b_ * S_q + i], qb = m.q_block ? m.q_block[b_ * S_q + i] : -1;
+          for (int64_t t = 0; t < n; ++t) {
+            const int64_t j = j0 + t;
+            const int32_t kb = m.k_block ? m.k_block[b_ * S_kv + j] : -1;
+            if (j < valid_ && StructuredVisible(m, qp, qb, m.k_pos[b_ * S_kv + j], kb)) {
+              keys |= uint64_t{1} << t;
+            } else {
+              st_[t * 16 + r] = kNegInf;
+            }
+          }
+        }
+      }
       dot_->softmax_panel16(st_, static_cast<int>(n), p_.scale, m_ + r0, l_ + r0, mr, alpha, pw_);
       for (int r = 0; r < mr; ++r)
         if (alpha[r] != 1.0f) simd.scale(o_ + (r0 + r) * Dv_, alpha[r], Dv_);
-      dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n),
+      dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n), keys,
                       o_ + r0 * Dv_, Dv_, mr, Dv_, r0 == 0 ? &v_ahead : nullptr);
     }
     return;
   }
   if (dot) {
-    // Partly visible tile (or a soft cap): scores transposed into s_ rows and scaled for the
-    // row-wise softmax, mask and P.V below.
+    // A soft cap or a dense bias: scores transposed into s_ rows and scaled for the row-wise
+    // softmax, mask and P.V below.
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
       panel_scores(r0);
       dot_->scores_to_rows(st_, static_cast<int>(n), p_.scale, s_ + r0 * kTileK, kTileK,
@@ -249,7 +269,6 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       if (r < rows_) s_[r * kTileK + t] = simd.Dot(dt, q_ + r * D_, k_rows[t], D_);
     }
   }
-  const MaskSpec& m = p_.mask;
   const float cap = p_.softcap;
   for (int64_t r = 0; r < rows_; ++r) {
     float* s = s_ + r * kTileK;
@@ -289,8 +308,8 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum).
     if (bf16_)
       for (int64_t t = 0; t < n; ++t) s[t] = Bf16ToF32(F32ToBf16(s[t]));
-    // Every key visible: P.V runs below for all rows (on the dot path only with a soft cap, which
-    // takes this per-row P.V).
+    // Every key visible: P.V runs below for all rows (the dot path, here only with a soft cap or a
+    // dense bias, takes this per-row P.V).
     if (cls == TileClass::kFull && !dot) continue;
     // P.V over the keys with weight only (a masked key's V may hold anything, even NaN), four V
     // rows per pass so the output row is loaded and stored once per four keys.

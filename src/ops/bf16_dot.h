@@ -47,12 +47,13 @@ struct Bf16DotKernels {
                   const PrefetchRows* ahead);
   // P.V with V read in place (no packed copy), up to 16 rows x all columns of n <= 64 keys: for
   // r < mr <= 16, j < cols,
-  //   c[r * cs + j] += sum_{p < ceil(n / 2)} dot2(w[p * 16 + r], (v[2p][j], v[2p + 1][j]))
-  // with v[t] = v + t * v_stride (bf16, n rows; the pair past an odd n is (v[n - 1][j], 0)). w:
-  // softmax_panel16's key-major weight pairs (lanes >= mr are read, their results discarded).
-  // ahead: lines to prefetch meanwhile, or null.
-  void (*pv_rows16)(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
-                    int64_t cols, const PrefetchRows* ahead);
+  //   c[r * cs + j] += sum_{p < ceil(n / 2)} dot2(w[p * 16 + r], (v'[2p][j], v'[2p + 1][j]))
+  // with v'[t] = the bf16 row v + t * v_stride where bit t of `keys` is set and t < n, else zeros
+  // (a key no row sees is never read: its row may hold anything, even NaN). w: softmax_panel16's
+  // key-major weight pairs (lanes >= mr are read, their results discarded). ahead: lines to
+  // prefetch meanwhile, or null.
+  void (*pv_rows16)(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c,
+                    int64_t cs, int mr, int64_t cols, const PrefetchRows* ahead);
   // Rows of a [rows, cols] bf16 matrix as pair panels (a weight's: pv_tile's vp for y = x W^T;
   // attention's q rows: score_rows16's panel): for block
   // c < ceil(rows / 16), pair p < pairs = ceil(cols / 2), lane j < 16:

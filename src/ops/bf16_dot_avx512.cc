@@ -229,9 +229,9 @@ void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int
 // each V element is loaded once per 16 rows and no packed copy is written. The weights are
 // key-major ([pair][16 rows]), so each pair's broadcasts address from one pointer (with a pointer
 // per row, as pv_tile's, 16 rows spilled them: 12% slower).
-template <int kRows, bool kFeed>
-void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
-             int64_t cols, LineFeeder& pf) {
+template <int kRows, bool kFeed, bool kSomeKeys>
+void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
+             int mr, int64_t cols, LineFeeder& pf) {
   const __m512i idx = _mm512_load_si512(kPairHalves);
   const int64_t pairs = (n + 1) / 2, full = n / 2;
   for (int64_t c0 = 0; c0 < cols; c0 += 16) {
@@ -243,8 +243,14 @@ void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, floa
     const uint16_t* a = v + c0;
     for (int64_t p = 0; p < pairs; ++p, a += 2 * v_stride) {
       if (kFeed && (p & 3) == 0) pf.Step();
-      const __m256i lo = _mm256_maskz_loadu_epi16(m, a);
-      const __m256i hi = p < full ? _mm256_maskz_loadu_epi16(m, a + v_stride) : _mm256_setzero_si256();
+      __m256i lo, hi;
+      if (kSomeKeys) {  // a key not in `keys` reads as zeros (its row may hold anything, even NaN)
+        lo = _mm256_maskz_loadu_epi16((keys >> (2 * p)) & 1 ? m : 0, a);
+        hi = _mm256_maskz_loadu_epi16((keys >> (2 * p + 1)) & 1 ? m : 0, a + v_stride);
+      } else {
+        lo = _mm256_maskz_loadu_epi16(m, a);
+        hi = p < full ? _mm256_maskz_loadu_epi16(m, a + v_stride) : _mm256_setzero_si256();
+      }
       const __m512i vv = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1));
 #pragma GCC unroll 16
       for (int r = 0; r < kRows; ++r) acc[r] = Dot2(acc[r], vv, w + p * 16 + r);
@@ -261,18 +267,26 @@ void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, floa
 #pragma GCC diagnostic pop
 
 template <int kRows>
-void PvRowsOf(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
-              int64_t cols, const PrefetchRows* ahead) {
+void PvRowsOf(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
+              int mr, int64_t cols, const PrefetchRows* ahead) {
   LineFeeder pf(ahead, (cols + 15) / 16 * (((n + 1) / 2 + 3) / 4));
-  if (pf.active()) return PvRowsT<kRows, true>(w, v, v_stride, n, c, cs, mr, cols, pf);
-  PvRowsT<kRows, false>(w, v, v_stride, n, c, cs, mr, cols, pf);
+  // Every key read, or some: the per-key load masks cost 8% of a decode where all are (in-process
+  // A/B), so they have their own instantiation.
+  const uint64_t all = n < 64 ? (uint64_t{1} << n) - 1 : ~uint64_t{0};
+  keys &= all;  // (so the pair past an odd n reads nothing)
+  if (keys == all) {
+    if (pf.active()) return PvRowsT<kRows, true, false>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
+    return PvRowsT<kRows, false, false>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
+  }
+  if (pf.active()) return PvRowsT<kRows, true, true>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
+  PvRowsT<kRows, false, true>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
 }
 
-void PvRows16(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, float* c, int64_t cs, int mr,
-              int64_t cols, const PrefetchRows* ahead) {
-  if (mr <= 4) return PvRowsOf<4>(w, v, v_stride, n, c, cs, mr, cols, ahead);
-  if (mr <= 8) return PvRowsOf<8>(w, v, v_stride, n, c, cs, mr, cols, ahead);
-  PvRowsOf<16>(w, v, v_stride, n, c, cs, mr, cols, ahead);
+void PvRows16(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
+              int mr, int64_t cols, const PrefetchRows* ahead) {
+  if (mr <= 4) return PvRowsOf<4>(w, v, v_stride, n, keys, c, cs, mr, cols, ahead);
+  if (mr <= 8) return PvRowsOf<8>(w, v, v_stride, n, keys, c, cs, mr, cols, ahead);
+  PvRowsOf<16>(w, v, v_stride, n, keys, c, cs, mr, cols, ahead);
 }
 
 // Transposes 16 x 16 words in place: afterwards r[j] holds word j of the 16 input vectors.
