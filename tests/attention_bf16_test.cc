@@ -85,7 +85,8 @@ TEST(Bf16Dot, PvTileMatchesDouble) {
       auto at = [&](int64_t t, int64_t c) -> uint32_t { return t < rows && c < cols ? v[t * stride + c] : 0; };
       for (int64_t c = 0; c < blocks; ++c)
         for (int64_t p = 0; p < pairs; ++p)
-          for (int j = 0; j < 16; ++j) vp[(c * pairs + p) * 16 + j] = at(2 * p, 16 * c + j) | at(2 * p + 1, 16 * c + j) << 16;
+          for (int j = 0; j < 16; ++j)
+            vp[(c * pairs + p) * 16 + j] = at(2 * p, 16 * c + j) | at(2 * p + 1, 16 * c + j) << 16;
       // 8 weight rows (bf16 pairs) times the panels, added to c.
       const std::vector<uint16_t> wv = RandomBf16(rng, 8 * 2 * pairs);
       std::vector<uint32_t> w_words(8 * pairs);
@@ -146,7 +147,8 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
           if (subset) {
             keys = std::uniform_int_distribution<uint64_t>()(rng);
             for (int t = 0; t < n; ++t)
-              if (!(keys >> t & 1)) std::fill(vk.begin() + t * stride, vk.begin() + t * stride + cols, uint16_t{0x7fc0});
+              if (!(keys >> t & 1))
+                std::fill(vk.begin() + t * stride, vk.begin() + t * stride + cols, uint16_t{0x7fc0});  // NaN
           }
           const int64_t cs = cols + 20;
           std::vector<float> c(16 * cs, 0.25f);

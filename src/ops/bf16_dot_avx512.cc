@@ -41,9 +41,11 @@ class LineFeeder {
   int64_t stride_ = 0, row_bytes_ = 0, offset_ = 0, left_ = 0, per_step_ = 0, acc_ = 0, steps_;
 };
 
-// Eight keys against the panel: one panel load and eight broadcast dot products per pair.
+// Eight keys against the panel: one panel load and eight broadcast dot products per pair. (Not
+// inlined: inside ScoreRows16's loop four of the eight key pointers spilled to vector registers.)
 template <bool kFeed>
-__attribute__((noinline)) void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, float* out, int nk, LineFeeder& pf) {
+__attribute__((noinline)) void ScoreKeys8(const uint32_t* qp, int64_t pairs, const uint32_t* const* k, float* out,
+                                          int nk, LineFeeder& pf) {
   __m512 total[8];
 #pragma GCC unroll 8
   for (int j = 0; j < 8; ++j) total[j] = _mm512_setzero_ps();
@@ -174,9 +176,9 @@ void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// exp(x) for 16 lanes, the AVX2 table's Exp (simd_avx2.cc) at twice the width, bit for bit: x =
-// n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, times 2^n in the exponent
-// bits; below -87.3 (and -inf) 0, clamped at 88.
+// exp(x) for 16 lanes, the AVX2 table's Exp (simd_avx2.cc; same steps and constants) at twice the
+// width: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, times 2^n in the
+// exponent bits; below -87.3 (and -inf) 0, clamped at 88.
 inline __m512 Exp16(__m512 x) {
   const __mmask16 too_small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.0f));
