@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include "ops/bf16_dot.h"
+#include "ops/exp_poly.h"
 
 namespace tessera::ops {
 namespace {
@@ -176,26 +177,19 @@ void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* 
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// exp(x) for 16 lanes, the AVX2 table's Exp (simd_avx2.cc; same steps and constants) at twice the
-// width: x = n ln2 + r with |r| <= ln2/2, e^r by its degree-7 Taylor polynomial, times 2^n in the
-// exponent bits; below -87.3 (and -inf) 0, clamped at 88.
+// exp(x) for 16 lanes (ops/exp_poly.h: the same function as the AVX2 table's Exp).
 inline __m512 Exp16(__m512 x) {
-  const __mmask16 too_small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  namespace e = exp_poly;
+  const __mmask16 too_small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(e::kMin), _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(e::kMin)), _mm512_set1_ps(e::kMax));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(e::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~too_small), p, _mm512_castsi512_ps(e));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(e::kCoeffs[0]);
+  for (int k = 1; k < 8; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(e::kCoeffs[k]));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~too_small), p, _mm512_castsi512_ps(bits));
 }
 
 void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int mr, float* alpha, uint32_t* w) {

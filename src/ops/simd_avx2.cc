@@ -3,6 +3,7 @@
 // functions or templates shared with other files: the linker could keep this ISA's copy for all.
 #include <immintrin.h>
 
+#include "ops/exp_poly.h"
 #include "ops/simd.h"
 
 namespace tessera::ops {
@@ -272,27 +273,20 @@ void PackRows16(int dtype, const void* src, int64_t st, int64_t rows, int64_t co
   PackRows<uint16_t, LoadF16, F16>(static_cast<const uint16_t*>(src), st, rows, cols, dst);
 }
 
-// exp(x) for 8 lanes: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for an exact product),
-// e^r by its degree-7 Taylor polynomial (truncation error < 6e-9 relative), times
-// 2^n built in the exponent bits. Inputs below -87.3 (and -inf) give 0; the softmax never passes
-// positive arguments, but inputs are clamped at 88 all the same.
+// exp(x) for 8 lanes (ops/exp_poly.h); the softmax never passes positive arguments, but inputs
+// are clamped all the same.
 inline __m256 Exp(__m256 x) {
-  const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(too_small, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+  namespace e = exp_poly;
+  const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(e::kMin), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(e::kMin)), _mm256_set1_ps(e::kMax));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(e::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(e::kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(e::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(e::kCoeffs[0]);
+  for (int k = 1; k < 8; ++k) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(e::kCoeffs[k]));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(too_small, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
 }
 
 float ExpSubSum(float* s, int64_t n, float m) {
