@@ -27,8 +27,9 @@ struct Bf16DotKernels {
   // Values (q rows, softmax weights) rounded to bf16 (nearest, ties to even; magnitudes below
   // 2^-126 to a signed zero) as pair words: w[p] = (x[2p], x[2p + 1]), 0 past n.
   void (*pairs_from_f32)(const float* x, int64_t n, uint32_t* w);
-  // The online softmax step of one 16-row panel over a fully visible tile of n <= 64 keys, key-major:
-  // for rows r < mr <= 16 with scores s[t][r] = scale * st[t * 16 + r] (st 64-byte aligned),
+  // The online softmax step of one 16-row panel over a tile of n <= 64 keys, key-major (masked
+  // keys hold -inf scores and get weight 0): for rows r < mr <= 16 with scores
+  // s[t][r] = scale * st[t * 16 + r] (st 64-byte aligned),
   //   m_new[r] = max(m[r], max_t s[t][r]);  alpha[r] = m_new[r] == m[r] ? 1 : exp(m[r] - m_new[r])
   //   e[t][r] = exp(s[t][r] - m_new[r]) (0 while m_new[r] is -inf);  l[r] = l[r] alpha[r] + sum_t e[t][r]
   // writes m[r] = m_new[r] and l[r] for r < mr, alpha[0..16) (lanes past mr: don't care), and the
@@ -55,8 +56,8 @@ struct Bf16DotKernels {
   void (*pv_rows16)(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c,
                     int64_t cs, int mr, int64_t cols, const PrefetchRows* ahead);
   // Rows of a [rows, cols] bf16 matrix as pair panels (a weight's: pv_tile's vp for y = x W^T;
-  // attention's q rows: score_rows16's panel): for block
-  // c < ceil(rows / 16), pair p < pairs = ceil(cols / 2), lane j < 16:
+  // attention's q rows: score_rows16's panel): for block c < ceil(rows / 16), pair
+  // p < pairs = ceil(cols / 2), lane j < 16:
   //   dst[(c * pairs + p) * 16 + j] = (w[16c + j][2p], w[16c + j][2p + 1])
   // with 0 past rows and cols; w[r] = src + r * src_stride. dst 64-byte aligned. (A transpose of
   // 32-bit words: each pair is already one word of a weight row.)
