@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
       std::vector<double> per_alloc;
       for (int alloc = 0; alloc < kAllocations; ++alloc) {
         // K/V [hkv, keys, d] bf16 in AlignedBuffers, paged like the engine's KV cache.
-        AlignedBuffer k(kf.size() * 2), v(vf.size() * 2);
+        AlignedBuffer k(kf.size() * 2, AlignedBuffer::Pages::kHuge), v(vf.size() * 2, AlignedBuffer::Pages::kHuge);
         EncodeFromF32(DType::kBF16, kf.data(), k.data(), kf.size());
         EncodeFromF32(DType::kBF16, vf.data(), v.data(), vf.size());
         AttentionParams p;
@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
     for (float& x : q) x = nd(rng);
     for (float& x : kf) x = nd(rng);
     for (float& x : vf) x = nd(rng);
-    AlignedBuffer k(kf.size() * DTypeSize(kv_dtype)), v(vf.size() * DTypeSize(kv_dtype));
+    AlignedBuffer k(kf.size() * DTypeSize(kv_dtype), AlignedBuffer::Pages::kHuge),
+        v(vf.size() * DTypeSize(kv_dtype), AlignedBuffer::Pages::kHuge);
     EncodeFromF32(kv_dtype, kf.data(), k.data(), kf.size());
     EncodeFromF32(kv_dtype, vf.data(), v.data(), vf.size());
     std::vector<int32_t> pos(s), blk(s, -1);

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 namespace tessera {
 namespace {
@@ -32,6 +35,53 @@ TEST(AlignedBufferTest, Is64ByteAlignedZeroedAndRounded) {
   AlignedBuffer empty(0);
   EXPECT_EQ(empty.data(), nullptr);
   EXPECT_EQ(empty.size(), 0u);
+}
+
+#if defined(__linux__)
+// The VmFlags line of the /proc/self/smaps entry that maps `p`, or "" if none was found.
+std::string VmFlagsOf(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= addr && addr < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+#endif
+
+TEST(AlignedBufferTest, HugePagedBufferIsAlignedZeroedAndKeepsItsSize) {
+  const size_t bytes = 5 * AlignedBuffer::kHugePage + 100;
+  AlignedBuffer b(bytes, AlignedBuffer::Pages::kHuge);
+  EXPECT_TRUE(IsAligned(b.data(), AlignedBuffer::kHugePage));
+  EXPECT_EQ(b.size(), 5 * AlignedBuffer::kHugePage + 128);  // no rounding up to huge pages
+  EXPECT_TRUE(AllZero(b));
+  b.as<unsigned char>()[b.size() - 1] = 1;  // the tail is ours (ASan would object otherwise)
+#if defined(__linux__)
+  // The whole 2 MiB blocks carry the huge-page hint (the "hg" VmFlag), where the kernel has THP.
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (thp.good()) {
+    EXPECT_NE(VmFlagsOf(b.data()).find(" hg"), std::string::npos) << VmFlagsOf(b.data());
+  }
+#endif
+  b.Reserve(7 * AlignedBuffer::kHugePage);  // regrows with the same paging
+  EXPECT_TRUE(IsAligned(b.data(), AlignedBuffer::kHugePage));
+  EXPECT_TRUE(AllZero(b));
+  AlignedBuffer moved(std::move(b));
+  moved.Resize(3 * AlignedBuffer::kHugePage);
+  EXPECT_TRUE(IsAligned(moved.data(), AlignedBuffer::kHugePage));
+  // Under 2 MiB there is no whole huge page to ask for: plain 64-byte alignment, no padding.
+  AlignedBuffer small(1000, AlignedBuffer::Pages::kHuge);
+  EXPECT_TRUE(IsAligned(small.data(), AlignedBuffer::kAlignment));
+  EXPECT_EQ(small.size(), 1024u);
+  EXPECT_TRUE(AllZero(small));
 }
 
 TEST(ArenaTest, TakesAlignedSlicesAndRefusesOverflow) {

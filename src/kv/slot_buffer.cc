@@ -7,8 +7,8 @@ namespace tessera::kv {
 SlotBuffer::SlotBuffer(const KvGeometry& g, int64_t slots)
     : g_(g),
       slots_(slots),
-      k_(g.batch * g.kv_heads * slots * g.head_dim * DTypeSize(g.dtype)),
-      v_(g.batch * g.kv_heads * slots * g.v_head_dim * DTypeSize(g.dtype)),
+      k_(g.batch * g.kv_heads * slots * g.head_dim * DTypeSize(g.dtype), AlignedBuffer::Pages::kHuge),
+      v_(g.batch * g.kv_heads * slots * g.v_head_dim * DTypeSize(g.dtype), AlignedBuffer::Pages::kHuge),
       pos_(g.batch * slots * sizeof(int32_t)),
       blk_(g.batch * slots * sizeof(int32_t)) {
   std::fill_n(pos_.as<int32_t>(), g.batch * slots, kNoTokenPos);
