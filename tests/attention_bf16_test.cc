@@ -128,13 +128,13 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
   if (!dot) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
   std::mt19937 rng(6);
   for (int n : {1, 2, 7, 33, 63, 64}) {
-    for (int64_t cols : {1, 15, 16, 17, 40, 512}) {
+    for (int64_t cols : {1, 15, 16, 17, 31, 32, 33, 40, 512}) {
       const int64_t stride = cols + 3;
       std::vector<uint16_t> v = RandomBf16(rng, n * stride);
       // Weights key-major, [32 pairs][16 rows]; rows past mr hold NaN, which must reach no result.
       const std::vector<uint16_t> wv = RandomBf16(rng, 16 * 64);
       std::vector<uint32_t> w(32 * 16);
-      for (int mr : {1, 3, 4, 5, 8, 9, 16}) {
+      for (int mr : {1, 3, 4, 5, 8, 9, 12, 13, 16}) {
         for (int r = 0; r < 16; ++r)
           for (int p = 0; p < 32; ++p) {
             const uint32_t lo = wv[r * 64 + 2 * p], hi = 2 * p + 1 < n ? wv[r * 64 + 2 * p + 1] : 0;
@@ -150,26 +150,32 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
               if (!(keys >> t & 1))
                 std::fill(vk.begin() + t * stride, vk.begin() + t * stride + cols, uint16_t{0x7fc0});  // NaN
           }
+          // The rows' rescale factors, on every other case (1 elsewhere); NaN past mr.
+          const bool rescale = (n + mr + subset) % 2 == 1;
+          float alpha[16];
+          for (int r = 0; r < 16; ++r) alpha[r] = r < mr ? (r % 3 == 0 ? 1.0f : 0.125f * r) : std::nanf("");
           const int64_t cs = cols + 20;
           std::vector<float> c(16 * cs, 0.25f);
           const std::vector<float> c0 = c;
           // With odd n the kernel also prefetches V's rows meanwhile, which must change nothing.
           const ops::PrefetchRows ahead{vk.data(), stride * 2, cols * 2, n};
-          dot->pv_rows16(w.data(), vk.data(), stride, n, keys, c.data(), cs, mr, cols, n % 2 ? &ahead : nullptr);
+          dot->pv_rows16(w.data(), vk.data(), stride, n, keys, c.data(), cs, mr, rescale ? alpha : nullptr, cols,
+                         n % 2 ? &ahead : nullptr);
           for (int r = 0; r < 16; ++r)
             for (int64_t j = 0; j < cs; ++j) {
               if (r >= mr || j >= cols) {
                 ASSERT_EQ(c[r * cs + j], c0[r * cs + j]) << "wrote outside the block: r " << r << " j " << j;
                 continue;
               }
-              double want = 0.25, mag = 0.25;
+              double want = 0.25 * (rescale ? alpha[r] : 1.0f), mag = std::fabs(want);
               for (int t = 0; t < n; ++t) {
                 if (!(keys >> t & 1)) continue;
                 const double x = double(Bf16ToF32(wv[r * 64 + t])) * Bf16ToF32(vk[t * stride + j]);
                 want += x, mag += std::fabs(x);
               }
               ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag)
-                  << "n " << n << " cols " << cols << " mr " << mr << " r " << r << " subset " << subset;
+                  << "n " << n << " cols " << cols << " mr " << mr << " r " << r << " subset " << subset
+                  << " rescale " << rescale;
             }
         }
       }

@@ -200,10 +200,11 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
         }
       }
       dot_->softmax_panel16(st_, static_cast<int>(n), p_.scale, m_ + r0, l_ + r0, mr, alpha, pw_);
-      for (int r = 0; r < mr; ++r)
-        if (alpha[r] != 1.0f) simd.scale(o_ + (r0 + r) * Dv_, alpha[r], Dv_);
+      // P.V also rescales the rows by alpha as it adds to them (no separate pass over o).
+      bool rescale = false;
+      for (int r = 0; r < mr; ++r) rescale |= alpha[r] != 1.0f;
       dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n), keys,
-                      o_ + r0 * Dv_, Dv_, mr, Dv_, r0 == 0 ? &v_ahead : nullptr);
+                      o_ + r0 * Dv_, Dv_, mr, rescale ? alpha : nullptr, Dv_, r0 == 0 ? &v_ahead : nullptr);
     }
     return;
   }

@@ -35,7 +35,7 @@ struct Bf16DotKernels {
   // writes m[r] = m_new[r] and l[r] for r < mr, alpha[0..16) (lanes past mr: don't care), and the
   // weights rounded to bf16 as pair words, key-major: w[p * 16 + r] = (e[2p][r], e[2p + 1][r]), 0 past
   // n, for p < ceil(n / 2) (64-byte aligned; lanes past mr: don't care). The caller scales each row's
-  // output by alpha[r].
+  // output by alpha[r] (pv_rows16 does, as it adds the tile's P.V).
   void (*softmax_panel16)(const float* st, int n, float scale, float* m, float* l, int mr, float* alpha,
                           uint32_t* w);
   // Pair panels times token rows, up to 8 rows x 32 columns (Linear's GEMM: w = token rows of x
@@ -46,15 +46,15 @@ struct Bf16DotKernels {
   // ahead: lines to prefetch meanwhile, or null.
   void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
                   const PrefetchRows* ahead);
-  // P.V with V read in place (no packed copy), up to 16 rows x all columns of n <= 64 keys: for
-  // r < mr <= 16, j < cols,
-  //   c[r * cs + j] += sum_{p < ceil(n / 2)} dot2(w[p * 16 + r], (v'[2p][j], v'[2p + 1][j]))
-  // with v'[t] = the bf16 row v + t * v_stride where bit t of `keys` is set and t < n, else zeros
-  // (a key no row sees is never read: its row may hold anything, even NaN). w: softmax_panel16's
-  // key-major weight pairs (lanes >= mr are read, their results discarded). ahead: lines to
-  // prefetch meanwhile, or null.
+  // P.V with V read in place (no packed copy), up to 16 rows x all columns of n <= 64 keys, and the
+  // online softmax's rescale of the rows it adds to: for r < mr <= 16, j < cols,
+  //   c[r * cs + j] = alpha[r] c[r * cs + j] + sum_{p < ceil(n / 2)} dot2(w[p * 16 + r], (v'[2p][j], v'[2p + 1][j]))
+  // (alpha null: 1) with v'[t] = the bf16 row v + t * v_stride where bit t of `keys` is set and
+  // t < n, else zeros (a key no row sees is never read: its row may hold anything, even NaN). w:
+  // softmax_panel16's key-major weight pairs (lanes >= mr may be read, their results discarded).
+  // ahead: lines to prefetch meanwhile, or null.
   void (*pv_rows16)(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c,
-                    int64_t cs, int mr, int64_t cols, const PrefetchRows* ahead);
+                    int64_t cs, int mr, const float* alpha, int64_t cols, const PrefetchRows* ahead);
   // Rows of a [rows, cols] bf16 matrix as pair panels (a weight's: pv_tile's vp for y = x W^T;
   // attention's q rows: score_rows16's panel): for block c < ceil(rows / 16), pair
   // p < pairs = ceil(cols / 2), lane j < 16:

@@ -220,69 +220,109 @@ void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int
   _mm512_storeu_ps(alpha, a);
 }
 
-// P.V with V read in place, kRows rows x 16 columns per pass: the 16 columns of key rows 2p and
-// 2p + 1 are loaded into one vector's halves and interleaved into pairs by one word permute, so
-// each V element is loaded once per 16 rows and no packed copy is written. The weights are
-// key-major ([pair][16 rows]), so each pair's broadcasts address from one pointer (with a pointer
-// per row, as pv_tile's, 16 rows spilled them: 12% slower).
+// Where unpacklo/unpackhi_epi16 of two 32-column rows put each column's pair: per 128-bit lane L,
+// lo holds columns 8L..8L+3 and hi 8L+4..8L+7. Entry j is the lane of output column j in a
+// vpermt2ps of (lo, hi) (0-15: lo, 16-31: hi); entries 0-15 give columns 0-15, 16-31 columns 16-31.
+constexpr int32_t UnpackedLane(int j) { return j % 8 < 4 ? 4 * (j / 8) + j % 8 : 16 + 4 * (j / 8) + j % 8 - 4; }
+alignas(64) constexpr int32_t kUnpackedLanes[32] = {
+    UnpackedLane(0),  UnpackedLane(1),  UnpackedLane(2),  UnpackedLane(3),  UnpackedLane(4),  UnpackedLane(5),
+    UnpackedLane(6),  UnpackedLane(7),  UnpackedLane(8),  UnpackedLane(9),  UnpackedLane(10), UnpackedLane(11),
+    UnpackedLane(12), UnpackedLane(13), UnpackedLane(14), UnpackedLane(15), UnpackedLane(16), UnpackedLane(17),
+    UnpackedLane(18), UnpackedLane(19), UnpackedLane(20), UnpackedLane(21), UnpackedLane(22), UnpackedLane(23),
+    UnpackedLane(24), UnpackedLane(25), UnpackedLane(26), UnpackedLane(27), UnpackedLane(28), UnpackedLane(29),
+    UnpackedLane(30), UnpackedLane(31)};
+
+// c = alpha c + acc over the columns in m (alpha null: 1).
+inline void AddScaled(float* c, __mmask16 m, const float* alpha, __m512 acc) {
+  const __m512 old = _mm512_maskz_loadu_ps(m, c);
+  _mm512_mask_storeu_ps(c, m, alpha ? _mm512_fmadd_ps(old, _mm512_set1_ps(*alpha), acc) : _mm512_add_ps(old, acc));
+}
+
+// P.V with V read in place for kRows <= 8 rows, 32 columns per pass: the 32 columns of key rows 2p
+// and 2p + 1 (one cache line each) are interleaved into pairs by one unpacklo and one unpackhi,
+// which leave the columns in lane order kUnpackedLanes, put back once per pass at the store. Each
+// pair's weight broadcast feeds two dot products, so a 16-row panel runs as two 8-row groups (V
+// read twice from cache). The weights are key-major ([pair][16 rows], w at the group's first row),
+// so the broadcasts address from one pointer. Against 16 rows x 16 columns per pass (two 32-byte
+// loads, an insert and a word permute per pair, a broadcast per dot product, o rescaled in a pass
+// of its own): 16q/1kv x 512 bf16 decode from L3, single-threaded, 186 -> 191 GFLOP/s (medians of
+// three alternations, in-process, 2026-11-30); P.V now takes the time of the score kernel (43% /
+// 42% of it), where it took 47% / 43%. Neither the permute nor V's L1 misses were the cost (each
+// removed in a timing-only hack: level); halving the broadcasts was.
 template <int kRows, bool kFeed, bool kSomeKeys>
 void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
-             int mr, int64_t cols, LineFeeder& pf) {
-  const __m512i idx = _mm512_load_si512(kPairHalves);
+             int mr, const float* alpha, int64_t cols, LineFeeder& pf) {
+  const __m512i lanes_lo = _mm512_load_si512(kUnpackedLanes), lanes_hi = _mm512_load_si512(kUnpackedLanes + 16);
   const int64_t pairs = (n + 1) / 2, full = n / 2;
-  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+  for (int64_t c0 = 0; c0 < cols; c0 += 32) {
     const int64_t left = cols - c0;
-    const __mmask16 m = left >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << left) - 1u);
-    __m512 acc[kRows];
-#pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) acc[r] = _mm512_setzero_ps();
+    const __mmask32 m = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
+    __m512 lo_acc[kRows], hi_acc[kRows];
+#pragma GCC unroll 8
+    for (int r = 0; r < kRows; ++r) lo_acc[r] = hi_acc[r] = _mm512_setzero_ps();
     const uint16_t* a = v + c0;
     for (int64_t p = 0; p < pairs; ++p, a += 2 * v_stride) {
       if (kFeed && (p & 3) == 0) pf.Step();
-      __m256i lo, hi;
+      __m512i x, y;
       if (kSomeKeys) {  // a key not in `keys` reads as zeros (its row may hold anything, even NaN)
-        lo = _mm256_maskz_loadu_epi16((keys >> (2 * p)) & 1 ? m : 0, a);
-        hi = _mm256_maskz_loadu_epi16((keys >> (2 * p + 1)) & 1 ? m : 0, a + v_stride);
+        x = _mm512_maskz_loadu_epi16((keys >> (2 * p)) & 1 ? m : 0, a);
+        y = _mm512_maskz_loadu_epi16((keys >> (2 * p + 1)) & 1 ? m : 0, a + v_stride);
       } else {
-        lo = _mm256_maskz_loadu_epi16(m, a);
-        hi = p < full ? _mm256_maskz_loadu_epi16(m, a + v_stride) : _mm256_setzero_si256();
+        x = _mm512_maskz_loadu_epi16(m, a);
+        y = p < full ? _mm512_maskz_loadu_epi16(m, a + v_stride) : _mm512_setzero_si512();
       }
-      const __m512i vv = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_zextsi256_si512(lo), hi, 1));
-#pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) acc[r] = Dot2(acc[r], vv, w + p * 16 + r);
+      const __m512i lo = _mm512_unpacklo_epi16(x, y), hi = _mm512_unpackhi_epi16(x, y);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        int32_t wr;
+        __builtin_memcpy(&wr, w + p * 16 + r, 4);
+        const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(wr));
+        lo_acc[r] = _mm512_dpbf16_ps(lo_acc[r], reinterpret_cast<__m512bh>(lo), b);
+        hi_acc[r] = _mm512_dpbf16_ps(hi_acc[r], reinterpret_cast<__m512bh>(hi), b);
+      }
     }
-#pragma GCC unroll 16
+    const __mmask16 m0 = static_cast<__mmask16>(m), m1 = static_cast<__mmask16>(m >> 16);
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       if (r >= mr) break;
       float* cr = c + r * cs + c0;
-      _mm512_mask_storeu_ps(cr, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), acc[r]));
+      const float* ar = alpha ? alpha + r : nullptr;
+      AddScaled(cr, m0, ar, _mm512_permutex2var_ps(lo_acc[r], lanes_lo, hi_acc[r]));
+      if (m1) AddScaled(cr + 16, m1, ar, _mm512_permutex2var_ps(lo_acc[r], lanes_hi, hi_acc[r]));
     }
   }
 }
 
 #pragma GCC diagnostic pop
 
+// One group of up to kRows rows: every key read, or some. The per-key load masks cost 8% of a
+// decode where all are (in-process A/B), so they have their own instantiation.
 template <int kRows>
-void PvRowsOf(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
-              int mr, int64_t cols, const PrefetchRows* ahead) {
-  LineFeeder pf(ahead, (cols + 15) / 16 * (((n + 1) / 2 + 3) / 4));
-  // Every key read, or some: the per-key load masks cost 8% of a decode where all are (in-process
-  // A/B), so they have their own instantiation.
-  const uint64_t all = n < 64 ? (uint64_t{1} << n) - 1 : ~uint64_t{0};
-  keys &= all;  // (so the pair past an odd n reads nothing)
-  if (keys == all) {
-    if (pf.active()) return PvRowsT<kRows, true, false>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
-    return PvRowsT<kRows, false, false>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
+void PvGroup(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, bool every_key,
+             float* c, int64_t cs, int mr, const float* alpha, int64_t cols, LineFeeder& pf) {
+  if (every_key) {
+    if (pf.active()) return PvRowsT<kRows, true, false>(w, v, v_stride, n, keys, c, cs, mr, alpha, cols, pf);
+    return PvRowsT<kRows, false, false>(w, v, v_stride, n, keys, c, cs, mr, alpha, cols, pf);
   }
-  if (pf.active()) return PvRowsT<kRows, true, true>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
-  PvRowsT<kRows, false, true>(w, v, v_stride, n, keys, c, cs, mr, cols, pf);
+  if (pf.active()) return PvRowsT<kRows, true, true>(w, v, v_stride, n, keys, c, cs, mr, alpha, cols, pf);
+  PvRowsT<kRows, false, true>(w, v, v_stride, n, keys, c, cs, mr, alpha, cols, pf);
 }
 
 void PvRows16(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
-              int mr, int64_t cols, const PrefetchRows* ahead) {
-  if (mr <= 4) return PvRowsOf<4>(w, v, v_stride, n, keys, c, cs, mr, cols, ahead);
-  if (mr <= 8) return PvRowsOf<8>(w, v, v_stride, n, keys, c, cs, mr, cols, ahead);
-  PvRowsOf<16>(w, v, v_stride, n, keys, c, cs, mr, cols, ahead);
+              int mr, const float* alpha, int64_t cols, const PrefetchRows* ahead) {
+  const int groups = mr > 8 ? 2 : 1;
+  LineFeeder pf(ahead, groups * ((cols + 31) / 32) * (((n + 1) / 2 + 3) / 4));
+  const uint64_t all = n < 64 ? (uint64_t{1} << n) - 1 : ~uint64_t{0};
+  keys &= all;  // (so the pair past an odd n reads nothing)
+  for (int g = 0; g < groups; ++g) {
+    const int rows = mr - 8 * g < 8 ? mr - 8 * g : 8;
+    const float* ag = alpha ? alpha + 8 * g : nullptr;
+    if (rows <= 4) {
+      PvGroup<4>(w + 8 * g, v, v_stride, n, keys, keys == all, c + 8 * g * cs, cs, rows, ag, cols, pf);
+    } else {
+      PvGroup<8>(w + 8 * g, v, v_stride, n, keys, keys == all, c + 8 * g * cs, cs, rows, ag, cols, pf);
+    }
+  }
 }
 
 // Transposes 16 x 16 words in place: afterwards r[j] holds word j of the 16 input vectors.
