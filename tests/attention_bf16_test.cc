@@ -150,7 +150,8 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
               if (!(keys >> t & 1))
                 std::fill(vk.begin() + t * stride, vk.begin() + t * stride + cols, uint16_t{0x7fc0});  // NaN
           }
-          // The rows' rescale factors, on every other case (1 elsewhere); NaN past mr.
+          // Rescale factors in every other case (some rows 1, others not; NaN past mr, which must
+          // reach no result), null in the rest.
           const bool rescale = (n + mr + subset) % 2 == 1;
           float alpha[16];
           for (int r = 0; r < 16; ++r) alpha[r] = r < mr ? (r % 3 == 0 ? 1.0f : 0.125f * r) : std::nanf("");
