@@ -18,7 +18,8 @@ done
 log() { printf '[setup] %s\n' "$*"; }
 
 # --- Debian packages -----------------------------------------------------------------------------
-debs=(cmake ninja-build g++ libgtest-dev python3-venv nlohmann-json3-dev libsentencepiece-dev sentencepiece)
+# (libdnnl-dev: oneDNN, the peer of bench/onednn_bench.cc; the engine itself does not use it.)
+debs=(cmake ninja-build g++ libgtest-dev python3-venv nlohmann-json3-dev libsentencepiece-dev sentencepiece libdnnl-dev)
 missing=()
 for p in "${debs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
