@@ -11,7 +11,7 @@
 // Each cell also checks that the two agree (max |difference| over max |y|; exit 1 above 1e-3), so
 // the comparison is of the same arithmetic.
 //   build/release/tessera_bench_onednn [--threads N] [--reps R] [--max-tokens T] [--weights any|stored]
-// Built only where oneDNN is installed (Debian's libdnnl-dev: bash bench/setup_peers.sh).
+// Built only where oneDNN is installed (Debian's libdnnl-dev, which scripts/setup.sh installs).
 #include <omp.h>
 
 #include <algorithm>
