@@ -15,12 +15,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <dnnl.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ops/linear.h"
@@ -137,8 +139,12 @@ int main(int argc, char** argv) {
         EncodeFromF32(dt, x.data(), x_d.data(), x.size());
         OneDnnLinear onednn(eng, dnnl_dt, w.data(), s.out, s.in, n, prepack);
         const double ms_d = bench::MedianMs(reps, [&] { onednn.Run(x_d.data(), y_d.data()); });
+        // oneDNN's OpenMP threads spin for a while after each call, and Tessera's pool workers
+        // after theirs: a pause lets each side's threads go to sleep before the other is timed.
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
         const double ms_t =
             bench::MedianMs(reps, [&] { ops::Linear(wv, x.data(), n, s.in, y_t.data(), s.out, &pool, precision); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
         const double flops = 2.0 * n * s.out * s.in, diff = RelDiff(y_t, y_d);
         const double p = bf16 && dot_peak > 0 ? dot_peak : peak;
         agree = agree && diff <= 1e-3;
