@@ -107,6 +107,46 @@ TEST(LinearBf16, GemmIsBatchInvariant) {
   ops::EnableBf16Dot(true);
 }
 
+// With the rounded-x scratch (x rounded to pairs once per call) the GEMM gives the same bits as
+// without it (each column block rounding its tiles), on both paths, over odd feature counts and
+// several k blocks (in > 512), with and without threads; nothing is written past the scratch, and
+// the f32 kernels' path does not use it.
+TEST(LinearBf16, GemmScratchChangesNoBit) {
+  std::mt19937 rng(14);
+  ThreadPool pool(2);
+  for (int64_t in : {7, 150, 1100, 1537}) {
+    Problem p = MakeProblem(rng, 21, in, 70);
+    const ops::WeightView wv{p.w.data(), DType::kBF16, p.out, p.in};
+    for (bool dot : {true, false}) {
+      ops::EnableBf16Dot(dot);
+      for (ThreadPool* tp : {&pool, static_cast<ThreadPool*>(nullptr)}) {
+        std::vector<float> plain(p.n * p.out), scratched(p.n * p.out);
+        const int64_t words = ops::GemmScratchWords(p.n, p.in);
+        AlignedBuffer scratch((words + 64) * 4);
+        uint32_t* xp = scratch.as<uint32_t>();
+        for (int64_t i = 0; i < words + 64; ++i) xp[i] = 0xdeadbeefu;
+        ops::Gemm(wv, p.x.data(), p.n, p.xs, plain.data(), p.out, tp, MatmulPrecision::kBf16);
+        ops::Gemm(wv, p.x.data(), p.n, p.xs, scratched.data(), p.out, tp, MatmulPrecision::kBf16, xp);
+        for (int64_t i = 0; i < p.n * p.out; ++i)
+          ASSERT_EQ(scratched[i], plain[i]) << "in " << in << " dot " << dot << " threads " << (tp != nullptr) << " i " << i;
+        for (int64_t i = words; i < words + 64; ++i) ASSERT_EQ(xp[i], 0xdeadbeefu) << "wrote past the scratch";
+        if (!ops::Bf16Dot()) {  // the f32 kernels' path rounds its own way and leaves the scratch alone
+          for (int64_t i = 0; i < words; ++i) ASSERT_EQ(xp[i], 0xdeadbeefu) << "f32 path wrote the scratch";
+        } else {  // the rounded rows: pairs_from_f32 of each x row
+          const int64_t stride = words / p.n, pairs = (p.in + 1) / 2;
+          ASSERT_GE(stride, pairs);
+          std::vector<uint32_t> want(pairs);
+          for (int64_t t = 0; t < p.n; ++t) {
+            ops::Bf16Dot()->pairs_from_f32(p.x.data() + t * p.xs, p.in, want.data());
+            for (int64_t j = 0; j < pairs; ++j) ASSERT_EQ(xp[t * stride + j], want[j]) << t << " " << j;
+          }
+        }
+      }
+    }
+  }
+  ops::EnableBf16Dot(true);
+}
+
 // pack_weight_pairs16's layout, element by element: partial panels, an odd last column (its pair's
 // high half zero, the element after it never read), an odd row stride.
 TEST(LinearBf16, WeightPairPackingLayout) {

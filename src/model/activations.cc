@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/gemm.h"
+
 namespace tessera::model {
 
 void Activations::Allocate(const GemmaArch& a, int64_t n, int64_t logit_rows) {
@@ -20,11 +22,15 @@ void Activations::Allocate(const GemmaArch& a, int64_t n, int64_t logit_rows) {
   ple.Resize(n * std::max<int64_t>(1, a.num_layers() * a.ple_dim) * 4);
   ple_tmp.Resize(n * std::max<int64_t>(1, a.ple_dim) * 4);
   logits.Resize(logit_rows * a.vocab * 4);
+  // Every Linear input: hidden (q/k/v, gate/up, PLE), q heads x head dim (o), intermediate (down),
+  // the PLE width (its projection).
+  const int64_t widest_in = std::max({a.hidden, q_width, a.max_intermediate(), std::max<int64_t>(1, a.ple_dim)});
+  x_pairs.Resize(ops::GemmScratchWords(n, widest_in) * 4);
 }
 
 size_t Activations::bytes() const {
   return h.size() + x.size() + q.size() + k.size() + v.size() + attn.size() + gate.size() + up.size() + ple.size() +
-         ple_tmp.size() + logits.size();
+         ple_tmp.size() + logits.size() + x_pairs.size();
 }
 
 int64_t GemmaArch::max_head_dim() const {

@@ -20,6 +20,8 @@ struct Activations {
   AlignedBuffer ple;     // [N, layers * ple_dim]  per-layer inputs (Gemma 4 PLE)
   AlignedBuffer ple_tmp; // [N, max(ple_dim, 1)]
   AlignedBuffer logits;  // [logit_rows, vocab]
+  AlignedBuffer x_pairs; // [N, widest Linear input / 2, padded] u32: x as bf16 pairs, the GEMM's
+                         // scratch at matmul precision bf16 (ops::GemmScratchWords)
 
   void Allocate(const GemmaArch& arch, int64_t max_tokens, int64_t logit_rows);
   size_t bytes() const;

@@ -12,6 +12,8 @@ namespace tessera::model {
 namespace {
 
 float* F(AlignedBuffer& b) { return b.as<float>(); }
+// The GEMM's rounded-x scratch (ops/gemm.h), shared by every Linear call of the pass.
+uint32_t* XPairs(Activations& act) { return act.x_pairs.as<uint32_t>(); }
 
 // [B, heads, S, dim] view over a token-major [B*S, heads*dim] buffer.
 HeadsView TokenMajor(const float* data, int64_t B, int64_t heads, int64_t S, int64_t dim) {
@@ -88,7 +90,7 @@ void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
 void GemmaModel::PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const {
   const int64_t P = arch_.ple_dim, L = arch_.num_layers(), n = in.batch * in.seq, LP = L * P;
   float* ple = F(act.ple);
-  ops::Linear(weights_.ple_model_proj, F(act.h), n, arch_.hidden, ple, LP, pool, in.matmul_precision);
+  ops::Linear(weights_.ple_model_proj, F(act.h), n, arch_.hidden, ple, LP, pool, in.matmul_precision, XPairs(act));
   const float proj_scale = 1.0f / std::sqrt(static_cast<float>(arch_.hidden));
   for (int64_t i = 0; i < n * LP; ++i) ple[i] *= proj_scale;
   ops::RmsNorm(ple, P, weights_.ple_proj_norm, 0.0f, arch_.rms_eps, n * L, P, ple, P);
@@ -113,15 +115,15 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   const int64_t B = in.batch, S = in.seq, n = B * S, D = la.head_dim, Hq = arch_.q_heads, Hkv = la.kv_heads;
   float* x = F(act.x);
   float* q = F(act.q);
-  ops::Linear(w.q_proj, x, n, arch_.hidden, q, Hq * D, pool, in.matmul_precision);
+  ops::Linear(w.q_proj, x, n, arch_.hidden, q, Hq * D, pool, in.matmul_precision, XPairs(act));
   ops::RmsNorm(q, D, w.q_norm, arch_.norm_offset, arch_.rms_eps, n * Hq, D, q, D);
   ops::Rope(q, n, Hq, D, Hq * D, D, in.pos, la.inv_freq.data(), la.rope_attention_scaling);
   if (!la.shared_kv) {
     float* k = F(act.k);
     float* v = F(act.v);
-    ops::Linear(w.k_proj, x, n, arch_.hidden, k, Hkv * D, pool, in.matmul_precision);
+    ops::Linear(w.k_proj, x, n, arch_.hidden, k, Hkv * D, pool, in.matmul_precision, XPairs(act));
     if (la.has_v_proj) {
-      ops::Linear(w.v_proj, x, n, arch_.hidden, v, Hkv * D, pool, in.matmul_precision);
+      ops::Linear(w.v_proj, x, n, arch_.hidden, v, Hkv * D, pool, in.matmul_precision, XPairs(act));
     } else {
       std::memcpy(v, k, n * Hkv * D * sizeof(float));  // attention_k_eq_v: V is the raw k_proj output
     }
@@ -175,7 +177,7 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   }
   AttentionContext ctx{pool, &attn_scratch};
   TESSERA_RETURN_IF_ERROR(tessera::Attention(p, ctx));
-  ops::Linear(w.o_proj, F(act.attn), n, Hq * D, x, arch_.hidden, pool, in.matmul_precision);
+  ops::Linear(w.o_proj, F(act.attn), n, Hq * D, x, arch_.hidden, pool, in.matmul_precision, XPairs(act));
   return Status::Ok();
 }
 
@@ -184,10 +186,10 @@ void GemmaModel::Mlp(int64_t l, int64_t n, ops::MatmulPrecision mp, Activations&
   const int64_t I = arch_.layers[l].intermediate, H = arch_.hidden;
   float* gate = F(act.gate);
   float* up = F(act.up);
-  ops::Linear(w.gate, F(act.x), n, H, gate, I, pool, mp);
-  ops::Linear(w.up, F(act.x), n, H, up, I, pool, mp);
+  ops::Linear(w.gate, F(act.x), n, H, gate, I, pool, mp, XPairs(act));
+  ops::Linear(w.up, F(act.x), n, H, up, I, pool, mp, XPairs(act));
   ops::GeGlu(gate, up, n * I, gate, pool);
-  ops::Linear(w.down, gate, n, I, F(act.x), H, pool, mp);
+  ops::Linear(w.down, gate, n, I, F(act.x), H, pool, mp, XPairs(act));
 }
 
 // Gemma 4 PLE residual: h += norm(proj(gelu(gate(h)) * ple[:, layer])).
@@ -196,13 +198,13 @@ void GemmaModel::PerLayerResidual(int64_t l, int64_t n, ops::MatmulPrecision mp,
   const LayerWeights& w = weights_.layers[l];
   const int64_t P = arch_.ple_dim, H = arch_.hidden, LP = arch_.num_layers() * P;
   float* g = F(act.ple_tmp);
-  ops::Linear(w.ple_gate, F(act.h), n, H, g, P, pool, mp);
+  ops::Linear(w.ple_gate, F(act.h), n, H, g, P, pool, mp, XPairs(act));
   ops::GeluTanh(g, n * P, pool);
   const float* ple = F(act.ple);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < P; ++i) g[t * P + i] *= ple[t * LP + l * P + i];
   float* x = F(act.x);
-  ops::Linear(w.ple_proj, g, n, P, x, H, pool, mp);
+  ops::Linear(w.ple_proj, g, n, P, x, H, pool, mp, XPairs(act));
   ops::RmsNorm(x, H, w.ple_post_norm, arch_.norm_offset, arch_.rms_eps, n, H, x, H);
   float* h = F(act.h);
   for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
@@ -249,7 +251,7 @@ Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activatio
     }
   }
   ops::RmsNorm(x, H, weights_.final_norm, off, eps, rows, H, x, H);
-  ops::Linear(weights_.lm_head, x, rows, H, logits, arch_.vocab, pool, in.matmul_precision);
+  ops::Linear(weights_.lm_head, x, rows, H, logits, arch_.vocab, pool, in.matmul_precision, XPairs(act));
   if (arch_.final_softcap > 0) ops::SoftCap(logits, rows * arch_.vocab, arch_.final_softcap);
   return Status::Ok();
 }

@@ -77,10 +77,14 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
   }
 }
 
+// Words per row of the rounded-x scratch: in / 2 pairs, padded to 64 bytes.
+int64_t PairsStride(int64_t in) { return ((in + 1) / 2 + 15) / 16 * 16; }
+
 // bf16 dot products: weight rows packed as pair panels once per block, each 8-token tile's x rows
-// rounded to pairs once per block, 8 x 32 tiles on pv_tile (which adds to y: zeroed first).
-void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, int64_t x_stride, float* y,
-                int64_t y_stride, const Item& it) {
+// as pairs (from xr, rounded once per call, or rounded here once per block), 8 x 32 tiles on
+// pv_tile (which adds to y: zeroed first).
+void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, int64_t x_stride, const uint32_t* xr,
+                float* y, int64_t y_stride, const Item& it) {
   alignas(64) uint32_t bp[kKcDot / 2 * kNc];  // weight pair panels, [nc / 16][kc / 2][16]
   alignas(64) uint32_t xp[kMrDot][kKcDot / 2];  // the tile's x rows as bf16 pairs
   const uint16_t* wdata = static_cast<const uint16_t*>(w.data);
@@ -91,8 +95,13 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
       const int mr = static_cast<int>(std::min(kMrDot, it.t_end - t));
       const uint32_t* rows[kMrDot];
       for (int r = 0; r < kMrDot; ++r) {
-        if (r < mr) dot.pairs_from_f32(x + (t + r) * x_stride + k0, kc, xp[r]);
-        rows[r] = xp[r < mr ? r : 0];
+        const int64_t row = t + (r < mr ? r : 0);
+        if (xr) {
+          rows[r] = xr + row * PairsStride(w.in) + k0 / 2;
+        } else {
+          if (r < mr) dot.pairs_from_f32(x + row * x_stride + k0, kc, xp[r]);
+          rows[r] = xp[r < mr ? r : 0];
+        }
       }
       if (k0 == 0)
         for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
@@ -106,8 +115,10 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
 
 }  // namespace
 
+int64_t GemmScratchWords(int64_t n, int64_t in) { return n * PairsStride(in); }
+
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-          ThreadPool* pool, MatmulPrecision precision) {
+          ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
   const bool bf16 = precision == MatmulPrecision::kBf16;
   TESSERA_CHECK(!bf16 || w.dtype == DType::kBF16, "Gemm: precision bf16 needs bf16 weights");
   const SimdKernels& simd = Simd();
@@ -124,10 +135,20 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
     const Item it{o0, std::min(block_cols, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * mr)};
-    if (dot) return RunBf16Dot(*dot, w, x, x_stride, y, y_stride, it);
+    if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
   };
   const int64_t items = col_blocks * row_blocks;
+  if (dot && x_pairs) {  // x rounded to pairs once, a token row per work item
+    auto round_row = [&](int64_t t, int) { dot->pairs_from_f32(x + t * x_stride, w.in, x_pairs + t * PairsStride(w.in)); };
+    if (pool) {
+      pool->ParallelFor(n, round_row);
+    } else {
+      for (int64_t t = 0; t < n; ++t) round_row(t, 0);
+    }
+  } else {
+    x_pairs = nullptr;
+  }
   if (pool) {
     pool->ParallelFor(items, run);
   } else {

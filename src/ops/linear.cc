@@ -74,9 +74,9 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 }
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool* pool, MatmulPrecision precision) {
+            ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
   if (n >= (precision == MatmulPrecision::kBf16 ? kGemmMinTokensBf16 : kGemmMinTokens))
-    return Gemm(w, x, n, x_stride, y, y_stride, pool, precision);
+    return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   LinearRowDot(w, x, n, x_stride, y, y_stride, pool, precision);
 }
 

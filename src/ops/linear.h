@@ -36,8 +36,10 @@ struct WeightView {
 // Picks the row-dot path for a few tokens (decode: each weight row is read once, memory-bound) and
 // the blocked GEMM (ops/gemm.h) for more (prefill: compute-bound).
 // precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked).
+// x_pairs: optional scratch for the GEMM at precision bf16 (ops/gemm.h: GemmScratchWords(n, in)
+// words; x rounded into it once per call instead of once per block of output columns).
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32);
+            ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr);
 
 // The row-dot path alone: a few row ranges per thread, four weight rows share each token-row load.
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
