@@ -8,12 +8,17 @@
 namespace tessera::ops {
 namespace {
 
-// acc += a . broadcast(*word) over bf16 pairs. The word may sit at any 2-byte boundary (a K row of
-// a view with an odd element stride), so it is read with memcpy (one broadcast load).
-inline __m512 Dot2(__m512 acc, __m512i a, const uint32_t* word) {
+// The bf16 pair *word in all 16 lanes. The word may sit at any 2-byte boundary (a K row of a view
+// with an odd element stride), so it is read with memcpy (one broadcast load).
+inline __m512bh Broadcast2(const uint32_t* word) {
   int32_t w;
   __builtin_memcpy(&w, word, 4);
-  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(_mm512_set1_epi32(w)));
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(w));
+}
+
+// acc += a . broadcast(*word) over bf16 pairs.
+inline __m512 Dot2(__m512 acc, __m512i a, const uint32_t* word) {
+  return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), Broadcast2(word));
 }
 
 // Issues the lines of a PrefetchRows evenly over `steps` calls of Step() (Bresenham: each step
@@ -223,14 +228,15 @@ void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int
 // Where unpacklo/unpackhi_epi16 of two 32-column rows put each column's pair: per 128-bit lane L,
 // lo holds columns 8L..8L+3 and hi 8L+4..8L+7. Entry j is the lane of output column j in a
 // vpermt2ps of (lo, hi) (0-15: lo, 16-31: hi); entries 0-15 give columns 0-15, 16-31 columns 16-31.
-constexpr int32_t UnpackedLane(int j) { return j % 8 < 4 ? 4 * (j / 8) + j % 8 : 16 + 4 * (j / 8) + j % 8 - 4; }
-alignas(64) constexpr int32_t kUnpackedLanes[32] = {
-    UnpackedLane(0),  UnpackedLane(1),  UnpackedLane(2),  UnpackedLane(3),  UnpackedLane(4),  UnpackedLane(5),
-    UnpackedLane(6),  UnpackedLane(7),  UnpackedLane(8),  UnpackedLane(9),  UnpackedLane(10), UnpackedLane(11),
-    UnpackedLane(12), UnpackedLane(13), UnpackedLane(14), UnpackedLane(15), UnpackedLane(16), UnpackedLane(17),
-    UnpackedLane(18), UnpackedLane(19), UnpackedLane(20), UnpackedLane(21), UnpackedLane(22), UnpackedLane(23),
-    UnpackedLane(24), UnpackedLane(25), UnpackedLane(26), UnpackedLane(27), UnpackedLane(28), UnpackedLane(29),
-    UnpackedLane(30), UnpackedLane(31)};
+struct alignas(64) LaneTable {
+  int32_t lane[32];
+};
+constexpr LaneTable UnpackedLanes() {
+  LaneTable t{};
+  for (int j = 0; j < 32; ++j) t.lane[j] = j % 8 < 4 ? 4 * (j / 8) + j % 8 : 16 + 4 * (j / 8) + j % 8 - 4;
+  return t;
+}
+constexpr LaneTable kUnpackedLanes = UnpackedLanes();
 
 // c = alpha c + acc over the columns in m (alpha null: 1).
 inline void AddScaled(float* c, __mmask16 m, const float* alpha, __m512 acc) {
@@ -240,9 +246,9 @@ inline void AddScaled(float* c, __mmask16 m, const float* alpha, __m512 acc) {
 
 // P.V with V read in place for kRows <= 8 rows, 32 columns per pass: the 32 columns of key rows 2p
 // and 2p + 1 (one cache line each) are interleaved into pairs by one unpacklo and one unpackhi,
-// which leave the columns in lane order kUnpackedLanes, put back once per pass at the store. Each
-// pair's weight broadcast feeds two dot products, so a 16-row panel runs as two 8-row groups (V
-// read twice from cache). The weights are key-major ([pair][16 rows], w at the group's first row),
+// which leave the columns in the lane order of kUnpackedLanes, put back once per pass at the
+// store. Each pair's weight broadcast feeds two dot products, so a 16-row panel runs as two 8-row
+// groups (V read twice from cache). The weights are key-major ([pair][16 rows], w at the group's first row),
 // so the broadcasts address from one pointer. Against 16 rows x 16 columns per pass (two 32-byte
 // loads, an insert and a word permute per pair, a broadcast per dot product, o rescaled in a pass
 // of its own): 16q/1kv x 512 bf16 decode from L3, single-threaded, 186 -> 191 GFLOP/s (medians of
@@ -252,7 +258,8 @@ inline void AddScaled(float* c, __mmask16 m, const float* alpha, __m512 acc) {
 template <int kRows, bool kFeed, bool kSomeKeys>
 void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
              int mr, const float* alpha, int64_t cols, LineFeeder& pf) {
-  const __m512i lanes_lo = _mm512_load_si512(kUnpackedLanes), lanes_hi = _mm512_load_si512(kUnpackedLanes + 16);
+  const __m512i lanes_lo = _mm512_load_si512(kUnpackedLanes.lane);
+  const __m512i lanes_hi = _mm512_load_si512(kUnpackedLanes.lane + 16);
   const int64_t pairs = (n + 1) / 2, full = n / 2;
   for (int64_t c0 = 0; c0 < cols; c0 += 32) {
     const int64_t left = cols - c0;
@@ -274,9 +281,7 @@ void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint
       const __m512i lo = _mm512_unpacklo_epi16(x, y), hi = _mm512_unpackhi_epi16(x, y);
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) {
-        int32_t wr;
-        __builtin_memcpy(&wr, w + p * 16 + r, 4);
-        const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(wr));
+        const __m512bh b = Broadcast2(w + p * 16 + r);
         lo_acc[r] = _mm512_dpbf16_ps(lo_acc[r], reinterpret_cast<__m512bh>(lo), b);
         hi_acc[r] = _mm512_dpbf16_ps(hi_acc[r], reinterpret_cast<__m512bh>(hi), b);
       }
