@@ -102,7 +102,7 @@ TEST(Bf16Dot, PvTileMatchesDouble) {
         // With mr 3 the kernel also prefetches V's rows meanwhile, which must change nothing.
         const ops::PrefetchRows ahead{v.data(), stride * 2, cols * 2, rows};
         for (int64_t j0 = 0; j0 < cols; j0 += 32)
-          dot->pv_tile(w, vp + j0 / 16 * pairs * 16, pairs, c.data() + j0, cs, mr,
+          dot->pv_tile(w, vp + j0 / 16 * pairs * 16, pairs, pairs * 16, c.data() + j0, cs, mr,
                        static_cast<int>(std::min<int64_t>(32, cols - j0)), mr == 3 ? &ahead : nullptr);
         for (int r = 0; r < 8; ++r)
           for (int64_t j = 0; j < cs; ++j) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -409,6 +410,34 @@ TEST(MappedFileTest, PrefaultMakesTheRangeResident) {
   EXPECT_EQ(MappingRssKb(m.value().data()), static_cast<long>(bytes / 1024));
   EXPECT_EQ(m.value().data()[bytes - 1], 0x5a);
   EXPECT_FALSE(MappedFile::Prefault(nullptr, 10));
+  fs::remove(path);
+}
+
+// Release drops the whole pages inside a range (what the loader does to a matrix it repacked):
+// the pages partly outside it stay resident, the data stays readable, and reading it maps the
+// pages back.
+TEST(MappedFileTest, ReleaseDropsTheRangesWholePages) {
+  const fs::path path = fs::path(::testing::TempDir()) / "tessera_release.bin";
+  const size_t bytes = size_t(1) << 20, page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  {
+    std::ofstream f(path, std::ios::binary);
+    std::string data(bytes, '\x3c');
+    f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  StatusOr<MappedFile> m = MappedFile::Open(path.string());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const uint8_t* d = m.value().data();
+  if (!MappedFile::Prefault(d, bytes)) GTEST_SKIP() << "no MADV_POPULATE_READ here";
+  ASSERT_EQ(MappingRssKb(d), static_cast<long>(bytes / 1024));
+  // From the middle of the first page to the middle of the last: all pages but those two go.
+  ASSERT_TRUE(MappedFile::Release(d + page / 2, bytes - page));
+  EXPECT_EQ(MappingRssKb(d), static_cast<long>(2 * page / 1024));
+  long sum = 0;
+  for (size_t i = 0; i < bytes; i += page) sum += d[i];
+  EXPECT_EQ(sum, static_cast<long>(bytes / page) * 0x3c);
+  EXPECT_EQ(MappingRssKb(d), static_cast<long>(bytes / 1024));
+  EXPECT_FALSE(MappedFile::Release(d + 1, page - 2)) << "no whole page inside: nothing to drop";
+  EXPECT_FALSE(MappedFile::Release(nullptr, bytes));
   fs::remove(path);
 }
 

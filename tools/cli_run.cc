@@ -53,6 +53,7 @@ int RunCommand(int argc, char** argv) {
   if (!ops::ParseMatmulPrecision(a.Get("matmul-precision", "f32"), &opt.matmul_precision))
     return Fail("--matmul-precision must be f32 or bf16, got '" + a.Get("matmul-precision") + "'");
   model::WeightLoadOptions load_options;  // --dtype: convert the weight matrices on load
+  load_options.pack_bf16_panels = opt.matmul_precision == ops::MatmulPrecision::kBf16;
   if (a.Has("dtype")) {
     DType d;
     if (!ParseDType(a.Get("dtype"), &d)) return Fail("--dtype must be f32, bf16 or f16, got '" + a.Get("dtype") + "'");

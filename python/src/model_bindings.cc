@@ -64,6 +64,10 @@ void BindModel(py::module_& m) {
                if (!ParseDType(dtype, &d)) throw py::value_error("unknown dtype '" + dtype + "'");
                wo.convert_to = d;
              }
+             ops::MatmulPrecision mp;
+             if (!ops::ParseMatmulPrecision(matmul_precision, &mp))
+               throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
+             wo.pack_bf16_panels = mp == ops::MatmulPrecision::kBf16;
              auto loaded = model::LoadedModel::Load(path, wo);
              ThrowIfError(loaded.status());
              pm->loaded = std::move(loaded.value());

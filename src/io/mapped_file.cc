@@ -54,6 +54,15 @@ bool MappedFile::Prefault(const void* p, size_t bytes) {
 #endif
 }
 
+bool MappedFile::Release(const void* p, size_t bytes) {
+  if (p == nullptr || bytes == 0) return false;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);  // whole pages only:
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);       // neighbours keep theirs
+  if (end <= begin) return false;
+  return ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED) == 0;
+}
+
 MappedFile::~MappedFile() { Reset(); }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept

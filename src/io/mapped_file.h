@@ -32,6 +32,11 @@ class MappedFile {
   // faults (3-4% of a first 512-token prefill in a profile). A hint: false where the kernel lacks
   // MADV_POPULATE_READ (before Linux 5.14) or refused; nothing else changes.
   static bool Prefault(const void* p, size_t bytes);
+  // Drops the whole pages inside [p, p + bytes), a range inside some MappedFile, from this
+  // process's memory (MADV_DONTNEED): the data stays readable, its pages are read back from the
+  // file (or page cache) if touched again. For weights repacked into a copy. Only for ranges of a
+  // MappedFile: on anonymous memory it would zero the pages. False where refused.
+  static bool Release(const void* p, size_t bytes);
 
  private:
   void Reset();

@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "io/mapped_file.h"
+#include "ops/gemm.h"
 
 namespace tessera::model {
 namespace {
@@ -52,8 +54,22 @@ class Binder {
     } else {
       io::MappedFile::Prefault(v.data, v.nbytes);  // a hint: the weights stay usable either way
       *view = {v.data, v.dtype, out, in};
+      mapped_.insert(v.data);
     }
     return Status::Ok();
+  }
+
+  // Adds the pair panels of a bound bf16 matrix (WeightLoadOptions::pack_bf16_panels) and releases
+  // a mapped original's pages. No-op for other dtypes, CPUs without the dot product, or a view
+  // packed already (a tied LM head shares the embedding's view).
+  void PackPanels(ops::WeightView* view) {
+    if (view->data == nullptr || view->pairs != nullptr || view->dtype != DType::kBF16) return;
+    AlignedBuffer panels(static_cast<size_t>(ops::PairPanelWords(view->out, view->in)) * sizeof(uint32_t));
+    if (!ops::PackPairPanels(*view, panels.as<uint32_t>())) return;
+    view->pairs = panels.as<uint32_t>();
+    w_.owned.push_back(std::move(panels));
+    if (mapped_.count(view->data))
+      io::MappedFile::Release(view->data, static_cast<size_t>(view->out * view->in) * sizeof(uint16_t));
   }
 
   // A vector of n values as f32 (owned copy).
@@ -82,6 +98,7 @@ class Binder {
   const io::SafetensorsCheckpoint& ckpt_;
   const WeightLoadOptions& opt_;
   GemmaWeights& w_;
+  std::unordered_set<const void*> mapped_;  // matrices viewed in place in the checkpoint's mapping
 };
 
 // sqrt(n) rounded to `dtype`, as transformers casts the embedding scale to the weight dtype.
@@ -146,6 +163,14 @@ StatusOr<GemmaWeights> LoadGemmaWeights(const io::SafetensorsCheckpoint& ckpt, c
       TESSERA_RETURN_IF_ERROR(bind.Matrix(p + "per_layer_projection.weight", H, a.ple_dim, &lw.ple_proj));
       TESSERA_RETURN_IF_ERROR(bind.Vector(p + "post_per_layer_input_norm.weight", H, &lw.ple_post_norm));
     }
+  }
+  if (opt.pack_bf16_panels) {  // every matrix a Linear reads (the embeddings are looked up by row)
+    bind.PackPanels(&w.lm_head);
+    bind.PackPanels(&w.ple_model_proj);
+    for (LayerWeights& lw : w.layers)
+      for (ops::WeightView* v : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate, &lw.up, &lw.down,
+                                 &lw.ple_gate, &lw.ple_proj})
+        bind.PackPanels(v);
   }
   return w;
 }

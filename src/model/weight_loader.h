@@ -13,6 +13,12 @@ namespace tessera::model {
 
 struct WeightLoadOptions {
   std::optional<DType> convert_to;  // keep the stored dtype when empty
+  // Also pack every bf16 Linear matrix as pair panels (ops::WeightView::pairs) for matmul
+  // precision bf16, where the CPU has the bf16 dot product (elsewhere nothing changes): no
+  // per-call packing in the GEMM, faster decode. A mapped matrix's pages are released after
+  // packing (read back from the file only by other paths, e.g. precision f32), so resident memory
+  // stays about one copy; a converted one (convert_to) keeps both copies.
+  bool pack_bf16_panels = false;
 };
 
 // The checkpoint must outlive the returned weights unless every matrix was converted.

@@ -40,12 +40,13 @@ struct Bf16DotKernels {
                           uint32_t* w);
   // Pair panels times token rows, up to 8 rows x 32 columns (Linear's GEMM: w = token rows of x
   // as pairs, vp = pack_weight_pairs16's panels): for r < mr, j < nr <= 32,
-  //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[((j / 16) * pairs + p) * 16 + j % 16])
+  //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[(j / 16) * vp_stride + p * 16 + j % 16])
   // w: 8 row pointers of `pairs` words (rows >= mr may alias row 0; their results are discarded);
-  // vp: two consecutive column blocks of panels (only the first read if nr <= 16).
+  // vp: two column blocks of panels, the second vp_stride words after the first (only the first
+  // read if nr <= 16; pairs * 16 when the blocks are consecutive).
   // ahead: lines to prefetch meanwhile, or null.
-  void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
-                  const PrefetchRows* ahead);
+  void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c,
+                  int64_t cs, int mr, int nr, const PrefetchRows* ahead);
   // P.V with V read in place (no packed copy), up to 16 rows x all columns of n <= 64 keys, and the
   // online softmax's rescale of the rows it adds to: for r < mr <= 16, j < cols,
   //   c[r * cs + j] = alpha[r] c[r * cs + j] + sum_{p < ceil(n / 2)} dot2(w[p * 16 + r], (v'[2p][j], v'[2p + 1][j]))

@@ -136,12 +136,12 @@ void PairsFromF32(const float* x, int64_t n, uint32_t* w) {
 
 // 8 rows x 32 columns: two panel loads and eight broadcasts feed 16 dot products per pair.
 template <bool kTwoBlocks, bool kFeed>
-void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
-             LineFeeder& pf) {
+void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
+             int mr, int nr, LineFeeder& pf) {
   __m512 a[8], b[8];
 #pragma GCC unroll 8
   for (int r = 0; r < 8; ++r) a[r] = b[r] = _mm512_setzero_ps();
-  const uint32_t* vp1 = vp + pairs * 16;
+  const uint32_t* vp1 = vp + vp_stride;
   for (int64_t p = 0; p < pairs; ++p) {
     if (kFeed && (p & 3) == 0) pf.Step();
     const __m512i v0 = _mm512_load_si512(vp + p * 16);
@@ -165,15 +165,15 @@ void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float*
   }
 }
 
-void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, float* c, int64_t cs, int mr, int nr,
-            const PrefetchRows* ahead) {
+void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
+            int mr, int nr, const PrefetchRows* ahead) {
   LineFeeder pf(ahead, (pairs + 3) / 4);
   if (pf.active()) {
-    if (nr > 16) return PvTileT<true, true>(w, vp, pairs, c, cs, mr, nr, pf);
-    return PvTileT<false, true>(w, vp, pairs, c, cs, mr, nr, pf);
+    if (nr > 16) return PvTileT<true, true>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    return PvTileT<false, true>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
   }
-  if (nr > 16) return PvTileT<true, false>(w, vp, pairs, c, cs, mr, nr, pf);
-  PvTileT<false, false>(w, vp, pairs, c, cs, mr, nr, pf);
+  if (nr > 16) return PvTileT<true, false>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  PvTileT<false, false>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
 }
 
 // (gcc 12 flags the undefined pass-through operand inside several AVX-512 intrinsics, from here

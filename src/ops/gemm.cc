@@ -23,6 +23,8 @@ constexpr int64_t kNc = 128;    // output columns per packed block: kKc x kNc f3
 // micro-tile calls): 6-14% faster than 256 at 256 tokens on the Gemma-4 MLP and q weights (in-process
 // A/B, 2026-11-30); 1024 gained 3-4% more but needs 256 KiB of stack.
 constexpr int64_t kKcDot = 512;
+// Below this many x elements per call (decode), rounding x on the calling thread beats a hand-out.
+constexpr int64_t kParallelRoundFloats = 1 << 16;
 
 // Widens W[o0 .. o0+nc, k0 .. k0+kc] into panels bp[p][k][16] (columns past nc are zero).
 void PackBlock(const SimdKernels& simd, const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc, float* bp) {
@@ -106,14 +108,53 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
       if (k0 == 0)
         for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
       for (int64_t j = 0; j < it.nc; j += kNrDot) {
-        dot.pv_tile(rows, bp + (j / 16) * pairs * 16, pairs, y + t * y_stride + it.o0 + j, y_stride, mr,
+        dot.pv_tile(rows, bp + (j / 16) * pairs * 16, pairs, pairs * 16, y + t * y_stride + it.o0 + j, y_stride, mr,
                     static_cast<int>(std::min(kNrDot, it.nc - j)), nullptr);
       }
     }
   }
 }
 
+// Pairs per k block on prepacked panels: all of them up to 2048 (4096 features), else the fewest
+// equal blocks of at most that many, in whole 64-byte lines. Measured (2026-11-30, 2 threads, bf16,
+// 16-256 tokens, Gemma-4-width MLP and Gemma-3-1B MLP weights): the whole depth or 2048 pairs ran
+// 2-9% faster than 512 (the x tile then streams from L2, but each C tile is loaded and stored
+// fewer times). Depends on `in` only, so a token's result does not depend on n.
+int64_t PanelBlockPairs(int64_t in) {
+  const int64_t pairs = (in + 1) / 2, blocks = (pairs + 2047) / 2048;
+  return ((pairs + blocks - 1) / blocks + 15) / 16 * 16;
+}
+
+// As RunBf16Dot on the weight's prepacked panels (w.pairs) and x rounded once (xr): no packing.
+void RunBf16Panels(const Bf16DotKernels& dot, const WeightView& w, const uint32_t* xr, float* y, int64_t y_stride,
+                   const Item& it) {
+  const int64_t pairs = (w.in + 1) / 2, panel = pairs * 16, block = PanelBlockPairs(w.in);
+  for (int64_t p0 = 0; p0 < pairs; p0 += block) {
+    const int64_t bp = std::min(block, pairs - p0);
+    for (int64_t t = it.t_begin; t < it.t_end; t += kMrDot) {
+      const int mr = static_cast<int>(std::min(kMrDot, it.t_end - t));
+      const uint32_t* rows[kMrDot];
+      for (int r = 0; r < kMrDot; ++r) rows[r] = xr + (t + (r < mr ? r : 0)) * PairsStride(w.in) + p0;
+      if (p0 == 0)
+        for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
+      for (int64_t j = 0; j < it.nc; j += kNrDot) {
+        dot.pv_tile(rows, w.pairs + (it.o0 + j) / 16 * panel + p0 * 16, bp, panel, y + t * y_stride + it.o0 + j,
+                    y_stride, mr, static_cast<int>(std::min(kNrDot, it.nc - j)), nullptr);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+int64_t PairPanelWords(int64_t out, int64_t in) { return (out + 15) / 16 * ((in + 1) / 2) * 16; }
+
+bool PackPairPanels(const WeightView& w, uint32_t* dst) {
+  const Bf16DotKernels* dot = Bf16Dot();
+  if (dot == nullptr || w.dtype != DType::kBF16) return false;
+  dot->pack_weight_pairs16(static_cast<const uint16_t*>(w.data), w.in, w.out, w.in, dst);
+  return true;
+}
 
 int64_t GemmScratchWords(int64_t n, int64_t in) { return n * PairsStride(in); }
 
@@ -123,6 +164,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   TESSERA_CHECK(!bf16 || w.dtype == DType::kBF16, "Gemm: precision bf16 needs bf16 weights");
   const SimdKernels& simd = Simd();
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
+  const bool panels = dot && w.pairs && x_pairs;  // prepacked weights: nothing to pack per call
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols = BlockColumns(w.out, threads);
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
@@ -135,13 +177,14 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
     const Item it{o0, std::min(block_cols, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * mr)};
+    if (panels) return RunBf16Panels(*dot, w, x_pairs, y, y_stride, it);
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
   };
   const int64_t items = col_blocks * row_blocks;
   if (dot && x_pairs) {  // x rounded to pairs once, a token row per work item
     auto round_row = [&](int64_t t, int) { dot->pairs_from_f32(x + t * x_stride, w.in, x_pairs + t * PairsStride(w.in)); };
-    if (pool) {
+    if (pool && n * w.in >= kParallelRoundFloats) {
       pool->ParallelFor(n, round_row);
     } else {
       for (int64_t t = 0; t < n; ++t) round_row(t, 0);

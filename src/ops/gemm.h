@@ -16,6 +16,8 @@ namespace tessera::ops {
 // Same contract as Linear (ops/linear.h). Work is split over blocks of output columns and, when
 // there are too few of those for the pool, over token ranges. Allocates nothing.
 // At precision bf16 (bf16 weights only) each token's result is the same whatever n or position.
+// With w.pairs set and x_pairs given (precision bf16, CPUs with the dot product) the micro-tiles
+// read the prepacked panels directly; otherwise weight blocks are packed per call.
 // x_pairs (optional, GemmScratchWords(n, in) words, 64-byte aligned): at precision bf16 on the
 // dot-product path, x is rounded into it as bf16 pairs once per call; without it each block of
 // output columns rounds the x rows of its tiles again (out / 64-128 passes over x: 1.2-1.3x slower
@@ -25,5 +27,12 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
 
 // Words of the x_pairs scratch for n tokens of `in` features (rows padded to 64 bytes).
 int64_t GemmScratchWords(int64_t n, int64_t in);
+
+// Words of a [out, in] matrix's pair panels (WeightView::pairs): ceil(out / 16) * ceil(in / 2) * 16.
+int64_t PairPanelWords(int64_t out, int64_t in);
+// Packs bf16 w (w.data, [out, in]) into dst (PairPanelWords(w.out, w.in) words, 64-byte aligned)
+// as WeightView::pairs: dst[(c * pairs + p) * 16 + j] = (w[16c + j][2p], w[16c + j][2p + 1]), 0 past
+// out and in. False (dst untouched) where the CPU lacks the bf16 dot product or w is not bf16.
+bool PackPairPanels(const WeightView& w, uint32_t* dst);
 
 }  // namespace tessera::ops

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/bf16_dot.h"
 #include "ops/gemm.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
@@ -75,6 +76,10 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
+  // Prepacked panels: one kernel for every n (a panel streams as well as a row; 1.1x the row-dot
+  // decode on the Gemma-4 MLP weights), so decode and prefill give each token the same result.
+  if (precision == MatmulPrecision::kBf16 && w.pairs && x_pairs && Bf16Dot())
+    return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   if (n >= (precision == MatmulPrecision::kBf16 ? kGemmMinTokensBf16 : kGemmMinTokens))
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   LinearRowDot(w, x, n, x_stride, y, y_stride, pool, precision);

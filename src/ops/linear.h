@@ -30,6 +30,12 @@ struct WeightView {
   const void* data = nullptr;  // [out, in] row-major
   DType dtype = DType::kF32;
   int64_t out = 0, in = 0;
+  // The same bf16 matrix prepacked for precision bf16's dot-product kernels, or null: pair panels
+  // [ceil(out / 16)][ceil(in / 2)][16] words, 64-byte aligned (ops/gemm.h PackPairPanels). Where
+  // set, Linear at precision bf16 with an x_pairs scratch on a CPU with the dot product reads them
+  // for every n (no per-call packing; decode streams them too) and never touches `data`, which
+  // stays the matrix for every other path.
+  const uint32_t* pairs = nullptr;
 };
 
 // x: [n, in] f32 with row stride x_stride; y: [n, out] f32 with row stride y_stride.
@@ -37,7 +43,8 @@ struct WeightView {
 // the blocked GEMM (ops/gemm.h) for more (prefill: compute-bound).
 // precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked).
 // x_pairs: optional scratch for the GEMM at precision bf16 (ops/gemm.h: GemmScratchWords(n, in)
-// words; x rounded into it once per call instead of once per block of output columns).
+// words; x rounded into it once per call instead of once per block of output columns); needed
+// for w.pairs to be used.
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr);
 
