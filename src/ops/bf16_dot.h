@@ -38,12 +38,13 @@ struct Bf16DotKernels {
   // output by alpha[r] (pv_rows16 does, as it adds the tile's P.V).
   void (*softmax_panel16)(const float* st, int n, float scale, float* m, float* l, int mr, float* alpha,
                           uint32_t* w);
-  // Pair panels times token rows, up to 8 rows x 32 columns (Linear's GEMM: w = token rows of x
-  // as pairs, vp = pack_weight_pairs16's panels): for r < mr, j < nr <= 32,
+  // Pair panels times token rows, up to 8 rows x 128 columns (Linear's GEMM: w = token rows of x
+  // as pairs, vp = pack_weight_pairs16's panels): for r < mr, j < nr <= 128,
   //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[(j / 16) * vp_stride + p * 16 + j % 16])
+  // each sum one chain over p in order, so a row's result does not depend on mr, nr or its place.
   // w: 8 row pointers of `pairs` words (rows >= mr may alias row 0; their results are discarded);
-  // vp: two column blocks of panels, the second vp_stride words after the first (only the first
-  // read if nr <= 16; pairs * 16 when the blocks are consecutive).
+  // vp: ceil(nr / 16) column blocks of panels, vp_stride words apart (pairs * 16 when consecutive;
+  // blocks past that are not read).
   // ahead: lines to prefetch meanwhile, or null.
   void (*pv_tile)(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c,
                   int64_t cs, int mr, int nr, const PrefetchRows* ahead);

@@ -134,46 +134,80 @@ void PairsFromF32(const float* x, int64_t n, uint32_t* w) {
   }
 }
 
-// 8 rows x 32 columns: two panel loads and eight broadcasts feed 16 dot products per pair.
-template <bool kTwoBlocks, bool kFeed>
-void PvTileT(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
-             int mr, int nr, LineFeeder& pf) {
-  __m512 a[8], b[8];
+// R rows x C column panels (16 columns each): C panel loads and R broadcasts feed R x C dot
+// products per pair. Every output is one chain over the pairs in order, whatever R and C, so a row
+// gets the same bits in any tile shape (decode's single rows and prefill's 8-row tiles alike).
+// Panels past the C live ones are never read (they may lie past the matrix); the last live one is
+// stored up to nr.
+template <int R, int C, bool kFeed>
+void PvTileRC(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
+              int mr, int nr, LineFeeder& pf) {
+  __m512 acc[R][C];
 #pragma GCC unroll 8
-  for (int r = 0; r < 8; ++r) a[r] = b[r] = _mm512_setzero_ps();
-  const uint32_t* vp1 = vp + vp_stride;
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int q = 0; q < C; ++q) acc[r][q] = _mm512_setzero_ps();
   for (int64_t p = 0; p < pairs; ++p) {
     if (kFeed && (p & 3) == 0) pf.Step();
-    const __m512i v0 = _mm512_load_si512(vp + p * 16);
-    const __m512i v1 = kTwoBlocks ? _mm512_load_si512(vp1 + p * 16) : v0;
+    __m512bh v[C];
 #pragma GCC unroll 8
-    for (int r = 0; r < 8; ++r) {
-      a[r] = Dot2(a[r], v0, w[r] + p);
-      if (kTwoBlocks) b[r] = Dot2(b[r], v1, w[r] + p);
+    for (int q = 0; q < C; ++q) v[q] = reinterpret_cast<__m512bh>(_mm512_load_si512(vp + q * vp_stride + p * 16));
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512bh b = Broadcast2(w[r] + p);
+#pragma GCC unroll 8
+      for (int q = 0; q < C; ++q) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], v[q], b);
     }
   }
-  // Rows unrolled with constant indices so the accumulators stay in registers.
-  const int n0 = nr < 16 ? nr : 16;
-  const __mmask16 m0 = static_cast<__mmask16>((1u << n0) - 1u);
-  const __mmask16 m1 = static_cast<__mmask16>((1u << (nr > 16 ? nr - 16 : 0)) - 1u);
+  // Rows and panels unrolled with constant indices so the accumulators stay in registers.
+  const int last = nr - 16 * (C - 1);
+  const __mmask16 m_last = static_cast<__mmask16>(last >= 16 ? 0xffffu : (1u << last) - 1u);
 #pragma GCC unroll 8
-  for (int r = 0; r < 8; ++r) {
+  for (int r = 0; r < R; ++r) {
     if (r >= mr) break;
     float* cr = c + r * cs;
-    _mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), a[r]));
-    if (kTwoBlocks) _mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), b[r]));
+#pragma GCC unroll 8
+    for (int q = 0; q < C; ++q) {
+      const __mmask16 m = q == C - 1 ? m_last : __mmask16(0xffff);
+      _mm512_mask_storeu_ps(cr + 16 * q, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr + 16 * q), acc[r][q]));
+    }
   }
+}
+
+// One R-row strip of up to kMaxC panels: the kernel for its live panel count.
+template <int R, int kMaxC, bool kFeed>
+void PvStrip(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
+             int mr, int nr, LineFeeder& pf) {
+  using Kernel = void (*)(const uint32_t* const*, const uint32_t*, int64_t, int64_t, float*, int64_t, int, int,
+                          LineFeeder&);
+  static constexpr Kernel kByPanels[8] = {PvTileRC<R, 1, kFeed>, PvTileRC<R, (kMaxC > 1 ? 2 : 1), kFeed>,
+                                          PvTileRC<R, (kMaxC > 2 ? 3 : 1), kFeed>, PvTileRC<R, (kMaxC > 3 ? 4 : 1), kFeed>,
+                                          PvTileRC<R, (kMaxC > 4 ? 5 : 1), kFeed>, PvTileRC<R, (kMaxC > 5 ? 6 : 1), kFeed>,
+                                          PvTileRC<R, (kMaxC > 6 ? 7 : 1), kFeed>, PvTileRC<R, (kMaxC > 7 ? 8 : 1), kFeed>};
+  for (int j0 = 0; j0 < nr; j0 += 16 * kMaxC) {
+    const int cols = nr - j0 < 16 * kMaxC ? nr - j0 : 16 * kMaxC;
+    kByPanels[(cols + 15) / 16 - 1](w, vp + (j0 / 16) * vp_stride, pairs, vp_stride, c + j0, cs, mr, cols, pf);
+  }
+}
+
+// Rows > 4: 8 x 2 panels; 3-4 rows: 4 x 4; 2: 2 x 8; 1: 1 x 8 (8 independent chains, which a
+// decode GEMV needs: one 8-row tile for a single token did 8x the dot products, L3-bound weights
+// ran at 51 GB/s). 16 accumulators at most.
+template <bool kFeed>
+void PvTileRows(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
+                int mr, int nr, LineFeeder& pf) {
+  if (mr > 4) return PvStrip<8, 2, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  if (mr > 2) return PvStrip<4, 4, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  if (mr == 2) return PvStrip<2, 8, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  PvStrip<1, 8, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
 }
 
 void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
             int mr, int nr, const PrefetchRows* ahead) {
-  LineFeeder pf(ahead, (pairs + 3) / 4);
-  if (pf.active()) {
-    if (nr > 16) return PvTileT<true, true>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
-    return PvTileT<false, true>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
-  }
-  if (nr > 16) return PvTileT<true, false>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
-  PvTileT<false, false>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  const int strip = mr > 4 ? 32 : mr > 2 ? 64 : 128;  // columns per kernel call
+  LineFeeder pf(ahead, (pairs + 3) / 4 * ((nr + strip - 1) / strip));
+  if (pf.active()) return PvTileRows<true>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  PvTileRows<false>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
 }
 
 // (gcc 12 flags the undefined pass-through operand inside several AVX-512 intrinsics, from here

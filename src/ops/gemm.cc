@@ -14,8 +14,7 @@ namespace {
 
 constexpr int64_t kMr = 6;      // tokens per f32 micro-tile
 constexpr int64_t kNr = 16;     // output columns per f32 micro-tile (one packed panel)
-constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product micro-tile (pv_tile)
-constexpr int64_t kNrDot = 32;  // output columns per bf16 dot-product micro-tile
+constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 micro-tiles, fewer rows wider)
 constexpr int64_t kKc = 256;    // depth of a packed f32 block
 constexpr int64_t kNc = 128;    // output columns per packed block: kKc x kNc f32 = 128 KiB, L2-resident
 // Depth of a packed bf16 pair block (even: pairs never straddle blocks): kKcDot x kNc bf16 is the
@@ -107,10 +106,7 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
       }
       if (k0 == 0)
         for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
-      for (int64_t j = 0; j < it.nc; j += kNrDot) {
-        dot.pv_tile(rows, bp + (j / 16) * pairs * 16, pairs, pairs * 16, y + t * y_stride + it.o0 + j, y_stride, mr,
-                    static_cast<int>(std::min(kNrDot, it.nc - j)), nullptr);
-      }
+      dot.pv_tile(rows, bp, pairs, pairs * 16, y + t * y_stride + it.o0, y_stride, mr, static_cast<int>(it.nc), nullptr);
     }
   }
 }
@@ -137,10 +133,8 @@ void RunBf16Panels(const Bf16DotKernels& dot, const WeightView& w, const uint32_
       for (int r = 0; r < kMrDot; ++r) rows[r] = xr + (t + (r < mr ? r : 0)) * PairsStride(w.in) + p0;
       if (p0 == 0)
         for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
-      for (int64_t j = 0; j < it.nc; j += kNrDot) {
-        dot.pv_tile(rows, w.pairs + (it.o0 + j) / 16 * panel + p0 * 16, bp, panel, y + t * y_stride + it.o0 + j,
-                    y_stride, mr, static_cast<int>(std::min(kNrDot, it.nc - j)), nullptr);
-      }
+      dot.pv_tile(rows, w.pairs + it.o0 / 16 * panel + p0 * 16, bp, panel, y + t * y_stride + it.o0, y_stride, mr,
+                  static_cast<int>(it.nc), nullptr);
     }
   }
 }
