@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -82,6 +83,27 @@ TEST(AlignedBufferTest, HugePagedBufferIsAlignedZeroedAndKeepsItsSize) {
   EXPECT_TRUE(IsAligned(small.data(), AlignedBuffer::kAlignment));
   EXPECT_EQ(small.size(), 1024u);
   EXPECT_TRUE(AllZero(small));
+}
+
+// Untouched: the same allocation and hint without the zeroing (the caller writes every byte).
+TEST(AlignedBufferTest, UntouchedBufferIsAllocatedButNotWritten) {
+  const size_t bytes = 4 * AlignedBuffer::kHugePage + 10;
+  AlignedBuffer b = AlignedBuffer::Untouched(bytes, AlignedBuffer::Pages::kHuge);
+  ASSERT_NE(b.data(), nullptr);
+  EXPECT_TRUE(IsAligned(b.data(), AlignedBuffer::kHugePage));
+  EXPECT_EQ(b.size(), 4 * AlignedBuffer::kHugePage + 64);
+#if defined(__linux__)
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  if (thp.good()) {
+    EXPECT_NE(VmFlagsOf(b.data()).find(" hg"), std::string::npos) << VmFlagsOf(b.data());
+  }
+#endif
+  std::memset(b.data(), 0x5a, b.size());  // all of it is ours (ASan would object otherwise)
+  EXPECT_EQ(b.as<unsigned char>()[b.size() - 1], 0x5a);
+  AlignedBuffer small = AlignedBuffer::Untouched(100);
+  EXPECT_TRUE(IsAligned(small.data(), AlignedBuffer::kAlignment));
+  EXPECT_EQ(small.size(), 128u);
+  EXPECT_EQ(AlignedBuffer::Untouched(0).data(), nullptr);
 }
 
 TEST(ArenaTest, TakesAlignedSlicesAndRefusesOverflow) {

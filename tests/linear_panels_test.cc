@@ -80,6 +80,17 @@ TEST(LinearPanels, PackLayout) {
           ASSERT_EQ(dst[(c * pairs + q) * 16 + j], lo | hi << 16) << out << "x" << in << " c " << c << " q " << q;
         }
   }
+  // Rows read back from the panels (a tied embedding's lookup) are the stored rows.
+  for (auto [out, in] : {std::pair<int64_t, int64_t>{37, 65}, {16, 2}, {3, 1}}) {
+    Problem p = MakeProblem(rng, 1, in, out);
+    std::vector<float> got(in + 1, -7.0f), want(in);
+    for (int64_t r = 0; r < out; ++r) {
+      ops::PairPanelRowToF32(p.panels.as<uint32_t>(), in, r, got.data());
+      DecodeToF32(DType::kBF16, p.w.data() + r * in, want.data(), in);
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(got[i], want[i]) << out << "x" << in << " r " << r << " i " << i;
+      ASSERT_EQ(got[in], -7.0f) << "wrote past the row";
+    }
+  }
   std::vector<float> wf(16 * 4, 1.0f);
   std::vector<uint32_t> dst(ops::PairPanelWords(16, 4), 7u);
   EXPECT_FALSE(ops::PackPairPanels({wf.data(), DType::kF32, 16, 4}, dst.data()));
@@ -223,7 +234,7 @@ std::vector<float> RunLogits(const model::GemmaModel& m, ThreadPool* pool, Matmu
 }
 
 // The loader packs every matrix a Linear reads (and not the embedding tables, which are looked up
-// by row), each view's panels are its own matrix (Linear on them matches the reference on the
+// by row, unless tied to the LM head: then the lookup reads its panels), each view's panels are its own matrix (Linear on them matches the reference on the
 // stored matrix), and the packed model runs. Its logits differ from the unpacked model's only by
 // f32 summation order, which can flip a bf16 rounding of some later Linear input; these tiny
 // random models amplify such flips (seen: the dot product on vs off moves the Gemma-3 model's
@@ -243,7 +254,8 @@ TEST(LinearPanels, LoaderPacksWhatLinearReads) {
     ASSERT_TRUE(plain.ok()) << plain.status().message();
     ASSERT_TRUE(packed.ok()) << packed.status().message();
     const model::GemmaWeights& w = packed.value()->model().weights();
-    EXPECT_EQ(w.embed.pairs, nullptr) << name;
+    const bool tied = w.lm_head.data == w.embed.data;  // then the lookup reads the LM head's panels
+    EXPECT_EQ(w.embed.pairs, tied ? w.lm_head.pairs : nullptr) << name;
     std::vector<const ops::WeightView*> linear{&w.lm_head};
     for (const model::LayerWeights& lw : w.layers)
       for (const ops::WeightView* v : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate, &lw.up, &lw.down})

@@ -54,6 +54,8 @@ int RunCommand(int argc, char** argv) {
     return Fail("--matmul-precision must be f32 or bf16, got '" + a.Get("matmul-precision") + "'");
   model::WeightLoadOptions load_options;  // --dtype: convert the weight matrices on load
   load_options.pack_bf16_panels = opt.matmul_precision == ops::MatmulPrecision::kBf16;
+  ThreadPool pool(static_cast<int>(std::max<int64_t>(1, threads.value())));  // for loading and the session
+  load_options.pool = &pool;
   if (a.Has("dtype")) {
     DType d;
     if (!ParseDType(a.Get("dtype"), &d)) return Fail("--dtype must be f32, bf16 or f16, got '" + a.Get("dtype") + "'");
@@ -108,7 +110,6 @@ int RunCommand(int argc, char** argv) {
     prompt.image_embeds = embeds.data.data();
     prompt.image_rows = embeds.shape[0];
   }
-  ThreadPool pool(static_cast<int>(std::max<int64_t>(1, threads.value())));
   StatusOr<std::unique_ptr<runtime::Session>> session = runtime::Session::Create(m, opt, &pool);
   if (!session.ok()) return Fail(session.status().message());
   runtime::Session& s = *session.value();

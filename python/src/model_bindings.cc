@@ -68,6 +68,7 @@ void BindModel(py::module_& m) {
              if (!ops::ParseMatmulPrecision(matmul_precision, &mp))
                throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
              wo.pack_bf16_panels = mp == ops::MatmulPrecision::kBf16;
+             wo.pool = Runtime().Pool(threads);
              auto loaded = model::LoadedModel::Load(path, wo);
              ThrowIfError(loaded.status());
              pm->loaded = std::move(loaded.value());

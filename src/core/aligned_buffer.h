@@ -29,6 +29,15 @@ class AlignedBuffer {
 
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes, Pages pages = Pages::kSmall) : pages_(pages) { Resize(bytes); }
+  // The one exception to zeroing: contents unspecified and pages not yet touched, for a caller that
+  // writes every byte itself, spread over threads (first touch of fresh memory is the cost of a
+  // large buffer: 0.8-0.9 GB/s from one thread in this VM, 2.6-3.4 from two).
+  static AlignedBuffer Untouched(size_t bytes, Pages pages = Pages::kSmall) {
+    AlignedBuffer b;
+    b.pages_ = pages;
+    b.Allocate(bytes);
+    return b;
+  }
   ~AlignedBuffer() { std::free(data_); }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
@@ -46,19 +55,8 @@ class AlignedBuffer {
     if (bytes > size_) Resize(bytes);
   }
   void Resize(size_t bytes) {
-    std::free(data_);
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    const size_t huge_bytes = pages_ == Pages::kHuge ? rounded / kHugePage * kHugePage : 0;
-    // (aligned_alloc wants the size to be a multiple of the alignment.)
-    data_ = rounded == 0       ? nullptr
-            : huge_bytes == 0 ? std::aligned_alloc(kAlignment, rounded)
-                              : std::aligned_alloc(kHugePage, (rounded + kHugePage - 1) / kHugePage * kHugePage);
-    TESSERA_CHECK(rounded == 0 || data_ != nullptr, "out of memory");
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (huge_bytes) madvise(data_, huge_bytes, MADV_HUGEPAGE);  // before the first touch below
-#endif
-    if (data_) std::memset(data_, 0, rounded);
-    size_ = rounded;
+    Allocate(bytes);
+    if (data_) std::memset(data_, 0, size_);
   }
 
   void* data() { return data_; }
@@ -70,6 +68,21 @@ class AlignedBuffer {
   const T* as() const { return static_cast<const T*>(data_); }
 
  private:
+  void Allocate(size_t bytes) {
+    std::free(data_);
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    const size_t huge_bytes = pages_ == Pages::kHuge ? rounded / kHugePage * kHugePage : 0;
+    // (aligned_alloc wants the size to be a multiple of the alignment.)
+    data_ = rounded == 0       ? nullptr
+            : huge_bytes == 0 ? std::aligned_alloc(kAlignment, rounded)
+                              : std::aligned_alloc(kHugePage, (rounded + kHugePage - 1) / kHugePage * kHugePage);
+    TESSERA_CHECK(rounded == 0 || data_ != nullptr, "out of memory");
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (huge_bytes) madvise(data_, huge_bytes, MADV_HUGEPAGE);  // before the first touch
+#endif
+    size_ = rounded;
+  }
+
   void* data_ = nullptr;
   size_t size_ = 0;
   Pages pages_ = Pages::kSmall;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ops/elementwise.h"
+#include "ops/gemm.h"
 #include "tessera/attention.h"
 
 namespace tessera::model {
@@ -81,7 +82,11 @@ void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
       std::memcpy(row, in.embeds + t * H, H * sizeof(float));  // soft tokens are not scaled
       continue;
     }
-    DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + in.tokens[t] * H * es, row, H);
+    if (weights_.embed.pairs) {  // a tied embedding packed as the LM head: its mapped rows were released
+      ops::PairPanelRowToF32(weights_.embed.pairs, H, in.tokens[t], row);
+    } else {
+      DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + in.tokens[t] * H * es, row, H);
+    }
     for (int64_t i = 0; i < H; ++i) row[i] *= weights_.embed_scale;
   }
 }

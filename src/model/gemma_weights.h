@@ -28,7 +28,7 @@ struct LayerWeights {
 };
 
 struct GemmaWeights {
-  ops::WeightView embed;    // [vocab, hidden]
+  ops::WeightView embed;    // [vocab, hidden] (pairs set only when tied and packed: looked up there)
   ops::WeightView lm_head;  // [vocab, hidden] (the embedding when tied)
   float embed_scale = 1.0f; // sqrt(hidden) rounded to the embedding dtype
   const float* final_norm = nullptr;  // [hidden] f32

@@ -150,6 +150,12 @@ bool PackPairPanels(const WeightView& w, uint32_t* dst) {
   return true;
 }
 
+void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst) {
+  const int64_t pairs = (in + 1) / 2;
+  const uint32_t* lane = panels + (r / 16) * pairs * 16 + r % 16;  // word p of row r at lane[p * 16]
+  for (int64_t i = 0; i < in; ++i) dst[i] = Bf16ToF32(static_cast<uint16_t>(lane[(i / 2) * 16] >> (16 * (i % 2))));
+}
+
 int64_t GemmScratchWords(int64_t n, int64_t in) { return n * PairsStride(in); }
 
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

@@ -34,5 +34,8 @@ int64_t PairPanelWords(int64_t out, int64_t in);
 // as WeightView::pairs: dst[(c * pairs + p) * 16 + j] = (w[16c + j][2p], w[16c + j][2p + 1]), 0 past
 // out and in. False (dst untouched) where the CPU lacks the bf16 dot product or w is not bf16.
 bool PackPairPanels(const WeightView& w, uint32_t* dst);
+// Row r of a matrix of `in` columns from its pair panels, as f32: dst[i] = w[r][i] for i < in (an
+// embedding lookup on a tied embedding whose stored rows were released after packing).
+void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst);
 
 }  // namespace tessera::ops
