@@ -37,7 +37,7 @@ TEST(Linear, MatchesReferenceForAllWeightDtypes) {
 }
 
 // The blocked GEMM, Linear and the decode row-dot path directly, with token counts, widths and
-// depths that cross every micro-tile (6 x 16) and block (256 deep, 64-128 wide) edge and row-dot
+// depths that cross every micro-tile (6 x 16) and block (1024 deep, 32 wide) edge and row-dot
 // work items that leave 0-3 rows after their four quarters; strided x and y, 1 and 3 threads.
 TEST(Linear, PathsMatchReferenceAcrossTileBlockAndQuarterEdges) {
   std::mt19937 rng(5);
@@ -46,7 +46,7 @@ TEST(Linear, PathsMatchReferenceAcrossTileBlockAndQuarterEdges) {
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (auto [n, in, out] : {std::tuple{1, 5, 3}, {6, 256, 16}, {7, 257, 17}, {13, 600, 129}, {37, 513, 300},
                               {64, 1024, 128}, {9, 31, 255}, {1, 9, 1}, {1, 40, 7}, {2, 33, 67}, {3, 130, 401},
-                              {1, 1152, 1001}}) {
+                              {1, 1152, 1001}, {7, 1025, 40}, {12, 2100, 33}}) {
       const int64_t xs = in + 5, ys = out + 3;
       std::vector<float> wf(out * in), x(n * xs), y(n * ys, -7.0f), ref(n * ys, -7.0f);
       for (float& v : wf) v = nd(rng);
@@ -83,7 +83,7 @@ TEST(Linear, GemmIsBatchInvariant) {
   std::mt19937 rng(6);
   std::normal_distribution<float> nd;
   ThreadPool pool(2);
-  const int64_t in = 700, out = 150, n = 23;
+  const int64_t in = 2100, out = 150, n = 23;  // three 1024-deep blocks
   std::vector<float> wf(out * in), x(n * in), all(n * out), part(n * out);
   for (float& v : wf) v = nd(rng);
   for (float& v : x) v = nd(rng);

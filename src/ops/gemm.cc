@@ -15,12 +15,17 @@ namespace {
 constexpr int64_t kMr = 6;      // tokens per f32 micro-tile
 constexpr int64_t kNr = 16;     // output columns per f32 micro-tile (one packed panel)
 constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 micro-tiles, fewer rows wider)
-constexpr int64_t kKc = 256;    // depth of a packed f32 block
-constexpr int64_t kNc = 128;    // output columns per packed block: kKc x kNc f32 = 128 KiB, L2-resident
-// Depth of a packed bf16 pair block (even: pairs never straddle blocks): kKcDot x kNc bf16 is the
-// same 128 KiB. Twice kKc halves the per-block work (x rounding setup, C tile loads and stores,
-// micro-tile calls): 6-14% faster than 256 at 256 tokens on the Gemma-4 MLP and q weights (in-process
-// A/B, 2026-11-30); 1024 gained 3-4% more but needs 256 KiB of stack.
+// An f32 block is deep and narrow: kKcF32 x kNcF32 f32 = 128 KiB, L2-resident. Each 6 x 16 tile
+// call then runs 1024 FMA steps instead of 256 (the call and its C tile loads and stores were the
+// overhead): 256 x 128 -> 1024 x 32 was 1.07-1.17x at 256 tokens on the Gemma-4 MLP and Gemma-3-1B
+// MLP weights (in-process, prepacked panels, 2026-11-30; the output width made no difference).
+constexpr int64_t kKcF32 = 1024;
+constexpr int64_t kNcF32 = 32;
+constexpr int64_t kNc = 128;    // output columns per packed bf16 pair block, at most
+// Depth of a packed bf16 pair block (even: pairs never straddle blocks): kKcDot x kNc bf16 is
+// 128 KiB. 512 was 6-14% faster than 256 at 256 tokens on the Gemma-4 MLP and q weights (in-process
+// A/B, 2026-11-30); 1024 gained 3-4% more but needs 256 KiB of stack. (Models loaded for matmul
+// precision bf16 skip this packing: their panels are packed at load, RunBf16Panels.)
 constexpr int64_t kKcDot = 512;
 // Below this many x elements per call (decode), rounding x on the calling thread beats a hand-out.
 constexpr int64_t kParallelRoundFloats = 1 << 16;
@@ -35,7 +40,7 @@ void PackBlock(const SimdKernels& simd, const WeightView& w, int64_t o0, int64_t
   }
 }
 
-// Output columns per block: the widest multiple of kNr up to kNc whose blocks spread evenly over
+// Output columns per bf16 pair block: the widest multiple of kNr up to kNc whose blocks spread evenly over
 // the threads (hidden 1152 = 9 blocks of 128 left one of two threads idle for a ninth of the
 // down projection; 12 blocks of 96 do not). Multiples of 32 also fill the bf16 micro-tile.
 int64_t BlockColumns(int64_t out, int threads) {
@@ -57,10 +62,10 @@ struct Item {
 // bf16 on CPUs without the dot product).
 void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
             const Item& it, bool round_x) {
-  alignas(64) float bp[kKc * kNc];   // packed f32 weight block, [nc / 16][kc][16]
-  alignas(64) float xr[kMr][kKc];    // the tile's x rows rounded to bf16 (round_x only)
-  for (int64_t k0 = 0; k0 < w.in; k0 += kKc) {
-    const int64_t kc = std::min(kKc, w.in - k0);
+  alignas(64) float bp[kKcF32 * kNcF32];  // packed f32 weight block, [nc / 16][kc][16]
+  alignas(64) float xr[kMr][kKcF32];       // the tile's x rows rounded to bf16 (round_x only)
+  for (int64_t k0 = 0; k0 < w.in; k0 += kKcF32) {
+    const int64_t kc = std::min(kKcF32, w.in - k0);
     PackBlock(simd, w, it.o0, it.nc, k0, kc, bp);
     for (int64_t t = it.t_begin; t < it.t_end; t += kMr) {
       const int mr = static_cast<int>(std::min(kMr, it.t_end - t));
@@ -166,7 +171,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   const bool panels = dot && w.pairs && x_pairs;  // prepacked weights: nothing to pack per call
   const int threads = pool ? pool->num_threads() : 1;
-  const int64_t block_cols = BlockColumns(w.out, threads);
+  const int64_t block_cols = dot ? BlockColumns(w.out, threads) : kNcF32;
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
   const int64_t mr = dot ? kMrDot : kMr;
