@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "core/aligned_buffer.h"
 #include "ops/bf16_dot.h"
+#include "ops/gemm.h"
 #include "ops/linear.h"
 #include "tessera/attention.h"
 #include "tessera/dtype.h"
@@ -103,23 +104,32 @@ double MedianMs(const std::function<void()>& fn, int reps) {
 
 // A slice of the Gemma-4-12B MLP up projection (1024 of 15360 rows x 3840, bf16 weights) on a
 // 64-token chunk (the GEMM) and on one token (the decode row-dot path), at matmul precision f32
-// and bf16, against LinearReference at that precision. Bound: f32 sums of `in` exact products,
-// 4 sqrt(in) 2^-24 sum|x w| per output. Returns the number of mismatches.
+// and bf16, and at bf16 on the pair panels a model loaded for it packs (where the CPU has the
+// dot product), against LinearReference at that precision. Bound: f32 sums of `in` exact
+// products, 4 sqrt(in) 2^-24 sum|x w| per output. Returns the number of mismatches.
 int CheckLinear(ThreadPool& pool, std::mt19937& rng) {
   const int64_t out = 1024, in = 3840;
   std::normal_distribution<float> nd;
   std::vector<uint16_t> w(out * in);
   for (uint16_t& v : w) v = F32ToBf16(0.05f * nd(rng));
   const ops::WeightView wv{w.data(), DType::kBF16, out, in};
+  ops::WeightView packed = wv;
+  AlignedBuffer panels(ops::PairPanelWords(out, in) * sizeof(uint32_t));
+  if (ops::PackPairPanels(wv, panels.as<uint32_t>())) packed.pairs = panels.as<uint32_t>();
   std::printf("\nLinear %lld x %lld, bf16 weights (GEMM at precision bf16: %s):\n", (long long)out, (long long)in,
               ops::Bf16Dot() ? "AVX-512-BF16 dot product" : "f32 kernels on x rounded to bf16");
   int failures = 0;
   for (int64_t n : {64, 1}) {
     std::vector<float> x(n * in), y(n * out), ref(n * out);
     for (float& v : x) v = nd(rng);
-    for (ops::MatmulPrecision mp : {ops::MatmulPrecision::kF32, ops::MatmulPrecision::kBf16}) {
+    AlignedBuffer x_pairs(ops::GemmScratchWords(n, in) * sizeof(uint32_t));
+    for (int variant = 0; variant < 3; ++variant) {
+      if (variant == 2 && packed.pairs == nullptr) continue;
+      const ops::MatmulPrecision mp = variant == 0 ? ops::MatmulPrecision::kF32 : ops::MatmulPrecision::kBf16;
       const bool bf16 = mp == ops::MatmulPrecision::kBf16;
-      ops::Linear(wv, x.data(), n, in, y.data(), out, &pool, mp);
+      const ops::WeightView& v = variant == 2 ? packed : wv;
+      uint32_t* xp = variant == 2 ? x_pairs.as<uint32_t>() : nullptr;
+      ops::Linear(v, x.data(), n, in, y.data(), out, &pool, mp, xp);
       ops::LinearReference(wv, x.data(), n, in, ref.data(), out, mp);
       double worst = 0;  // max over outputs of |fast - ref| / bound
       for (int64_t t = 0; t < n; ++t)
@@ -129,12 +139,12 @@ int CheckLinear(ThreadPool& pool, std::mt19937& rng) {
           const double bound = 4 * std::sqrt(double(in)) * std::ldexp(1.0, -24) * mag + 1e-30;
           worst = std::max(worst, std::fabs(double(y[t * out + o]) - ref[t * out + o]) / bound);
         }
-      const double ms = MedianMs([&] { ops::Linear(wv, x.data(), n, in, y.data(), out, &pool, mp); }, 5);
+      const double ms = MedianMs([&] { ops::Linear(v, x.data(), n, in, y.data(), out, &pool, mp, xp); }, 5);
       const bool ok = worst < 1;
       failures += !ok;
-      std::printf("  %3lld token%s  precision %-4s  max|fast-ref| / bound = %.1e %s  %.3f ms (%.1f GFLOP/s)\n",
-                  (long long)n, n == 1 ? " " : "s", bf16 ? "bf16" : "f32", worst, ok ? "ok" : "MISMATCH", ms,
-                  2.0 * n * out * in / ms / 1e6);
+      std::printf("  %3lld token%s  precision %-4s %-7s  max|fast-ref| / bound = %.1e %s  %.3f ms (%.1f GFLOP/s)\n",
+                  (long long)n, n == 1 ? " " : "s", bf16 ? "bf16" : "f32", variant == 2 ? "panels" : "stored", worst,
+                  ok ? "ok" : "MISMATCH", ms, 2.0 * n * out * in / ms / 1e6);
     }
   }
   return failures;

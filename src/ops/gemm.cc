@@ -25,7 +25,7 @@ constexpr int64_t kNc = 128;    // output columns per packed bf16 pair block, at
 // Depth of a packed bf16 pair block (even: pairs never straddle blocks): kKcDot x kNc bf16 is
 // 128 KiB. 512 was 6-14% faster than 256 at 256 tokens on the Gemma-4 MLP and q weights (in-process
 // A/B, 2026-11-30); 1024 gained 3-4% more but needs 256 KiB of stack. (Models loaded for matmul
-// precision bf16 skip this packing: their panels are packed at load, RunBf16Panels.)
+// precision bf16 skip this packing: their panels were packed at load.)
 constexpr int64_t kKcDot = 512;
 // Below this many x elements per call (decode), rounding x on the calling thread beats a hand-out.
 constexpr int64_t kParallelRoundFloats = 1 << 16;
@@ -86,36 +86,6 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
 // Words per row of the rounded-x scratch: in / 2 pairs, padded to 64 bytes.
 int64_t PairsStride(int64_t in) { return ((in + 1) / 2 + 15) / 16 * 16; }
 
-// bf16 dot products: weight rows packed as pair panels once per block, each 8-token tile's x rows
-// as pairs (from xr, rounded once per call, or rounded here once per block), 8 x 32 tiles on
-// pv_tile (which adds to y: zeroed first).
-void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, int64_t x_stride, const uint32_t* xr,
-                float* y, int64_t y_stride, const Item& it) {
-  alignas(64) uint32_t bp[kKcDot / 2 * kNc];  // weight pair panels, [nc / 16][kc / 2][16]
-  alignas(64) uint32_t xp[kMrDot][kKcDot / 2];  // the tile's x rows as bf16 pairs
-  const uint16_t* wdata = static_cast<const uint16_t*>(w.data);
-  for (int64_t k0 = 0; k0 < w.in; k0 += kKcDot) {
-    const int64_t kc = std::min(kKcDot, w.in - k0), pairs = (kc + 1) / 2;
-    dot.pack_weight_pairs16(wdata + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
-    for (int64_t t = it.t_begin; t < it.t_end; t += kMrDot) {
-      const int mr = static_cast<int>(std::min(kMrDot, it.t_end - t));
-      const uint32_t* rows[kMrDot];
-      for (int r = 0; r < kMrDot; ++r) {
-        const int64_t row = t + (r < mr ? r : 0);
-        if (xr) {
-          rows[r] = xr + row * PairsStride(w.in) + k0 / 2;
-        } else {
-          if (r < mr) dot.pairs_from_f32(x + row * x_stride + k0, kc, xp[r]);
-          rows[r] = xp[r < mr ? r : 0];
-        }
-      }
-      if (k0 == 0)
-        for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
-      dot.pv_tile(rows, bp, pairs, pairs * 16, y + t * y_stride + it.o0, y_stride, mr, static_cast<int>(it.nc), nullptr);
-    }
-  }
-}
-
 // Pairs per k block on prepacked panels: all of them up to 2048 (4096 features), else the fewest
 // equal blocks of at most that many, in whole 64-byte lines. Measured (2026-11-30, 2 threads, bf16,
 // 16-256 tokens, Gemma-4-width MLP and Gemma-3-1B MLP weights): the whole depth or 2048 pairs ran
@@ -126,20 +96,39 @@ int64_t PanelBlockPairs(int64_t in) {
   return ((pairs + blocks - 1) / blocks + 15) / 16 * 16;
 }
 
-// As RunBf16Dot on the weight's prepacked panels (w.pairs) and x rounded once (xr): no packing.
-void RunBf16Panels(const Bf16DotKernels& dot, const WeightView& w, const uint32_t* xr, float* y, int64_t y_stride,
-                   const Item& it) {
-  const int64_t pairs = (w.in + 1) / 2, panel = pairs * 16, block = PanelBlockPairs(w.in);
+// bf16 dot products on pair panels, pv_tile over each 8-token tile (it adds to y: zeroed first).
+// The panels are the weight's prepacked ones (w.pairs, with xr) or packed here once per 512-deep
+// block; x rows come as pairs from xr (rounded once per call) or are rounded here once per block.
+void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, int64_t x_stride, const uint32_t* xr,
+                float* y, int64_t y_stride, const Item& it) {
+  alignas(64) uint32_t bp[kKcDot / 2 * kNc];    // per-call pair panels, [nc / 16][kc / 2][16]
+  alignas(64) uint32_t xp[kMrDot][kKcDot / 2];  // the tile's x rows as bf16 pairs (no xr)
+  const bool prepacked = w.pairs != nullptr && xr != nullptr;
+  const int64_t pairs = (w.in + 1) / 2, block = prepacked ? PanelBlockPairs(w.in) : kKcDot / 2;
   for (int64_t p0 = 0; p0 < pairs; p0 += block) {
-    const int64_t bp = std::min(block, pairs - p0);
+    const int64_t bpairs = std::min(block, pairs - p0), k0 = 2 * p0, kc = std::min(2 * block, w.in - k0);
+    const uint32_t* panels = bp;  // the item's first panel at this block; the next ones `stride` apart
+    int64_t stride = bpairs * 16;
+    if (prepacked) {
+      panels = w.pairs + it.o0 / 16 * pairs * 16 + p0 * 16, stride = pairs * 16;
+    } else {
+      dot.pack_weight_pairs16(static_cast<const uint16_t*>(w.data) + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
+    }
     for (int64_t t = it.t_begin; t < it.t_end; t += kMrDot) {
       const int mr = static_cast<int>(std::min(kMrDot, it.t_end - t));
       const uint32_t* rows[kMrDot];
-      for (int r = 0; r < kMrDot; ++r) rows[r] = xr + (t + (r < mr ? r : 0)) * PairsStride(w.in) + p0;
+      for (int r = 0; r < kMrDot; ++r) {
+        const int64_t row = t + (r < mr ? r : 0);
+        if (xr) {
+          rows[r] = xr + row * PairsStride(w.in) + p0;
+        } else {
+          if (r < mr) dot.pairs_from_f32(x + row * x_stride + k0, kc, xp[r]);
+          rows[r] = xp[r < mr ? r : 0];
+        }
+      }
       if (p0 == 0)
         for (int r = 0; r < mr; ++r) std::memset(y + (t + r) * y_stride + it.o0, 0, it.nc * sizeof(float));
-      dot.pv_tile(rows, w.pairs + it.o0 / 16 * panel + p0 * 16, bp, panel, y + t * y_stride + it.o0, y_stride, mr,
-                  static_cast<int>(it.nc), nullptr);
+      dot.pv_tile(rows, panels, bpairs, stride, y + t * y_stride + it.o0, y_stride, mr, static_cast<int>(it.nc), nullptr);
     }
   }
 }
@@ -169,7 +158,6 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   TESSERA_CHECK(!bf16 || w.dtype == DType::kBF16, "Gemm: precision bf16 needs bf16 weights");
   const SimdKernels& simd = Simd();
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
-  const bool panels = dot && w.pairs && x_pairs;  // prepacked weights: nothing to pack per call
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols = dot ? BlockColumns(w.out, threads) : kNcF32;
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
@@ -182,7 +170,6 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
     const Item it{o0, std::min(block_cols, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * mr)};
-    if (panels) return RunBf16Panels(*dot, w, x_pairs, y, y_stride, it);
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
   };

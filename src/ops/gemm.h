@@ -3,7 +3,9 @@
 // stack and reused by every token of the block, so the micro-tile (ops/simd.h gemm_tile) runs at
 // the FMA rate instead of the weight-streaming rate of the row-dot path. At precision bf16 on CPUs
 // with AVX-512-BF16, bf16 weights are packed as pair panels instead and the tile is the dot
-// product's (ops/bf16_dot.h pv_tile), at twice the FMA rate.
+// product's (ops/bf16_dot.h pv_tile), at twice the FMA rate; a weight whose panels were packed at
+// load (WeightView::pairs, PackPairPanels) skips the per-call packing, and Linear then sends it
+// every token count (decode included).
 #pragma once
 
 #include <cstdint>
