@@ -14,10 +14,10 @@ namespace {
 
 constexpr int64_t kMr = 6;      // tokens per f32 micro-tile
 constexpr int64_t kNr = 16;     // output columns per f32 micro-tile (one packed panel)
-constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 micro-tiles, fewer rows wider)
+constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 register tiles, 1-4 rows wider)
 // An f32 block is deep and narrow: kKcF32 x kNcF32 f32 = 128 KiB, L2-resident. Each 6 x 16 tile
 // call then runs 1024 FMA steps instead of 256 (the call and its C tile loads and stores were the
-// overhead): 256 x 128 -> 1024 x 32 was 1.07-1.17x at 256 tokens on the Gemma-4 MLP and Gemma-3-1B
+// overhead): 256 x 128 -> 1024 x 32 was 1.04-1.16x at 256 tokens on the Gemma-4 MLP and q and Gemma-3-1B
 // MLP weights (in-process, prepacked panels, 2026-11-30; the output width made no difference).
 constexpr int64_t kKcF32 = 1024;
 constexpr int64_t kNcF32 = 32;
@@ -89,7 +89,7 @@ int64_t PairsStride(int64_t in) { return ((in + 1) / 2 + 15) / 16 * 16; }
 // Pairs per k block on prepacked panels: all of them up to 2048 (4096 features), else the fewest
 // equal blocks of at most that many, in whole 64-byte lines. Measured (2026-11-30, 2 threads, bf16,
 // 16-256 tokens, Gemma-4-width MLP and Gemma-3-1B MLP weights): the whole depth or 2048 pairs ran
-// 2-9% faster than 512 (the x tile then streams from L2, but each C tile is loaded and stored
+// 2-10% faster than 512 (the x tile then streams from L2, but each C tile is loaded and stored
 // fewer times). Depends on `in` only, so a token's result does not depend on n.
 int64_t PanelBlockPairs(int64_t in) {
   const int64_t pairs = (in + 1) / 2, blocks = (pairs + 2047) / 2048;
