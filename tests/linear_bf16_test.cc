@@ -16,6 +16,7 @@
 #include "ops/gemm.h"
 #include "ops/linear.h"
 #include "runtime/session.h"
+#include "linear_check.h"
 #include "tiny_model.h"
 
 namespace tessera {
@@ -65,20 +66,12 @@ TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
       ops::EnableBf16Dot(dot);
       for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
         for (int path = 0; path < 3; ++path) {
-          std::fill(y.begin(), y.end(), -7.0f);
+          std::fill(y.begin(), y.end(), testing::kUnwritten);
           if (path == 0) ops::Gemm(wv, p.x.data(), n, p.xs, y.data(), p.ys, pool, MatmulPrecision::kBf16);
           else if (path == 1) ops::Linear(wv, p.x.data(), n, p.xs, y.data(), p.ys, pool, MatmulPrecision::kBf16);
           else ops::LinearRowDot(wv, p.x.data(), n, p.xs, y.data(), p.ys, pool, MatmulPrecision::kBf16);
-          for (int64_t t = 0; t < n; ++t)
-            for (int64_t o = 0; o < p.ys; ++o) {
-              const size_t i = t * p.ys + o;
-              if (o >= out) {
-                ASSERT_EQ(y[i], -7.0f) << "wrote past the row: t=" << t << " o=" << o;
-              } else {
-                ASSERT_NEAR(y[i], ref[i], Tolerance(in)) << "dot " << dot << " path " << path << " n=" << n
-                                                         << " in=" << in << " out=" << out << " t=" << t << " o=" << o;
-              }
-            }
+          ASSERT_TRUE(testing::LinearRowsMatch(y, ref, n, p.ys, out, Tolerance(in)))
+              << "dot " << dot << " path " << path << " n=" << n << " in=" << in << " out=" << out;
         }
       }
     }
