@@ -1,5 +1,6 @@
-// Linear (y = x W^T) on Tessera's kernels (ops::Linear: the row-dot path for a few tokens, the
-// blocked GEMM for more) against oneDNN's matmul, the library the performance issue names, on the
+// Linear (y = x W^T) on Tessera's kernels (ops::Linear: on stored weights the row-dot path for a
+// few tokens and the blocked GEMM for more; on bf16 pair panels the GEMM for every count) against
+// oneDNN's matmul, the library the performance issue names, on the
 // same Gemma-width weights, token counts and thread count, in one run beside the roofline: the
 // issue keeps hand-written kernels only where they beat it, measured. By default each side gets
 // its best case: weights reordered once, outside the timing, oneDNN's into the layout it picks

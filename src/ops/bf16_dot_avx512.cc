@@ -174,19 +174,24 @@ void PvTileRC(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64
   }
 }
 
-// One R-row strip of up to kMaxC panels: the kernel for its live panel count.
+// PvTileRC for `live` (1..C) panels: the instance whose C is the live count.
+template <int R, int C, bool kFeed>
+void PvLivePanels(int live, const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c,
+                  int64_t cs, int mr, int nr, LineFeeder& pf) {
+  if constexpr (C > 1) {
+    if (live < C) return PvLivePanels<R, C - 1, kFeed>(live, w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  }
+  PvTileRC<R, C, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+}
+
+// One R-row strip in calls of up to kMaxC panels.
 template <int R, int kMaxC, bool kFeed>
 void PvStrip(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
              int mr, int nr, LineFeeder& pf) {
-  using Kernel = void (*)(const uint32_t* const*, const uint32_t*, int64_t, int64_t, float*, int64_t, int, int,
-                          LineFeeder&);
-  static constexpr Kernel kByPanels[8] = {PvTileRC<R, 1, kFeed>, PvTileRC<R, (kMaxC > 1 ? 2 : 1), kFeed>,
-                                          PvTileRC<R, (kMaxC > 2 ? 3 : 1), kFeed>, PvTileRC<R, (kMaxC > 3 ? 4 : 1), kFeed>,
-                                          PvTileRC<R, (kMaxC > 4 ? 5 : 1), kFeed>, PvTileRC<R, (kMaxC > 5 ? 6 : 1), kFeed>,
-                                          PvTileRC<R, (kMaxC > 6 ? 7 : 1), kFeed>, PvTileRC<R, (kMaxC > 7 ? 8 : 1), kFeed>};
   for (int j0 = 0; j0 < nr; j0 += 16 * kMaxC) {
     const int cols = nr - j0 < 16 * kMaxC ? nr - j0 : 16 * kMaxC;
-    kByPanels[(cols + 15) / 16 - 1](w, vp + (j0 / 16) * vp_stride, pairs, vp_stride, c + j0, cs, mr, cols, pf);
+    PvLivePanels<R, kMaxC, kFeed>((cols + 15) / 16, w, vp + (j0 / 16) * vp_stride, pairs, vp_stride, c + j0, cs, mr,
+                                  cols, pf);
   }
 }
 
