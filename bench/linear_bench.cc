@@ -1,10 +1,11 @@
 // Linear (y = x W^T) on Gemma-width weights: the row-dot path vs the blocked GEMM for token counts
 // from decode (1) to a prefill chunk (256), beside the machine's roofline measured in the same run
-// (read bandwidth, FMA peak). Picks the crossover `kGemmMinTokens` in ops/linear.cc. For bf16
-// weights it also times matmul precision bf16 (x rounded to bf16; AVX-512-BF16's dot product where
-// the CPU has it) on the stored weights (the row-dot path below 4 tokens, the GEMM packing per call
-// from 4) and on the pair panels a model loaded for precision bf16 packs once (WeightView::pairs),
-// against the bf16 dot-product peak and the read bandwidth.
+// (read bandwidth, FMA peak). Picks the crossover `kGemmMinTokens` in ops/linear.cc. Then Linear as
+// a model runs it, on the stored weights (row-dot below the crossover, the GEMM packing per call
+// above) and on the panels a model loaded for that precision packs once: f32 weights at matmul
+// precision f32 on f32 panels (WeightView::panels), bf16 weights at precision bf16 (x rounded to
+// bf16; AVX-512-BF16's dot product where the CPU has it) on pair panels (WeightView::pairs), against
+// the f32 FMA or bf16 dot-product peak and the read bandwidth.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
 #include <algorithm>
@@ -48,9 +49,9 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
                           {"gemma4-12b q (sliding)", 4096, 3840}, {"gemma3-1b mlp up", 6912, 1152}};
-  std::printf("%-24s %-5s %5s %12s %12s %12s %10s %10s | %13s %13s %10s %10s %8s\n", "weight", "dtype", "n",
-              "row-dot ms", "gemm ms", "best GFLOP/s", "% FMA peak", "W GB/s", "stored@bf16", "panels@bf16",
-              "% dot peak", "W GB/s", "x stored");
+  std::printf("%-24s %-5s %5s %12s %12s %12s %10s %10s | %10s %10s %10s %10s %8s\n", "weight", "dtype", "n",
+              "row-dot ms", "gemm ms", "best GFLOP/s", "% FMA peak", "W GB/s", "stored ms", "panels ms", "% peak",
+              "W GB/s", "x stored");
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.0f, 0.05f);
   for (const Shape& s : shapes) {
@@ -60,9 +61,19 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> w(wf.size() * DTypeSize(dt));
       EncodeFromF32(dt, wf.data(), w.data(), wf.size());
       const ops::WeightView wv{w.data(), dt, s.out, s.in};
-      ops::WeightView packed = wv;  // the pair panels (bf16 weights on CPUs with the dot product)
-      AlignedBuffer panels(dt == DType::kBF16 ? ops::PairPanelWords(s.out, s.in) * 4 : 0);
-      if (dt == DType::kBF16 && ops::PackPairPanels(wv, panels.as<uint32_t>())) packed.pairs = panels.as<uint32_t>();
+      // Linear as a model loaded for the dtype's precision runs it: f32 panels at f32, pair panels
+      // at bf16 (CPUs with the dot product; none elsewhere).
+      const bool bf16 = dt == DType::kBF16;
+      const auto precision = bf16 ? ops::MatmulPrecision::kBf16 : ops::MatmulPrecision::kF32;
+      ops::WeightView packed = wv;
+      AlignedBuffer panels(bf16 ? ops::PairPanelWords(s.out, s.in) * 4 : ops::F32PanelFloats(s.out, s.in) * 4);
+      if (!bf16) {
+        ops::PackF32Panels(wv, panels.as<float>());
+        packed.panels = panels.as<float>();
+      } else if (ops::PackPairPanels(wv, panels.as<uint32_t>())) {
+        packed.pairs = panels.as<uint32_t>();
+      }
+      const double p_peak = bf16 && dot_peak > 0 ? dot_peak : peak;
       for (int64_t n : {1, 2, 3, 4, 6, 8, 10, 12, 16, 64, 256}) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
@@ -72,24 +83,19 @@ int main(int argc, char** argv) {
         std::printf("%-24s %-5s %5lld %12.3f %12.3f %12.1f %10.0f %10.1f |", s.name, DTypeName(dt), (long long)n, row,
                     gemm, flops / best / 1e6, peak > 0 ? 100 * flops / best / 1e6 / peak : 0.0,
                     double(w.size()) / best / 1e6);
-        if (dt == DType::kBF16) {
-          AlignedBuffer x_pairs(ops::GemmScratchWords(n, s.in) * 4);  // as the model passes it
-          const auto bf16 = ops::MatmulPrecision::kBf16;
-          const double stored = bench::MedianMs(reps, [&] {
-            ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, bf16, x_pairs.as<uint32_t>());
-          });
-          const double pan = packed.pairs == nullptr ? 0.0 : bench::MedianMs(reps, [&] {
-            ops::Linear(packed, x.data(), n, s.in, y.data(), s.out, &pool, bf16, x_pairs.as<uint32_t>());
-          });
-          if (pan > 0) {
-            std::printf(" %13.3f %13.3f %10.0f %10.1f %8.2f\n", stored, pan,
-                        dot_peak > 0 ? 100 * flops / pan / 1e6 / dot_peak : 0.0, double(w.size()) / pan / 1e6,
-                        stored / pan);
-          } else {
-            std::printf(" %13.3f %13s %10s %10s %8s\n", stored, "-", "-", "-", "-");
-          }
+        AlignedBuffer x_pairs(ops::GemmScratchWords(n, s.in) * 4);  // as the model passes it
+        const double stored = bench::MedianMs(reps, [&] {
+          ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, precision, x_pairs.as<uint32_t>());
+        });
+        const bool has_panels = packed.pairs != nullptr || packed.panels != nullptr;
+        const double pan = !has_panels ? 0.0 : bench::MedianMs(reps, [&] {
+          ops::Linear(packed, x.data(), n, s.in, y.data(), s.out, &pool, precision, x_pairs.as<uint32_t>());
+        });
+        if (pan > 0) {
+          std::printf(" %10.3f %10.3f %10.0f %10.1f %8.2f\n", stored, pan,
+                      p_peak > 0 ? 100 * flops / pan / 1e6 / p_peak : 0.0, double(w.size()) / pan / 1e6, stored / pan);
         } else {
-          std::printf(" %13s %13s %10s %10s %8s\n", "-", "-", "-", "-", "-");
+          std::printf(" %10.3f %10s %10s %10s %8s\n", stored, "-", "-", "-", "-");
         }
       }
     }

@@ -1,11 +1,11 @@
 // Linear (y = x W^T) on Tessera's kernels (ops::Linear: on stored weights the row-dot path for a
-// few tokens and the blocked GEMM for more; on bf16 pair panels the GEMM for every count) against
+// few tokens and the blocked GEMM for more; on prepacked panels the GEMM for every count) against
 // oneDNN's matmul, the library the performance issue names, on the
 // same Gemma-width weights, token counts and thread count, in one run beside the roofline: the
 // issue keeps hand-written kernels only where they beat it, measured. By default each side gets
 // its best case: weights reordered once, outside the timing, oneDNN's into the layout it picks
-// (format `any`), Tessera's bf16 weights into the pair panels a model loaded for matmul precision
-// bf16 uses (ops::PackPairPanels; its f32 weights have no packed form); `--weights stored` makes
+// (format `any`), Tessera's into the panels a model loaded for that matmul precision uses (f32:
+// ops::PackF32Panels, bf16: the pair panels of ops::PackPairPanels); `--weights stored` makes
 // both read them as the checkpoint stores them ([out, in] row-major), packing per call.
 //   f32:  x f32, W f32 [out, in]            vs  oneDNN f32 x f32 -> f32
 //   bf16: x rounded to bf16, W bf16, f32 sums (Tessera's matmul precision bf16)
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
   std::printf("roofline (%d threads): read bandwidth %.1f GB/s, f32 FMA peak %.1f GFLOP/s, bf16 dot peak %.1f "
               "GFLOP/s; oneDNN %d.%d.%d (%s), weights %s\n\n",
               threads, bw, peak, dot_peak, v->major, v->minor, v->patch, v->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "other",
-              prepack ? "reordered once (oneDNN's layout; Tessera's bf16 pair panels)" : "read as stored");
+              prepack ? "reordered once (oneDNN's layout; Tessera's panels)" : "read as stored");
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   struct Shape {
     const char* name;
@@ -132,8 +132,13 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> w(wf.size() * DTypeSize(dt));  // [out, in]
       EncodeFromF32(dt, wf.data(), w.data(), wf.size());
       ops::WeightView wv{w.data(), dt, s.out, s.in};
-      AlignedBuffer panels(bf16 && prepack ? ops::PairPanelWords(s.out, s.in) * 4 : 0);
-      if (bf16 && prepack && ops::PackPairPanels(wv, panels.as<uint32_t>())) wv.pairs = panels.as<uint32_t>();
+      AlignedBuffer panels(!prepack ? 0 : bf16 ? ops::PairPanelWords(s.out, s.in) * 4 : ops::F32PanelFloats(s.out, s.in) * 4);
+      if (prepack && !bf16) {
+        ops::PackF32Panels(wv, panels.as<float>());
+        wv.panels = panels.as<float>();
+      } else if (prepack && ops::PackPairPanels(wv, panels.as<uint32_t>())) {
+        wv.pairs = panels.as<uint32_t>();
+      }
       const auto precision = bf16 ? ops::MatmulPrecision::kBf16 : ops::MatmulPrecision::kF32;
       const auto dnnl_dt = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
       for (int64_t n : {1, 16, 64, 256}) {

@@ -1,9 +1,10 @@
-// Linear on prepacked bf16 pair panels (ops::WeightView::pairs, ops::PackPairPanels), the path a
-// model loaded with WeightLoadOptions::pack_bf16_panels takes at matmul precision bf16: against
-// LinearReference at bf16 on every shape class, the panels (not the stored matrix) are what is
-// read, a token's result is the same alone or in any batch (decode = prefill), the paths that
-// cannot use the panels fall back to the stored matrix, and the loader packs what Linear reads
-// and keeps the model's logits.
+// Linear on prepacked panels, the path a model loaded with WeightLoadOptions::pack_panels_for
+// takes: bf16 pair panels (ops::WeightView::pairs, ops::PackPairPanels) at matmul precision bf16
+// and f32 panels (ops::WeightView::panels, ops::PackF32Panels) at precision f32. For each: against
+// LinearReference on every shape class, the panels (not the stored matrix) are what is read, a
+// token's result is the same alone or in any batch (decode = prefill), the paths that cannot use
+// the panels fall back to the stored matrix, and the loader packs what Linear reads and keeps the
+// model's logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -241,7 +242,7 @@ TEST(LinearPanels, LoaderPacksWhatLinearReads) {
   for (const char* name : {"gemma4_text", "gemma3_text"}) {
     Bf16Checkpoint ck(name);
     model::WeightLoadOptions packed_options;
-    packed_options.pack_bf16_panels = true;
+    packed_options.pack_panels_for = MatmulPrecision::kBf16;
     auto plain = model::LoadedModel::Load(ck.dir());
     auto packed = model::LoadedModel::Load(ck.dir(), packed_options);
     ASSERT_TRUE(plain.ok()) << plain.status().message();
@@ -280,6 +281,190 @@ TEST(LinearPanels, LoaderPacksWhatLinearReads) {
     std::printf("%s: max|logit| %.3f, bf16 vs f32 matmuls %.2e, packed vs unpacked %.2e\n", name, scale, bf16_effect,
                 diff);
   }
+}
+
+// ---- f32 panels: precision f32's prepacked form ----
+
+// An f32 weight [out, in], its f32 panels, and x [n, in + 5] (strided).
+struct F32Problem {
+  int64_t n, in, out, xs, ys;
+  std::vector<float> w;
+  AlignedBuffer panels;
+  std::vector<float> x;
+
+  ops::WeightView Stored() const { return {w.data(), DType::kF32, out, in}; }
+  ops::WeightView View() const {
+    ops::WeightView v = Stored();
+    v.panels = panels.as<float>();
+    return v;
+  }
+};
+
+F32Problem MakeF32Problem(std::mt19937& rng, int64_t n, int64_t in, int64_t out) {
+  std::normal_distribution<float> nd;
+  F32Problem p{n, in, out, in + 5, out + 3, std::vector<float>(out * in),
+               AlignedBuffer(ops::F32PanelFloats(out, in) * sizeof(float)), std::vector<float>(n * (in + 5))};
+  for (float& v : p.w) v = nd(rng);
+  for (float& v : p.x) v = nd(rng);
+  ops::PackF32Panels(p.Stored(), p.panels.as<float>());
+  return p;
+}
+
+// The layout element by element (partial 16-row panels, depths off the 8-deep transpose), bf16
+// weights widened exactly, and rows read back (a tied embedding's lookup) are the stored rows.
+TEST(LinearF32Panels, PackLayout) {
+  std::mt19937 rng(31);
+  for (auto [out, in] : {std::pair<int64_t, int64_t>{16, 32}, {5, 7}, {37, 65}, {33, 1}, {17, 1030}}) {
+    F32Problem p = MakeF32Problem(rng, 1, in, out);
+    const float* dst = p.panels.as<float>();
+    ASSERT_EQ(ops::F32PanelFloats(out, in), (out + 15) / 16 * in * 16);
+    for (int64_t c = 0; c < (out + 15) / 16; ++c)
+      for (int64_t k = 0; k < in; ++k)
+        for (int64_t j = 0; j < 16; ++j) {
+          const int64_t r = 16 * c + j;
+          ASSERT_EQ(dst[(c * in + k) * 16 + j], r < out ? p.w[r * in + k] : 0.0f) << out << "x" << in << " c " << c;
+        }
+    std::vector<uint16_t> wb(p.w.size());
+    EncodeFromF32(DType::kBF16, p.w.data(), wb.data(), wb.size());
+    AlignedBuffer widened(ops::F32PanelFloats(out, in) * sizeof(float));
+    ops::PackF32Panels({wb.data(), DType::kBF16, out, in}, widened.as<float>());
+    for (int64_t r = 0; r < out; ++r)
+      for (int64_t k = 0; k < in; ++k)
+        ASSERT_EQ(widened.as<float>()[((r / 16) * in + k) * 16 + r % 16], Bf16ToF32(wb[r * in + k])) << r << " " << k;
+    std::vector<float> got(in + 1, testing::kUnwritten);
+    for (int64_t r = 0; r < out; ++r) {
+      ops::F32PanelRowToF32(dst, in, r, got.data());
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(got[i], p.w[r * in + i]) << out << "x" << in << " r " << r << " i " << i;
+      ASSERT_EQ(got[in], testing::kUnwritten) << "wrote past the row";
+    }
+  }
+}
+
+// Token counts from decode (1-5: the micro-tile's short row counts) through partial and whole
+// 6-token tiles; widths off the 16-column panel and the 32-column block; depths under one 1024 k
+// block and over several; strided x and y; no pool and 3 threads.
+TEST(LinearF32Panels, MatchReferenceAtF32) {
+  std::mt19937 rng(32);
+  ThreadPool pool3(3);
+  for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{1, 5, 3}, {2, 7, 17}, {3, 64, 32}, {4, 256, 33},
+                            {5, 257, 129}, {6, 100, 48}, {37, 513, 300}, {1, 1152, 1001}, {17, 4097, 45},
+                            {4, 2050, 20}, {1, 3000, 70}, {12, 2, 16}}) {
+    F32Problem p = MakeF32Problem(rng, n, in, out);
+    std::vector<float> ref(n * p.ys), y(n * p.ys);
+    ops::LinearReference(p.Stored(), p.x.data(), n, p.xs, ref.data(), p.ys, MatmulPrecision::kF32);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool3}) {
+      std::fill(y.begin(), y.end(), testing::kUnwritten);
+      ops::Linear(p.View(), p.x.data(), n, p.xs, y.data(), p.ys, pool, MatmulPrecision::kF32);
+      ASSERT_TRUE(testing::LinearRowsMatch(y, ref, n, p.ys, out, Tolerance(in)))
+          << "n=" << n << " in=" << in << " out=" << out << " threads " << (pool != nullptr);
+    }
+  }
+}
+
+// With f32 panels Linear at precision f32 reads the panels only, decode included: stored data full
+// of NaN changes nothing, and another matrix's stored data beside p's panels gives p's result.
+TEST(LinearF32Panels, PanelsAreWhatIsRead) {
+  std::mt19937 rng(33);
+  ThreadPool pool(2);
+  for (int64_t n : {1, 3, 20}) {
+    F32Problem p = MakeF32Problem(rng, n, 300, 50);
+    F32Problem other = MakeF32Problem(rng, n, 300, 50);
+    std::vector<float> want(n * p.ys), y(n * p.ys, testing::kUnwritten);
+    ops::LinearReference(p.Stored(), p.x.data(), n, p.xs, want.data(), p.ys, MatmulPrecision::kF32);
+    ops::WeightView nan_data = p.View();
+    std::vector<float> nans(p.w.size(), std::numeric_limits<float>::quiet_NaN());
+    nan_data.data = nans.data();
+    ops::Linear(nan_data, p.x.data(), n, p.xs, y.data(), p.ys, &pool, MatmulPrecision::kF32);
+    ASSERT_TRUE(testing::LinearRowsMatch(y, want, n, p.ys, p.out, Tolerance(p.in))) << "NaN stored data, n=" << n;
+    ops::WeightView mixed = other.View();  // other's stored matrix, p's panels
+    mixed.panels = p.panels.as<float>();
+    std::fill(y.begin(), y.end(), testing::kUnwritten);
+    ops::Linear(mixed, p.x.data(), n, p.xs, y.data(), p.ys, nullptr, MatmulPrecision::kF32);
+    ASSERT_TRUE(testing::LinearRowsMatch(y, want, n, p.ys, p.out, Tolerance(p.in))) << "other stored data, n=" << n;
+  }
+}
+
+// Each output is one chain of 1024-deep k blocks whatever n: a token alone (decode) gives bit for
+// bit its result in any batch at any tile position (prefill), threads or not, and the same bits
+// as the GEMM packing the stored matrix per call.
+TEST(LinearF32Panels, TokenAloneOrInABatchIsBitIdentical) {
+  std::mt19937 rng(34);
+  ThreadPool pool(2);
+  for (int64_t in : {300, 2500}) {
+    F32Problem p = MakeF32Problem(rng, 23, in, 150);
+    std::vector<float> all(p.n * p.out), part(p.n * p.out), per_call(p.n * p.out);
+    ops::Linear(p.View(), p.x.data(), p.n, p.xs, all.data(), p.out, &pool, MatmulPrecision::kF32);
+    ops::Gemm(p.Stored(), p.x.data(), p.n, p.xs, per_call.data(), p.out, &pool, MatmulPrecision::kF32);
+    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], per_call[i]) << "in " << in << " i " << i;
+    for (int64_t start : {0, 1, 5, 11, 22}) {
+      const int64_t cnt = start == 22 ? 1 : p.n - start;
+      ops::Linear(p.View(), p.x.data() + start * p.xs, cnt, p.xs, part.data(), p.out, start % 2 ? nullptr : &pool,
+                  MatmulPrecision::kF32);
+      for (int64_t i = 0; i < cnt * p.out; ++i)
+        ASSERT_EQ(part[i], all[start * p.out + i]) << "in " << in << " start " << start << " i " << i;
+    }
+  }
+}
+
+// At precision f32 the loader packs every f32 matrix a Linear reads (the embedding only when tied
+// to the LM head), each view's panels are its own matrix, and the packed model's logits equal the
+// unpacked one's up to f32 summation order (the unpacked model runs its decode and short chunks
+// on the row-dot path): within 1e-4 of the largest logit, where a misattached matrix would be of
+// the order of the logits. Panels are packed only where the precision reads them: not at
+// precision bf16 for f32 matrices, not at precision f32 for bf16 ones (f32 panels would double
+// their memory).
+TEST(LinearF32Panels, LoaderPacksWhatLinearReads) {
+  ThreadPool pool(2);
+  std::mt19937 rng(35);
+  model::WeightLoadOptions f32_options, bf16_options;
+  f32_options.pack_panels_for = MatmulPrecision::kF32;
+  bf16_options.pack_panels_for = MatmulPrecision::kBf16;
+  for (const char* name : {"gemma4_text", "gemma3_text"}) {
+    const std::string dir = (fs::path(TESSERA_TESTDATA_DIR) / "models" / name).string();
+    auto plain = model::LoadedModel::Load(dir);
+    auto packed = model::LoadedModel::Load(dir, f32_options);
+    auto at_bf16 = model::LoadedModel::Load(dir, bf16_options);
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    ASSERT_TRUE(packed.ok()) << packed.status().message();
+    ASSERT_TRUE(at_bf16.ok()) << at_bf16.status().message();
+    const model::GemmaWeights& w = packed.value()->model().weights();
+    ASSERT_EQ(w.lm_head.dtype, DType::kF32) << name;
+    const bool tied = w.lm_head.data == w.embed.data;
+    EXPECT_EQ(w.embed.panels, tied ? w.lm_head.panels : nullptr) << name;
+    std::vector<const ops::WeightView*> linear{&w.lm_head};
+    for (const model::LayerWeights& lw : w.layers)
+      for (const ops::WeightView* v : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate, &lw.up, &lw.down})
+        if (v->data != nullptr) linear.push_back(v);
+    ASSERT_GE(linear.size(), 5 * w.layers.size() + 1) << name;
+    for (const ops::WeightView* v : linear) {
+      ASSERT_NE(v->panels, nullptr) << name;
+      ASSERT_EQ(v->pairs, nullptr) << name;
+      const int64_t n = 3;
+      std::normal_distribution<float> nd;
+      std::vector<float> x(n * v->in), y(n * v->out), ref(n * v->out);
+      for (float& e : x) e = nd(rng);
+      ops::Linear(*v, x.data(), n, v->in, y.data(), v->out, &pool, MatmulPrecision::kF32);
+      ops::LinearReference(*v, x.data(), n, v->in, ref.data(), v->out, MatmulPrecision::kF32);
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(v->in)) << name << " " << v->out << "x" << v->in;
+    }
+    for (const model::LayerWeights& lw : at_bf16.value()->model().weights().layers)
+      EXPECT_TRUE(lw.q_proj.panels == nullptr && lw.q_proj.pairs == nullptr) << name;
+    const std::vector<float> a = RunLogits(plain.value()->model(), &pool, MatmulPrecision::kF32);
+    const std::vector<float> b = RunLogits(packed.value()->model(), &pool, MatmulPrecision::kF32);
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(b[i])) << name << " " << i;
+      scale = std::max(scale, double(std::fabs(a[i])));
+      diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+    }
+    EXPECT_LT(diff, 1e-4 * scale) << name;
+    std::printf("%s: max|logit| %.3f, f32 panels vs unpacked %.2e\n", name, scale, diff);
+  }
+  Bf16Checkpoint ck("gemma3_text");
+  auto bf16_at_f32 = model::LoadedModel::Load(ck.dir(), f32_options);
+  ASSERT_TRUE(bf16_at_f32.ok()) << bf16_at_f32.status().message();
+  for (const model::LayerWeights& lw : bf16_at_f32.value()->model().weights().layers)
+    EXPECT_TRUE(lw.up.panels == nullptr && lw.up.pairs == nullptr);
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ int RunCommand(int argc, char** argv) {
   if (!ops::ParseMatmulPrecision(a.Get("matmul-precision", "f32"), &opt.matmul_precision))
     return Fail("--matmul-precision must be f32 or bf16, got '" + a.Get("matmul-precision") + "'");
   model::WeightLoadOptions load_options;  // --dtype: convert the weight matrices on load
-  load_options.pack_bf16_panels = opt.matmul_precision == ops::MatmulPrecision::kBf16;
+  load_options.pack_panels_for = opt.matmul_precision;
   ThreadPool pool(static_cast<int>(std::max<int64_t>(1, threads.value())));  // for loading and the session
   load_options.pool = &pool;
   if (a.Has("dtype")) {

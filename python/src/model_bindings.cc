@@ -67,7 +67,7 @@ void BindModel(py::module_& m) {
              ops::MatmulPrecision mp;
              if (!ops::ParseMatmulPrecision(matmul_precision, &mp))
                throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
-             wo.pack_bf16_panels = mp == ops::MatmulPrecision::kBf16;
+             wo.pack_panels_for = mp;
              wo.pool = Runtime().Pool(threads);
              auto loaded = model::LoadedModel::Load(path, wo);
              ThrowIfError(loaded.status());

@@ -82,8 +82,11 @@ void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
       std::memcpy(row, in.embeds + t * H, H * sizeof(float));  // soft tokens are not scaled
       continue;
     }
-    if (weights_.embed.pairs) {  // a tied embedding packed as the LM head: its mapped rows were released
+    // A tied embedding packed as the LM head: its mapped rows were released.
+    if (weights_.embed.pairs) {
       ops::PairPanelRowToF32(weights_.embed.pairs, H, in.tokens[t], row);
+    } else if (weights_.embed.panels) {
+      ops::F32PanelRowToF32(weights_.embed.panels, H, in.tokens[t], row);
     } else {
       DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + in.tokens[t] * H * es, row, H);
     }

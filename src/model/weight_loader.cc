@@ -34,7 +34,7 @@ class Binder {
     return t;
   }
 
-  // use kLinear: a matrix some Linear reads (packed as pair panels on request); kLookup: a table
+  // use kLinear: a matrix some Linear reads (packed into panels on request); kLookup: a table
   // read by row (the embeddings); a tied embedding is both.
   enum class Use { kLookup, kLinear };
 
@@ -56,33 +56,47 @@ class Binder {
     const io::SafetensorsTensor& v = t.value();
     const bool convert = opt_.convert_to && *opt_.convert_to != v.dtype;
     const DType dtype = convert ? *opt_.convert_to : v.dtype;
-    // (PackPairPanels cannot fail past this check: bf16 weights, the dot product present.)
-    const bool pack = use == Use::kLinear && opt_.pack_bf16_panels && dtype == DType::kBF16 && ops::Bf16Dot();
+    const Panels panels = use == Use::kLinear ? PanelsFor(dtype) : Panels::kNone;
     if (convert) {
       w_.owned.emplace_back(static_cast<size_t>(out * in) * DTypeSize(dtype));
       ConvertDType(v.dtype, v.data, dtype, w_.owned.back().data(), out * in);
       *view = {w_.owned.back().data(), dtype, out, in};
     } else {
       // A hint (the weights stay usable either way); a matrix to pack is read chunk by chunk below.
-      if (!pack) io::MappedFile::Prefault(v.data, v.nbytes);
+      if (panels == Panels::kNone) io::MappedFile::Prefault(v.data, v.nbytes);
       *view = {v.data, v.dtype, out, in};
     }
-    if (pack) PackPanels(view, /*mapped=*/!convert);
+    if (panels != Panels::kNone) PackPanels(panels, view, /*mapped=*/!convert);
     return Status::Ok();
   }
 
-  // Adds a bf16 matrix's pair panels (WeightLoadOptions::pack_bf16_panels), in chunks of 16-row
+  // The panels Linear reads at WeightLoadOptions::pack_panels_for, for a matrix stored as dtype:
+  // pair panels of bf16 matrices at precision bf16 (CPUs with the dot product), f32 panels of f32
+  // matrices at precision f32; none otherwise (a bf16 matrix at precision f32 stays bf16: f32
+  // panels would double its memory).
+  enum class Panels { kNone, kPairs, kF32 };
+  Panels PanelsFor(DType dtype) const {
+    if (!opt_.pack_panels_for) return Panels::kNone;
+    if (*opt_.pack_panels_for == ops::MatmulPrecision::kBf16)
+      return dtype == DType::kBF16 && ops::Bf16Dot() ? Panels::kPairs : Panels::kNone;
+    return dtype == DType::kF32 ? Panels::kF32 : Panels::kNone;
+  }
+
+  // Adds a matrix's panels (pair or f32, WeightLoadOptions::pack_panels_for), in chunks of 16-row
   // panels; a mapped original's pages are released chunk by chunk once packed, so loading holds
   // the panels plus one chunk, not both copies.
-  void PackPanels(ops::WeightView* view, bool mapped) {
-    const int64_t pairs = (view->in + 1) / 2, row_bytes = view->in * static_cast<int64_t>(sizeof(uint16_t));
+  void PackPanels(Panels kind, ops::WeightView* view, bool mapped) {
+    const bool pairs = kind == Panels::kPairs;
+    // Elements (4 bytes: pair words or floats) of one 16-row panel.
+    const int64_t panel_elems = 16 * (pairs ? (view->in + 1) / 2 : view->in);
+    const int64_t row_bytes = view->in * static_cast<int64_t>(DTypeSize(view->dtype));
     const int64_t chunk_rows = std::max<int64_t>(16, kPackChunkBytes / row_bytes / 16 * 16);
     // On huge pages: the first touch of fresh memory is the load's main cost, and in this VM it ran
     // 2.2 GB/s on huge pages vs 0.7 on 4 KiB ones (one thread); decode also streams the panels as
     // attention streams the KV cache.
-    // Every word is written below (PackPairPanels zero-fills past out and in), by the threads.
-    AlignedBuffer panels = AlignedBuffer::Untouched(
-        static_cast<size_t>(ops::PairPanelWords(view->out, view->in)) * sizeof(uint32_t), AlignedBuffer::Pages::kHuge);
+    // Every element is written below (both packers zero-fill past out and in), by the threads.
+    AlignedBuffer panels = AlignedBuffer::Untouched(static_cast<size_t>((view->out + 15) / 16 * panel_elems) * 4,
+                                                    AlignedBuffer::Pages::kHuge);
     const char* src = static_cast<const char*>(view->data);
     for (int64_t r0 = 0; r0 < view->out; r0 += chunk_rows) {
       const int64_t rows = std::min(chunk_rows, view->out - r0);
@@ -95,8 +109,14 @@ class Binder {
         const int64_t b0 = part * per, b1 = std::min(blocks, b0 + per);
         if (b0 >= b1) return;
         const int64_t first = r0 + 16 * b0, n = std::min(rows - 16 * b0, 16 * (b1 - b0));
-        ops::PackPairPanels({src + first * row_bytes, DType::kBF16, n, view->in},
-                            panels.as<uint32_t>() + first / 16 * pairs * 16);
+        const ops::WeightView part_view{src + first * row_bytes, view->dtype, n, view->in};
+        const int64_t offset = first / 16 * panel_elems;
+        // (PackPairPanels cannot fail here: bf16 weights, the dot product present, PanelsFor.)
+        if (pairs) {
+          ops::PackPairPanels(part_view, panels.as<uint32_t>() + offset);
+        } else {
+          ops::PackF32Panels(part_view, panels.as<float>() + offset);
+        }
       };
       if (opt_.pool) {
         opt_.pool->ParallelFor(threads, pack);
@@ -105,7 +125,11 @@ class Binder {
       }
       if (mapped) io::MappedFile::Release(chunk, rows * row_bytes);
     }
-    view->pairs = panels.as<uint32_t>();
+    if (pairs) {
+      view->pairs = panels.as<uint32_t>();
+    } else {
+      view->panels = panels.as<float>();
+    }
     w_.owned.push_back(std::move(panels));
   }
 

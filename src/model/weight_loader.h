@@ -10,17 +10,19 @@
 #include "io/safetensors_checkpoint.h"
 #include "model/gemma_arch.h"
 #include "model/gemma_weights.h"
+#include "ops/linear.h"
 
 namespace tessera::model {
 
 struct WeightLoadOptions {
   std::optional<DType> convert_to;  // keep the stored dtype when empty
-  // Also pack every bf16 Linear matrix as pair panels (ops::WeightView::pairs) for matmul
-  // precision bf16, where the CPU has the bf16 dot product (elsewhere nothing changes): no
-  // per-call packing in the GEMM, faster decode. A mapped matrix's pages are released after
-  // packing (read back from the file only by other paths, e.g. precision f32), so resident memory
-  // stays about one copy; a converted one (convert_to) keeps both copies.
-  bool pack_bf16_panels = false;
+  // Also pack every Linear matrix, once, into the panels Linear reads at this matmul precision:
+  // kBf16: bf16 matrices as pair panels (ops::WeightView::pairs), where the CPU has the bf16 dot
+  // product; kF32: f32 matrices as f32 panels (ops::WeightView::panels). Any other matrix is left
+  // as stored. No per-call packing in the GEMM, and decode streams the panels. A mapped matrix's
+  // pages are released after packing (read back from the file only by other paths, e.g. the other
+  // precision), so resident memory stays about one copy; a converted one (convert_to) keeps both.
+  std::optional<ops::MatmulPrecision> pack_panels_for;
   // Threads to pack on (null: the calling thread). Packing writes fresh memory, whose first touch
   // dominates loading: 4.4 GiB of Gemma-4-width panels 1.3-11 s on one thread here.
   ThreadPool* pool = nullptr;

@@ -58,15 +58,22 @@ struct Item {
   int64_t o0, nc, t_begin, t_end;
 };
 
-// f32 micro-tiles on widened weight panels; round_x: x rounded to bf16 values first (precision
-// bf16 on CPUs without the dot product).
+// f32 micro-tiles on widened weight panels: the weight's prepacked ones (w.panels) or packed here
+// once per block; round_x: x rounded to bf16 values first (precision bf16 on CPUs without the dot
+// product). The blocks are kKcF32 deep either way, so a result does not depend on the panels' source.
 void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
             const Item& it, bool round_x) {
-  alignas(64) float bp[kKcF32 * kNcF32];  // packed f32 weight block, [nc / 16][kc][16]
+  alignas(64) float bp[kKcF32 * kNcF32];  // packed f32 weight block, [nc / 16][kc][16] (no w.panels)
   alignas(64) float xr[kMr][kKcF32];       // the tile's x rows rounded to bf16 (round_x only)
   for (int64_t k0 = 0; k0 < w.in; k0 += kKcF32) {
     const int64_t kc = std::min(kKcF32, w.in - k0);
-    PackBlock(simd, w, it.o0, it.nc, k0, kc, bp);
+    const float* panels = bp;  // the item's first panel at this block; the next ones `stride` apart
+    int64_t stride = kc * kNr;
+    if (w.panels) {
+      panels = w.panels + (it.o0 / kNr * w.in + k0) * kNr, stride = w.in * kNr;
+    } else {
+      PackBlock(simd, w, it.o0, it.nc, k0, kc, bp);
+    }
     for (int64_t t = it.t_begin; t < it.t_end; t += kMr) {
       const int mr = static_cast<int>(std::min(kMr, it.t_end - t));
       const float* rows[kMr];
@@ -76,7 +83,7 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
         rows[r] = round_x ? xr[r < mr ? r : 0] : row;
       }
       for (int64_t j = 0; j < it.nc; j += kNr) {
-        simd.gemm_tile(rows, bp + (j / kNr) * kc * kNr, kc, y + t * y_stride + it.o0 + j, y_stride, mr,
+        simd.gemm_tile(rows, panels + (j / kNr) * stride, kc, y + t * y_stride + it.o0 + j, y_stride, mr,
                        static_cast<int>(std::min(kNr, it.nc - j)), k0 > 0);
       }
     }
@@ -142,6 +149,22 @@ bool PackPairPanels(const WeightView& w, uint32_t* dst) {
   if (dot == nullptr || w.dtype != DType::kBF16) return false;
   dot->pack_weight_pairs16(static_cast<const uint16_t*>(w.data), w.in, w.out, w.in, dst);
   return true;
+}
+
+int64_t F32PanelFloats(int64_t out, int64_t in) { return (out + 15) / 16 * in * 16; }
+
+void PackF32Panels(const WeightView& w, float* dst) {
+  const SimdKernels& simd = Simd();
+  const char* src = static_cast<const char*>(w.data);
+  const size_t es = DTypeSize(w.dtype);
+  for (int64_t p = 0; p * kNr < w.out; ++p)
+    simd.pack_panel16(static_cast<int>(w.dtype), src + p * kNr * w.in * es, w.in,
+                      static_cast<int>(std::min(kNr, w.out - p * kNr)), w.in, dst + p * w.in * kNr);
+}
+
+void F32PanelRowToF32(const float* panels, int64_t in, int64_t r, float* dst) {
+  const float* lane = panels + (r / kNr) * in * kNr + r % kNr;  // element i of row r at lane[i * 16]
+  for (int64_t i = 0; i < in; ++i) dst[i] = lane[i * kNr];
 }
 
 void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst) {

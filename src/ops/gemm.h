@@ -5,7 +5,8 @@
 // with AVX-512-BF16, bf16 weights are packed as pair panels instead and the tile is the dot
 // product's (ops/bf16_dot.h pv_tile), at twice the FMA rate; a weight whose panels were packed at
 // load (WeightView::pairs, PackPairPanels) skips the per-call packing, and Linear then sends it
-// every token count (decode included).
+// every token count (decode included). At precision f32 the same holds for f32 panels packed at
+// load (WeightView::panels, PackF32Panels): the GEMM reads its blocks in place.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +19,9 @@ namespace tessera::ops {
 // Same contract as Linear (ops/linear.h). Work is split over blocks of output columns and, when
 // there are too few of those for the pool, over token ranges. Allocates nothing.
 // At precision bf16 (bf16 weights only) each token's result is the same whatever n or position.
-// With w.pairs set and x_pairs given (precision bf16, CPUs with the dot product) the micro-tiles
-// read the prepacked panels directly; otherwise weight blocks are packed per call.
+// With w.pairs set and x_pairs given (precision bf16, CPUs with the dot product), or w.panels set
+// (the f32 micro-tiles), the micro-tiles read the prepacked panels directly; otherwise weight
+// blocks are packed per call. At precision f32 each token's result is the same whatever n.
 // x_pairs (optional, GemmScratchWords(n, in) words, 64-byte aligned): at precision bf16 on the
 // dot-product path, x is rounded into it as bf16 pairs once per call; without it each block of
 // output columns rounds the x rows of its tiles again (out / 64-128 passes over x: 1.2-1.3x slower
@@ -36,6 +38,14 @@ int64_t PairPanelWords(int64_t out, int64_t in);
 // as WeightView::pairs: dst[(c * pairs + p) * 16 + j] = (w[16c + j][2p], w[16c + j][2p + 1]), 0 past
 // out and in. False (dst untouched) where the CPU lacks the bf16 dot product or w is not bf16.
 bool PackPairPanels(const WeightView& w, uint32_t* dst);
+// Floats of a [out, in] matrix's f32 panels (WeightView::panels): ceil(out / 16) * in * 16.
+int64_t F32PanelFloats(int64_t out, int64_t in);
+// Packs w (w.data, [out, in], f32 / bf16 / f16) into dst (F32PanelFloats(w.out, w.in) floats,
+// 64-byte aligned) as WeightView::panels, widened to f32: dst[(c * in + k) * 16 + j] =
+// w[16c + j][k], 0 past out.
+void PackF32Panels(const WeightView& w, float* dst);
+// Row r of a matrix of `in` columns from its f32 panels: dst[i] = w[r][i] for i < in.
+void F32PanelRowToF32(const float* panels, int64_t in, int64_t r, float* dst);
 // Row r of a matrix of `in` columns from its pair panels, as f32: dst[i] = w[r][i] for i < in (an
 // embedding lookup on a tied embedding whose stored rows were released after packing).
 void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst);

@@ -81,6 +81,7 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
   // each token the same result.
   if (precision == MatmulPrecision::kBf16 && w.pairs && x_pairs && Bf16Dot())
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
+  if (precision == MatmulPrecision::kF32 && w.panels) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision);
   if (n >= (precision == MatmulPrecision::kBf16 ? kGemmMinTokensBf16 : kGemmMinTokens))
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   LinearRowDot(w, x, n, x_stride, y, y_stride, pool, precision);

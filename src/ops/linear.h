@@ -36,6 +36,11 @@ struct WeightView {
   // for every n (no per-call packing; decode streams them too) and never touches `data`, which
   // stays the matrix for every other path.
   const uint32_t* pairs = nullptr;
+  // The same matrix widened to f32 panels for precision f32's GEMM micro-tile, or null:
+  // [ceil(out / 16)][in][16] floats, 64-byte aligned (ops/gemm.h PackF32Panels). Where set, Linear
+  // at precision f32 reads them for every n (no per-call packing; decode streams them) and never
+  // touches `data`.
+  const float* panels = nullptr;
 };
 
 // x: [n, in] f32 with row stride x_stride; y: [n, out] f32 with row stride y_stride.
@@ -44,7 +49,7 @@ struct WeightView {
 // precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked).
 // x_pairs: optional scratch for the GEMM at precision bf16 (ops/gemm.h: GemmScratchWords(n, in)
 // words; x rounded into it once per call instead of once per block of output columns); needed
-// for w.pairs to be used.
+// for w.pairs to be used. At precision f32, w.panels (where set) serve every n.
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr);
 

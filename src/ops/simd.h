@@ -36,7 +36,7 @@ struct SimdKernels {
   void (*axpy4_f16)(float* y, const float* w, const void* const* x, int64_t n);
   // GEMM micro-tile (ops/gemm.cc): for r < mr, j < nr
   //   c[r * c_stride + j] (+)= sum_{k < kc} a[r][k] * bp[k * 16 + j]
-  // a: 6 row pointers (rows >= mr may alias row 0; their results are discarded); bp: a 64-byte aligned packed
+  // a: mr (<= 6) row pointers (rows >= mr are neither read nor computed); bp: a 64-byte aligned packed
   // [kc][16] f32 weight panel; accumulate: add to c instead of overwriting it. Each c element is
   // one FMA chain in k order, so a result never depends on mr, nr or the batch it came in.
   void (*gemm_tile)(const float* const* a, const float* bp, int64_t kc, float* c, int64_t c_stride, int mr, int nr,

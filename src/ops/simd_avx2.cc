@@ -152,45 +152,41 @@ void Axpy4(float* y, const float* w, const void* const* xv, int64_t n) {
   for (; i < n; ++i) y[i] += w[0] * Scalar(x0[i]) + w[1] * Scalar(x1[i]) + w[2] * Scalar(x2[i]) + w[3] * Scalar(x3[i]);
 }
 
-// 6 rows x 16 columns in 12 accumulators: per k, two panel loads and six broadcasts feed 12 FMAs.
-void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
-         c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+// MR (<= 6) rows x 16 columns in 2 MR accumulators: per k, two panel loads and MR broadcasts feed
+// 2 MR FMAs. MR is the tile's live rows, so a decode token (one row) does one row of FMAs.
+template <int MR>
+void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int nr, bool acc) {
+  __m256 lo[MR], hi[MR];
+  _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k, bp += 16) {
     const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-    __m256 x = _mm256_broadcast_ss(a0 + k);
-    c00 = _mm256_fmadd_ps(x, b0, c00);
-    c01 = _mm256_fmadd_ps(x, b1, c01);
-    x = _mm256_broadcast_ss(a1 + k);
-    c10 = _mm256_fmadd_ps(x, b0, c10);
-    c11 = _mm256_fmadd_ps(x, b1, c11);
-    x = _mm256_broadcast_ss(a2 + k);
-    c20 = _mm256_fmadd_ps(x, b0, c20);
-    c21 = _mm256_fmadd_ps(x, b1, c21);
-    x = _mm256_broadcast_ss(a3 + k);
-    c30 = _mm256_fmadd_ps(x, b0, c30);
-    c31 = _mm256_fmadd_ps(x, b1, c31);
-    x = _mm256_broadcast_ss(a4 + k);
-    c40 = _mm256_fmadd_ps(x, b0, c40);
-    c41 = _mm256_fmadd_ps(x, b1, c41);
-    x = _mm256_broadcast_ss(a5 + k);
-    c50 = _mm256_fmadd_ps(x, b0, c50);
-    c51 = _mm256_fmadd_ps(x, b1, c51);
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
+      const __m256 x = _mm256_broadcast_ss(a[r] + k);
+      lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
+      hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+    }
   }
-  alignas(32) float t[6][16];
-  _mm256_store_ps(t[0], c00), _mm256_store_ps(t[0] + 8, c01), _mm256_store_ps(t[1], c10), _mm256_store_ps(t[1] + 8, c11);
-  _mm256_store_ps(t[2], c20), _mm256_store_ps(t[2] + 8, c21), _mm256_store_ps(t[3], c30), _mm256_store_ps(t[3] + 8, c31);
-  _mm256_store_ps(t[4], c40), _mm256_store_ps(t[4] + 8, c41), _mm256_store_ps(t[5], c50), _mm256_store_ps(t[5] + 8, c51);
-  for (int r = 0; r < mr; ++r) {
+  _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
     float* cr = c + r * cs;
     if (nr == 16) {
-      const __m256 v0 = _mm256_load_ps(t[r]), v1 = _mm256_load_ps(t[r] + 8);
-      _mm256_storeu_ps(cr, acc ? _mm256_add_ps(_mm256_loadu_ps(cr), v0) : v0);
-      _mm256_storeu_ps(cr + 8, acc ? _mm256_add_ps(_mm256_loadu_ps(cr + 8), v1) : v1);
+      _mm256_storeu_ps(cr, acc ? _mm256_add_ps(_mm256_loadu_ps(cr), lo[r]) : lo[r]);
+      _mm256_storeu_ps(cr + 8, acc ? _mm256_add_ps(_mm256_loadu_ps(cr + 8), hi[r]) : hi[r]);
     } else {
-      for (int j = 0; j < nr; ++j) cr[j] = acc ? cr[j] + t[r][j] : t[r][j];
+      alignas(32) float t[16];
+      _mm256_store_ps(t, lo[r]), _mm256_store_ps(t + 8, hi[r]);
+      for (int j = 0; j < nr; ++j) cr[j] = acc ? cr[j] + t[j] : t[j];
     }
+  }
+}
+
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+  switch (mr) {
+    case 1: return Tile16<1>(a, bp, kc, c, cs, nr, acc);
+    case 2: return Tile16<2>(a, bp, kc, c, cs, nr, acc);
+    case 3: return Tile16<3>(a, bp, kc, c, cs, nr, acc);
+    case 4: return Tile16<4>(a, bp, kc, c, cs, nr, acc);
+    case 5: return Tile16<5>(a, bp, kc, c, cs, nr, acc);
+    default: return Tile16<6>(a, bp, kc, c, cs, nr, acc);
   }
 }
 

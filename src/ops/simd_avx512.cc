@@ -58,25 +58,32 @@ void Scale(float* y, float a, int64_t n) {
   for (; i < n; ++i) y[i] *= a;
 }
 
-// 6 rows x 16 columns, one 16-lane accumulator per row: one panel load and six broadcasts per k.
-void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
-  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
-  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+// MR (<= 6) rows x 16 columns, one 16-lane accumulator per row: one panel load and MR broadcasts
+// per k. MR is the tile's live rows.
+template <int MR>
+void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int nr, bool acc) {
+  __m512 rows[MR];
+  _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) rows[r] = _mm512_setzero_ps();
   for (int64_t k = 0; k < kc; ++k, bp += 16) {
     const __m512 b = _mm512_load_ps(bp);
-    c0 = _mm512_fmadd_ps(_mm512_set1_ps(a0[k]), b, c0);
-    c1 = _mm512_fmadd_ps(_mm512_set1_ps(a1[k]), b, c1);
-    c2 = _mm512_fmadd_ps(_mm512_set1_ps(a2[k]), b, c2);
-    c3 = _mm512_fmadd_ps(_mm512_set1_ps(a3[k]), b, c3);
-    c4 = _mm512_fmadd_ps(_mm512_set1_ps(a4[k]), b, c4);
-    c5 = _mm512_fmadd_ps(_mm512_set1_ps(a5[k]), b, c5);
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) rows[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r][k]), b, rows[r]);
   }
-  const __m512 rows[6] = {c0, c1, c2, c3, c4, c5};
   const __mmask16 m = static_cast<__mmask16>((1u << nr) - 1u);
-  for (int r = 0; r < mr; ++r) {
+  _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
     float* cr = c + r * cs;
     const __m512 v = acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, cr), rows[r]) : rows[r];
     _mm512_mask_storeu_ps(cr, m, v);
+  }
+}
+
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+  switch (mr) {
+    case 1: return Tile16<1>(a, bp, kc, c, cs, nr, acc);
+    case 2: return Tile16<2>(a, bp, kc, c, cs, nr, acc);
+    case 3: return Tile16<3>(a, bp, kc, c, cs, nr, acc);
+    case 4: return Tile16<4>(a, bp, kc, c, cs, nr, acc);
+    case 5: return Tile16<5>(a, bp, kc, c, cs, nr, acc);
+    default: return Tile16<6>(a, bp, kc, c, cs, nr, acc);
   }
 }
 
