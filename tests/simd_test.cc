@@ -155,7 +155,11 @@ TEST(Simd, GemmPackAndTileMatchScalarFmaChains) {
         want = c;
         const float* ap[6];
         for (int r = 0; r < 6; ++r) ap[r] = a.data() + (r < mr ? r : 0) * kc;
-        s.gemm_tile(ap, bp, kc, c.data(), 20, mr, rows, acc);
+        // Prefetches (none, fewer lines than k steps, more than k steps and than fit the L1) change
+        // nothing in the result.
+        const int64_t pf_lines = trial % 3 == 0 ? 0 : trial % 3 == 1 ? (kc + 3) / 4 : 3 * kc + 300;
+        std::vector<char> pf(pf_lines * 64 + 1);
+        s.gemm_tile(ap, bp, kc, c.data(), 20, mr, rows, acc, pf.data(), pf_lines);
         for (int r = 0; r < 6; ++r)
           for (int j = 0; j < 20; ++j) {
             if (r >= mr || j >= rows) {

@@ -237,7 +237,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
         for (int r = 0; r < 6; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
         for (int64_t t = 0; t < n; t += 16, feed.Issue(per_call))
           simd.gemm_tile(a, kp_ + t * D_ + d0 * 16, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
-                         static_cast<int>(std::min<int64_t>(16, n - t)), d0 > 0);
+                         static_cast<int>(std::min<int64_t>(16, n - t)), d0 > 0, nullptr, 0);
       }
     }
   } else {
@@ -347,7 +347,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       const int nr = static_cast<int>(std::min<int64_t>(16, Dv_ - c0));
       if (packed) {
         feed.Issue(per_call);
-        simd.gemm_tile(a, vp_ + c0 * n, n, o_ + r0 * Dv_ + c0, Dv_, mr, nr, true);
+        simd.gemm_tile(a, vp_ + c0 * n, n, o_ + r0 * Dv_ + c0, Dv_, mr, nr, true, nullptr, 0);
       } else {
         for (int64_t t = c0 / 16 * v_share; t < std::min(c0 / 16 * v_share + v_share, n); ++t)
           Prefetch<1>(p_.v.At(b_, g_, key_ahead(t, kPrefetchL2Keys)), Dv_ * es);

@@ -39,8 +39,10 @@ struct SimdKernels {
   // a: mr (<= 6) row pointers (rows >= mr are neither read nor computed); bp: a 64-byte aligned packed
   // [kc][16] f32 weight panel; accumulate: add to c instead of overwriting it. Each c element is
   // one FMA chain in k order, so a result never depends on mr, nr or the batch it came in.
+  // prefetch: prefetch_lines 64-byte lines from there, spread over the k steps (the GEMM's next
+  // weight block; 0 lines: none). A hint: the AVX2 tile issues it, the others ignore it.
   void (*gemm_tile)(const float* const* a, const float* bp, int64_t kc, float* c, int64_t c_stride, int mr, int nr,
-                    bool accumulate);
+                    bool accumulate, const void* prefetch, int64_t prefetch_lines);
   // The same tile reading B in place: B[k][j] = widen(b[k * ldb + j]) (b stored as `dtype`, 0 f32,
   // 1 bf16, 2 f16), only j < nr <= 16 read. Rows >= mr are neither computed nor read. Each output
   // is the same FMA chain as gemm_tile's. Used for P.V, where V rows are already [key][dim].

@@ -3,6 +3,8 @@
 // functions or templates shared with other files: the linker could keep this ISA's copy for all.
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "ops/exp_poly.h"
 #include "ops/simd.h"
 
@@ -152,20 +154,41 @@ void Axpy4(float* y, const float* w, const void* const* xv, int64_t n) {
   for (; i < n; ++i) y[i] += w[0] * Scalar(x0[i]) + w[1] * Scalar(x1[i]) + w[2] * Scalar(x2[i]) + w[3] * Scalar(x3[i]);
 }
 
+// A call prefetching more than this many lines (16 KiB, half the L1) sends them to L2 (T1) instead
+// of L1, where they would evict the x rows and the panel being read. Measured (2026-11-30, f32
+// panels, 2 threads): with the GEMM's 8 tokens (two tiles, 512 lines a call) T1 ran 1.1-1.3x T0; at
+// 32-64 tokens (171 lines or fewer a call) T0 ran 2-6% ahead of T1.
+constexpr int64_t kMaxL1PrefetchLines = 256;
+
 // MR (<= 6) rows x 16 columns in 2 MR accumulators: per k, two panel loads and MR broadcasts feed
-// 2 MR FMAs. MR is the tile's live rows, so a decode token (one row) does one row of FMAs.
+// 2 MR FMAs. MR is the tile's live rows, so a decode token (one row) does one row of FMAs. The
+// pf_lines prefetches are spread evenly over the k steps.
 template <int MR>
-void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int nr, bool acc) {
+void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int nr, bool acc, const char* pf,
+            int64_t pf_lines) {
   __m256 lo[MR], hi[MR];
   _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k, bp += 16) {
-    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-    _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
-      const __m256 x = _mm256_broadcast_ss(a[r] + k);
-      lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
-      hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+  const int64_t step = pf_lines > 0 ? std::max<int64_t>(1, kc / pf_lines) : kc;  // k steps per prefetch
+  const bool to_l2 = pf_lines > kMaxL1PrefetchLines;
+  int64_t k = 0;
+  for (int64_t line = 0; k < kc; ++line) {
+    if (line < pf_lines) {
+      if (to_l2) {
+        _mm_prefetch(pf + line * 64, _MM_HINT_T1);
+      } else {
+        _mm_prefetch(pf + line * 64, _MM_HINT_T0);
+      }
+    }
+    for (const int64_t end = std::min(kc, k + step); k < end; ++k, bp += 16) {
+      const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+      _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
+        const __m256 x = _mm256_broadcast_ss(a[r] + k);
+        lo[r] = _mm256_fmadd_ps(x, b0, lo[r]);
+        hi[r] = _mm256_fmadd_ps(x, b1, hi[r]);
+      }
     }
   }
+  for (int64_t line = (kc + step - 1) / step; line < pf_lines; ++line) _mm_prefetch(pf + line * 64, _MM_HINT_T0);
   _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
     float* cr = c + r * cs;
     if (nr == 16) {
@@ -179,14 +202,16 @@ void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_
   }
 }
 
-void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc,
+              const void* prefetch, int64_t prefetch_lines) {
+  const char* pf = static_cast<const char*>(prefetch);
   switch (mr) {
-    case 1: return Tile16<1>(a, bp, kc, c, cs, nr, acc);
-    case 2: return Tile16<2>(a, bp, kc, c, cs, nr, acc);
-    case 3: return Tile16<3>(a, bp, kc, c, cs, nr, acc);
-    case 4: return Tile16<4>(a, bp, kc, c, cs, nr, acc);
-    case 5: return Tile16<5>(a, bp, kc, c, cs, nr, acc);
-    default: return Tile16<6>(a, bp, kc, c, cs, nr, acc);
+    case 1: return Tile16<1>(a, bp, kc, c, cs, nr, acc, pf, prefetch_lines);
+    case 2: return Tile16<2>(a, bp, kc, c, cs, nr, acc, pf, prefetch_lines);
+    case 3: return Tile16<3>(a, bp, kc, c, cs, nr, acc, pf, prefetch_lines);
+    case 4: return Tile16<4>(a, bp, kc, c, cs, nr, acc, pf, prefetch_lines);
+    case 5: return Tile16<5>(a, bp, kc, c, cs, nr, acc, pf, prefetch_lines);
+    default: return Tile16<6>(a, bp, kc, c, cs, nr, acc, pf, prefetch_lines);
   }
 }
 

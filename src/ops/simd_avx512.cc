@@ -76,7 +76,8 @@ void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_
   }
 }
 
-void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc,
+              const void*, int64_t) {
   switch (mr) {
     case 1: return Tile16<1>(a, bp, kc, c, cs, nr, acc);
     case 2: return Tile16<2>(a, bp, kc, c, cs, nr, acc);

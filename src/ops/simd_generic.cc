@@ -55,7 +55,8 @@ void Axpy4(float* y, const float* w, const void* const* x, int64_t n) {
   for (int j = 0; j < 4; ++j) Ax(y, w[j], static_cast<const T*>(x[j]), n);
 }
 
-void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc) {
+void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int64_t cs, int mr, int nr, bool acc,
+              const void*, int64_t) {
   for (int r = 0; r < mr; ++r) {
     float t[16] = {};
     for (int64_t k = 0; k < kc; ++k)
