@@ -411,8 +411,8 @@ TEST(LinearF32Panels, TokenAloneOrInABatchIsBitIdentical) {
 // unpacked one's up to f32 summation order (the unpacked model runs its decode and short chunks
 // on the row-dot path): within 1e-4 of the largest logit, where a misattached matrix would be of
 // the order of the logits. Panels are packed only where the precision reads them: not at
-// precision bf16 for f32 matrices, not at precision f32 for bf16 ones (f32 panels would double
-// their memory).
+// precision bf16 for f32 matrices, not at precision f32 for bf16 ones, stored or converted to f32
+// (f32 panels would double their memory).
 TEST(LinearF32Panels, LoaderPacksWhatLinearReads) {
   ThreadPool pool(2);
   std::mt19937 rng(35);
@@ -460,11 +460,18 @@ TEST(LinearF32Panels, LoaderPacksWhatLinearReads) {
     EXPECT_LT(diff, 1e-4 * scale) << name;
     std::printf("%s: max|logit| %.3f, f32 panels vs unpacked %.2e\n", name, scale, diff);
   }
+  // A bf16 checkpoint at precision f32, as stored or converted to f32 on load (Model.load's
+  // default): not packed (panels beside a bf16 matrix or an owned converted copy would double it).
   Bf16Checkpoint ck("gemma3_text");
-  auto bf16_at_f32 = model::LoadedModel::Load(ck.dir(), f32_options);
-  ASSERT_TRUE(bf16_at_f32.ok()) << bf16_at_f32.status().message();
-  for (const model::LayerWeights& lw : bf16_at_f32.value()->model().weights().layers)
-    EXPECT_TRUE(lw.up.panels == nullptr && lw.up.pairs == nullptr);
+  model::WeightLoadOptions converted = f32_options;
+  converted.convert_to = DType::kF32;
+  for (const model::WeightLoadOptions* o : {&f32_options, &converted}) {
+    auto bf16_at_f32 = model::LoadedModel::Load(ck.dir(), *o);
+    ASSERT_TRUE(bf16_at_f32.ok()) << bf16_at_f32.status().message();
+    const model::GemmaWeights& bw = bf16_at_f32.value()->model().weights();
+    EXPECT_EQ(bw.lm_head.dtype, o->convert_to ? DType::kF32 : DType::kBF16);
+    for (const model::LayerWeights& lw : bw.layers) EXPECT_TRUE(lw.up.panels == nullptr && lw.up.pairs == nullptr);
+  }
 }
 
 }  // namespace

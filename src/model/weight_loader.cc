@@ -56,7 +56,7 @@ class Binder {
     const io::SafetensorsTensor& v = t.value();
     const bool convert = opt_.convert_to && *opt_.convert_to != v.dtype;
     const DType dtype = convert ? *opt_.convert_to : v.dtype;
-    const Panels panels = use == Use::kLinear ? PanelsFor(dtype) : Panels::kNone;
+    const Panels panels = use == Use::kLinear ? PanelsFor(dtype, convert) : Panels::kNone;
     if (convert) {
       w_.owned.emplace_back(static_cast<size_t>(out * in) * DTypeSize(dtype));
       ConvertDType(v.dtype, v.data, dtype, w_.owned.back().data(), out * in);
@@ -70,16 +70,18 @@ class Binder {
     return Status::Ok();
   }
 
-  // The panels Linear reads at WeightLoadOptions::pack_panels_for, for a matrix stored as dtype:
-  // pair panels of bf16 matrices at precision bf16 (CPUs with the dot product), f32 panels of f32
-  // matrices at precision f32; none otherwise (a bf16 matrix at precision f32 stays bf16: f32
-  // panels would double its memory).
+  // The panels Linear reads at WeightLoadOptions::pack_panels_for, for a matrix held as dtype
+  // (converted to it on load or not): pair panels of bf16 matrices at precision bf16 (CPUs with the
+  // dot product), f32 panels of f32 matrices at precision f32 unless converted; none otherwise. A
+  // bf16 matrix at precision f32 stays bf16 (f32 panels would double its memory), and so does a
+  // matrix converted to f32 (Model.load's default on a bf16 checkpoint): its converted copy is
+  // already owned memory, which panels beside it would double.
   enum class Panels { kNone, kPairs, kF32 };
-  Panels PanelsFor(DType dtype) const {
+  Panels PanelsFor(DType dtype, bool converted) const {
     if (!opt_.pack_panels_for) return Panels::kNone;
     if (*opt_.pack_panels_for == ops::MatmulPrecision::kBf16)
       return dtype == DType::kBF16 && ops::Bf16Dot() ? Panels::kPairs : Panels::kNone;
-    return dtype == DType::kF32 ? Panels::kF32 : Panels::kNone;
+    return dtype == DType::kF32 && !converted ? Panels::kF32 : Panels::kNone;
   }
 
   // Adds a matrix's panels (pair or f32, WeightLoadOptions::pack_panels_for), in chunks of 16-row

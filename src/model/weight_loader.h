@@ -18,10 +18,11 @@ struct WeightLoadOptions {
   std::optional<DType> convert_to;  // keep the stored dtype when empty
   // Also pack every Linear matrix, once, into the panels Linear reads at this matmul precision:
   // kBf16: bf16 matrices as pair panels (ops::WeightView::pairs), where the CPU has the bf16 dot
-  // product; kF32: f32 matrices as f32 panels (ops::WeightView::panels). Any other matrix is left
-  // as stored. No per-call packing in the GEMM, and decode streams the panels. A mapped matrix's
-  // pages are released after packing (read back from the file only by other paths, e.g. the other
-  // precision), so resident memory stays about one copy; a converted one (convert_to) keeps both.
+  // product; kF32: f32 matrices stored as f32 as f32 panels (ops::WeightView::panels). Any other
+  // matrix is left as stored, or as converted. No per-call packing in the GEMM, and decode streams
+  // the panels. A mapped matrix's pages are released after packing (read back from the file only by
+  // other paths, e.g. the other precision), so resident memory stays about one copy; a matrix
+  // converted to bf16 (convert_to) keeps both copies.
   std::optional<ops::MatmulPrecision> pack_panels_for;
   // Threads to pack on (null: the calling thread). Packing writes fresh memory, whose first touch
   // dominates loading: 4.4 GiB of Gemma-4-width panels 1.3-11 s on one thread here.
