@@ -104,8 +104,9 @@ double MedianMs(const std::function<void()>& fn, int reps) {
 
 // A slice of the Gemma-4-12B MLP up projection (1024 of 15360 rows x 3840, bf16 weights) on a
 // 64-token chunk (the GEMM) and on one token (the decode row-dot path), at matmul precision f32
-// and bf16, and at bf16 on the pair panels a model loaded for it packs (where the CPU has the
-// dot product), against LinearReference at that precision. Bound: f32 sums of `in` exact
+// and bf16, at bf16 on the pair panels a model loaded for it packs (where the CPU has the dot
+// product), and at f32 on the same weights widened to the f32 panels a model loaded for f32 packs
+// of f32 weights, against LinearReference at that precision. Bound: f32 sums of `in` exact
 // products, 4 sqrt(in) 2^-24 sum|x w| per output. Returns the number of mismatches.
 int CheckLinear(ThreadPool& pool, std::mt19937& rng) {
   const int64_t out = 1024, in = 3840;
@@ -116,6 +117,10 @@ int CheckLinear(ThreadPool& pool, std::mt19937& rng) {
   ops::WeightView packed = wv;
   AlignedBuffer panels(ops::PairPanelWords(out, in) * sizeof(uint32_t));
   if (ops::PackPairPanels(wv, panels.as<uint32_t>())) packed.pairs = panels.as<uint32_t>();
+  ops::WeightView widened = wv;  // f32 panels (widening bf16 is exact)
+  AlignedBuffer f32_panels(ops::F32PanelFloats(out, in) * sizeof(float));
+  ops::PackF32Panels(wv, f32_panels.as<float>());
+  widened.panels = f32_panels.as<float>();
   std::printf("\nLinear %lld x %lld, bf16 weights (GEMM at precision bf16: %s):\n", (long long)out, (long long)in,
               ops::Bf16Dot() ? "AVX-512-BF16 dot product" : "f32 kernels on x rounded to bf16");
   int failures = 0;
@@ -123,11 +128,13 @@ int CheckLinear(ThreadPool& pool, std::mt19937& rng) {
     std::vector<float> x(n * in), y(n * out), ref(n * out);
     for (float& v : x) v = nd(rng);
     AlignedBuffer x_pairs(ops::GemmScratchWords(n, in) * sizeof(uint32_t));
-    for (int variant = 0; variant < 3; ++variant) {
+    // variants: 0 f32 stored, 1 bf16 stored, 2 bf16 pair panels, 3 f32 panels
+    for (int variant = 0; variant < 4; ++variant) {
       if (variant == 2 && packed.pairs == nullptr) continue;
-      const ops::MatmulPrecision mp = variant == 0 ? ops::MatmulPrecision::kF32 : ops::MatmulPrecision::kBf16;
+      const ops::MatmulPrecision mp =
+          variant == 0 || variant == 3 ? ops::MatmulPrecision::kF32 : ops::MatmulPrecision::kBf16;
       const bool bf16 = mp == ops::MatmulPrecision::kBf16;
-      const ops::WeightView& v = variant == 2 ? packed : wv;
+      const ops::WeightView& v = variant == 2 ? packed : variant == 3 ? widened : wv;
       uint32_t* xp = variant == 2 ? x_pairs.as<uint32_t>() : nullptr;
       ops::Linear(v, x.data(), n, in, y.data(), out, &pool, mp, xp);
       ops::LinearReference(wv, x.data(), n, in, ref.data(), out, mp);
@@ -143,7 +150,7 @@ int CheckLinear(ThreadPool& pool, std::mt19937& rng) {
       const bool ok = worst < 1;
       failures += !ok;
       std::printf("  %3lld token%s  precision %-4s %-7s  max|fast-ref| / bound = %.1e %s  %.3f ms (%.1f GFLOP/s)\n",
-                  (long long)n, n == 1 ? " " : "s", bf16 ? "bf16" : "f32", variant == 2 ? "panels" : "stored", worst,
+                  (long long)n, n == 1 ? " " : "s", bf16 ? "bf16" : "f32", variant >= 2 ? "panels" : "stored", worst,
                   ok ? "ok" : "MISMATCH", ms, 2.0 * n * out * in / ms / 1e6);
     }
   }
