@@ -71,10 +71,12 @@ int64_t BlockColumns(int64_t out, int threads) {
 // weights at 1-64 tokens (2026-11-30, 2 threads); the down projection's 3840 columns in 15 items of
 // 256 left one thread an item more than the other (3-8% slower), hence the even spread.
 int64_t F32PanelItemColumns(int64_t out, int threads) {
-  const int64_t blocks = (out + kNcF32 - 1) / kNcF32, most = std::max<int64_t>(1, (blocks + 8 * threads - 1) / (8 * threads));
+  const int64_t blocks = (out + kNcF32 - 1) / kNcF32;
+  const int64_t most = std::max<int64_t>(1, (blocks + 8 * threads - 1) / (8 * threads));
   int64_t best = 1, best_span = INT64_MAX;
   for (int64_t per = 1; per <= most; ++per) {
-    const int64_t items = (blocks + per - 1) / per, span = (items + threads - 1) / threads * per;  // blocks on the busiest thread
+    const int64_t items = (blocks + per - 1) / per;
+    const int64_t span = (items + threads - 1) / threads * per;  // blocks on the busiest thread
     if (span <= best_span) best = per, best_span = span;
   }
   return best * kNcF32;
@@ -105,7 +107,7 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
     const int64_t nc = std::min(kNcF32, it.o0 + it.nc - c0);
     for (int64_t k0 = 0; k0 < w.in; k0 += depth) {
       const int64_t kc = std::min(depth, w.in - k0);
-      const float* panels = bp;  // the first panel of these columns at this block; the next ones `stride` apart
+      const float* panels = bp;  // these columns' first panel at this block; the next ones `stride` apart
       int64_t stride = kc * kNr;
       if (w.panels) {
         panels = w.panels + (c0 / kNr * w.in + k0) * kNr, stride = w.in * kNr;
@@ -135,8 +137,8 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
         for (int64_t j = 0; j < nc; j += kNr) {
           const bool pf = next != nullptr && j / kNr < next_panels && first < next_kc;
           simd.gemm_tile(rows, panels + (j / kNr) * stride, kc, y + t * y_stride + c0 + j, y_stride, mr,
-                         static_cast<int>(std::min(kNr, nc - j)), k0 > 0, pf ? next + (j / kNr) * stride + first * kNr : nullptr,
-                         pf ? std::min(share, next_kc - first) : 0);
+                         static_cast<int>(std::min(kNr, nc - j)), k0 > 0,
+                         pf ? next + (j / kNr) * stride + first * kNr : nullptr, pf ? std::min(share, next_kc - first) : 0);
         }
       }
     }
@@ -235,7 +237,8 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   const SimdKernels& simd = Simd();
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
-  const int64_t block_cols = dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
+  const int64_t block_cols =
+      dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
   const int64_t mr = dot ? kMrDot : kMr;
