@@ -205,6 +205,30 @@ class Bf16Checkpoint {
   fs::path dir_;
 };
 
+// Every matrix a Linear reads: the LM head and each layer's projections (a shared-KV layer has no
+// k / v).
+std::vector<const ops::WeightView*> LinearViews(const model::GemmaWeights& w) {
+  std::vector<const ops::WeightView*> linear{&w.lm_head};
+  for (const model::LayerWeights& lw : w.layers)
+    for (const ops::WeightView* v : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate, &lw.up, &lw.down})
+      if (v->data != nullptr) linear.push_back(v);
+  return linear;
+}
+
+// Linear on a loaded view (its panels, where packed) against LinearReference on its stored matrix,
+// 3 random tokens at precision mp.
+::testing::AssertionResult ViewMatchesReference(const ops::WeightView& v, MatmulPrecision mp, ThreadPool* pool,
+                                                std::mt19937& rng) {
+  const int64_t n = 3;
+  std::normal_distribution<float> nd;
+  std::vector<float> x(n * v.in), y(n * v.out, testing::kUnwritten), ref(n * v.out);
+  for (float& e : x) e = nd(rng);
+  AlignedBuffer scratch(ops::GemmScratchWords(n, v.in) * sizeof(uint32_t));
+  ops::Linear(v, x.data(), n, v.in, y.data(), v.out, pool, mp, scratch.as<uint32_t>());
+  ops::LinearReference(v, x.data(), n, v.in, ref.data(), v.out, mp);
+  return testing::LinearRowsMatch(y, ref, n, v.out, v.out, Tolerance(v.in)) << " " << v.out << "x" << v.in;
+}
+
 // Prefill + decode logits of a model at matmul precision bf16.
 std::vector<float> RunLogits(const model::GemmaModel& m, ThreadPool* pool, MatmulPrecision mp = MatmulPrecision::kBf16) {
   runtime::SessionOptions o;
@@ -250,21 +274,11 @@ TEST(LinearPanels, LoaderPacksWhatLinearReads) {
     const model::GemmaWeights& w = packed.value()->model().weights();
     const bool tied = w.lm_head.data == w.embed.data;  // then the lookup reads the LM head's panels
     EXPECT_EQ(w.embed.pairs, tied ? w.lm_head.pairs : nullptr) << name;
-    std::vector<const ops::WeightView*> linear{&w.lm_head};
-    for (const model::LayerWeights& lw : w.layers)
-      for (const ops::WeightView* v : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate, &lw.up, &lw.down})
-        if (v->data != nullptr) linear.push_back(v);
+    const std::vector<const ops::WeightView*> linear = LinearViews(w);
     ASSERT_GE(linear.size(), 5 * w.layers.size() + 1) << name;
     for (const ops::WeightView* v : linear) {
       ASSERT_NE(v->pairs, nullptr) << name;
-      const int64_t n = 3;
-      std::normal_distribution<float> nd;
-      std::vector<float> x(n * v->in), y(n * v->out), ref(n * v->out);
-      for (float& e : x) e = nd(rng);
-      AlignedBuffer scratch(ops::GemmScratchWords(n, v->in) * sizeof(uint32_t));
-      ops::Linear(*v, x.data(), n, v->in, y.data(), v->out, &pool, MatmulPrecision::kBf16, scratch.as<uint32_t>());
-      ops::LinearReference(*v, x.data(), n, v->in, ref.data(), v->out, MatmulPrecision::kBf16);
-      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(v->in)) << name << " " << v->out << "x" << v->in;
+      ASSERT_TRUE(ViewMatchesReference(*v, MatmulPrecision::kBf16, &pool, rng)) << name;
     }
     for (const model::LayerWeights& lw : plain.value()->model().weights().layers) EXPECT_EQ(lw.q_proj.pairs, nullptr);
     const std::vector<float> a = RunLogits(plain.value()->model(), &pool), b = RunLogits(packed.value()->model(), &pool);
@@ -431,21 +445,12 @@ TEST(LinearF32Panels, LoaderPacksWhatLinearReads) {
     ASSERT_EQ(w.lm_head.dtype, DType::kF32) << name;
     const bool tied = w.lm_head.data == w.embed.data;
     EXPECT_EQ(w.embed.panels, tied ? w.lm_head.panels : nullptr) << name;
-    std::vector<const ops::WeightView*> linear{&w.lm_head};
-    for (const model::LayerWeights& lw : w.layers)
-      for (const ops::WeightView* v : {&lw.q_proj, &lw.k_proj, &lw.v_proj, &lw.o_proj, &lw.gate, &lw.up, &lw.down})
-        if (v->data != nullptr) linear.push_back(v);
+    const std::vector<const ops::WeightView*> linear = LinearViews(w);
     ASSERT_GE(linear.size(), 5 * w.layers.size() + 1) << name;
     for (const ops::WeightView* v : linear) {
       ASSERT_NE(v->panels, nullptr) << name;
       ASSERT_EQ(v->pairs, nullptr) << name;
-      const int64_t n = 3;
-      std::normal_distribution<float> nd;
-      std::vector<float> x(n * v->in), y(n * v->out), ref(n * v->out);
-      for (float& e : x) e = nd(rng);
-      ops::Linear(*v, x.data(), n, v->in, y.data(), v->out, &pool, MatmulPrecision::kF32);
-      ops::LinearReference(*v, x.data(), n, v->in, ref.data(), v->out, MatmulPrecision::kF32);
-      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], Tolerance(v->in)) << name << " " << v->out << "x" << v->in;
+      ASSERT_TRUE(ViewMatchesReference(*v, MatmulPrecision::kF32, &pool, rng)) << name;
     }
     for (const model::LayerWeights& lw : at_bf16.value()->model().weights().layers)
       EXPECT_TRUE(lw.q_proj.panels == nullptr && lw.q_proj.pairs == nullptr) << name;
