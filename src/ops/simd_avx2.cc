@@ -188,7 +188,8 @@ void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_
       }
     }
   }
-  for (int64_t line = (kc + step - 1) / step; line < pf_lines; ++line) _mm_prefetch(pf + line * 64, _MM_HINT_T0);
+  // More lines than k steps: the rest now (to L2: only a call with more than 256 lines gets here).
+  for (int64_t line = (kc + step - 1) / step; line < pf_lines; ++line) _mm_prefetch(pf + line * 64, _MM_HINT_T1);
   _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
     float* cr = c + r * cs;
     if (nr == 16) {
