@@ -35,10 +35,12 @@ class Model:
         attention_precision: "float32", or "bfloat16" to round q and the softmax weights to bf16 in
         attention (a bf16 model's operands; twice the arithmetic rate on CPUs with AVX-512-BF16);
         needs kv_dtype="bfloat16".
-        matmul_precision: "float32", or "bfloat16" to round every Linear's input to bf16 (a bf16
-        model's matmul operands; on CPUs with AVX-512-BF16 every Linear then runs on its dot product
-        at twice the FMA rate, over the weights repacked once at load, which takes a little longer);
-        needs bf16 weights (dtype="bfloat16", or "auto" on a bf16 checkpoint)."""
+        matmul_precision: "float32" (weights stored as f32 are repacked once at load into the f32
+        panels the GEMM reads, which takes longer than mapping them; converted ones are not), or
+        "bfloat16" to round every Linear's input to bf16 (a bf16 model's matmul operands; on CPUs
+        with AVX-512-BF16 every Linear then runs on its dot product at twice the FMA rate, over the
+        weights repacked once at load); needs bf16 weights (dtype="bfloat16", or "auto" on a bf16
+        checkpoint)."""
         max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
         if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
             raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "
