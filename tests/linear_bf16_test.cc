@@ -42,7 +42,7 @@ Problem MakeProblem(std::mt19937& rng, int64_t n, int64_t in, int64_t out) {
 double Tolerance(int64_t in) { return 2e-5 * std::sqrt(static_cast<double>(in)) * 4; }
 
 // Token counts, widths and depths across the 8 x 32 dot tile, the 6 x 16 f32 tile, the 512-deep
-// pair blocks and 1024-deep f32 blocks (odd depths leave a half pair), the 16-row weight panels and
+// pair blocks and f32 blocks of up to 1024 (odd depths leave a half pair), the 16-row weight panels and
 // the row-dot quarters; strided x and y; no pool and 3 threads; the dot product on and off.
 TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
   std::mt19937 rng(11);
@@ -79,7 +79,7 @@ TEST(LinearBf16, EveryPathMatchesTheReferenceAtBf16) {
   }
 }
 
-// Each output of the bf16 GEMM is one chain per block (512 deep on the dot product, 1024 on the f32
+// Each output of the bf16 GEMM is one chain per block (512 deep on the dot product, up to 1024 on the f32
 // kernels), blocks added in order: a token gives bit-identical results alone, in any batch, at any
 // position of a tile.
 TEST(LinearBf16, GemmIsBatchInvariant) {

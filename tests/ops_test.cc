@@ -37,7 +37,7 @@ TEST(Linear, MatchesReferenceForAllWeightDtypes) {
 }
 
 // The blocked GEMM, Linear and the decode row-dot path directly, with token counts, widths and
-// depths that cross every micro-tile (6 x 16) and block (1024 deep, 32 wide) edge and row-dot
+// depths that cross every micro-tile (6 x 16) and block (equal k blocks of up to 1024, 32 wide) edge and row-dot
 // work items that leave 0-3 rows after their four quarters; strided x and y, 1 and 3 threads.
 TEST(Linear, PathsMatchReferenceAcrossTileBlockAndQuarterEdges) {
   std::mt19937 rng(5);
@@ -83,7 +83,7 @@ TEST(Linear, GemmIsBatchInvariant) {
   std::mt19937 rng(6);
   std::normal_distribution<float> nd;
   ThreadPool pool(2);
-  const int64_t in = 2100, out = 150, n = 23;  // three 1024-deep blocks
+  const int64_t in = 2100, out = 150, n = 23;  // three 704-deep blocks
   std::vector<float> wf(out * in), x(n * in), all(n * out), part(n * out);
   for (float& v : wf) v = nd(rng);
   for (float& v : x) v = nd(rng);
