@@ -29,7 +29,7 @@ int RunCommand(int argc, char** argv) {
                                       {"model", "ids", "prompt", "image-embeds", "token-types", "max-new-tokens",
                                        "mode", "temperature", "top-k", "top-p", "seed", "max-context", "max-chunk",
                                        "threads", "kv-dtype", "attention-precision", "matmul-precision", "dtype"},
-                                      {"no-stop"});
+                                      {"no-stop", "no-repack"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
   if (!a.Has("model")) return Fail("--model DIR is required");
@@ -53,7 +53,9 @@ int RunCommand(int argc, char** argv) {
   if (!ops::ParseMatmulPrecision(a.Get("matmul-precision", "f32"), &opt.matmul_precision))
     return Fail("--matmul-precision must be f32 or bf16, got '" + a.Get("matmul-precision") + "'");
   model::WeightLoadOptions load_options;  // --dtype: convert the weight matrices on load
-  load_options.pack_panels_for = opt.matmul_precision;
+  // Linear matrices repacked at load into the GEMM's panels, unless --no-repack: they are then read
+  // in place (mapped), which loads faster and prefills a few tokens at a time slower.
+  if (!a.Has("no-repack")) load_options.pack_panels_for = opt.matmul_precision;
   ThreadPool pool(static_cast<int>(std::max<int64_t>(1, threads.value())));  // for loading and the session
   load_options.pool = &pool;
   if (a.Has("dtype")) {
@@ -72,9 +74,10 @@ int RunCommand(int argc, char** argv) {
   const model::GemmaModel& m = loaded.value()->model();
   if (Status s = runtime::CheckMatmulPrecision(m, opt.matmul_precision); !s.ok())
     return Fail(s.message() + " (--dtype bf16 converts the weights on load)");
-  std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, vocab %lld in %.2f s\n", m.arch().model_type.c_str(),
+  std::fprintf(stderr, "loaded %s: %lld layers, hidden %lld, vocab %lld in %.2f s (%s)\n", m.arch().model_type.c_str(),
                static_cast<long long>(m.arch().num_layers()), static_cast<long long>(m.arch().hidden),
-               static_cast<long long>(m.arch().vocab), Seconds(t_load, Clock::now()));
+               static_cast<long long>(m.arch().vocab), Seconds(t_load, Clock::now()),
+               m.weights().repacked() ? "weights repacked for the GEMM" : "weights read as stored");
 
   runtime::Prompt prompt;
   std::unique_ptr<tokenizer::SentencePieceTokenizer> tok;

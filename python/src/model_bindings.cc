@@ -56,7 +56,7 @@ void BindModel(py::module_& m) {
   py::class_<PyModel>(m, "_Model")
       .def(py::init([](const std::string& path, const std::string& dtype, int64_t max_batch, int64_t max_context,
                        int64_t max_chunk, const std::string& kv_dtype, int threads, const std::string& mode,
-                       const std::string& attention_precision, const std::string& matmul_precision) {
+                       const std::string& attention_precision, const std::string& matmul_precision, bool repack) {
              auto pm = std::make_unique<PyModel>();
              model::WeightLoadOptions wo;
              if (dtype != "auto") {
@@ -67,7 +67,7 @@ void BindModel(py::module_& m) {
              ops::MatmulPrecision mp;
              if (!ops::ParseMatmulPrecision(matmul_precision, &mp))
                throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
-             wo.pack_panels_for = mp;
+             if (repack) wo.pack_panels_for = mp;
              wo.pool = Runtime().Pool(threads);
              auto loaded = model::LoadedModel::Load(path, wo);
              ThrowIfError(loaded.status());
@@ -88,6 +88,7 @@ void BindModel(py::module_& m) {
            }))
       .def_property_readonly("vocab_size", [](const PyModel& m) { return m.loaded->model().arch().vocab; })
       .def_property_readonly("hidden_size", [](const PyModel& m) { return m.loaded->model().arch().hidden; })
+      .def_property_readonly("repacked", [](const PyModel& m) { return m.loaded->model().weights().repacked(); })
       .def_property_readonly("model_type", [](const PyModel& m) { return m.loaded->model().arch().model_type; })
       .def_property_readonly("num_layers", [](const PyModel& m) { return m.loaded->model().arch().num_layers(); })
       .def_property_readonly("eos_token_ids", [](const PyModel& m) { return m.loaded->config().eos_token_ids; })

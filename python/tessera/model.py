@@ -26,7 +26,8 @@ class Model:
 
     @classmethod
     def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
-             num_threads=0, mode="unified", attention_precision="float32", matmul_precision="float32"):
+             num_threads=0, mode="unified", attention_precision="float32", matmul_precision="float32",
+             repack=True):
         """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
         max_chunk: prefill chunk (default min(256, max_context)); an image block must fit in one.
         mode: "unified" (structured masks, in-place cache), "bias" (dense bias + concat cache, the
@@ -40,7 +41,10 @@ class Model:
         "bfloat16" to round every Linear's input to bf16 (a bf16 model's matmul operands; on CPUs
         with AVX-512-BF16 every Linear then runs on its dot product at twice the FMA rate, over the
         weights repacked once at load); needs bf16 weights (dtype="bfloat16", or "auto" on a bf16
-        checkpoint)."""
+        checkpoint).
+        repack: False reads the weights as stored (mapped, or as converted) instead of repacking
+        them at load: the load is faster (no fresh copy to write), prefill of a few tokens at a time
+        slower (the GEMM packs its blocks per call). `Model.repacked` tells which was done."""
         max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
         if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
             raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "
@@ -48,11 +52,13 @@ class Model:
         return cls(_tessera._Model(str(path), str(dtype), int(max_batch), int(max_context), int(max_chunk),
                                    str(kv_dtype), int(num_threads), str(mode),
                                    _PRECISIONS.get(attention_precision, str(attention_precision)),
-                                   _PRECISIONS.get(matmul_precision, str(matmul_precision))))
+                                   _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack)))
 
     vocab_size = property(lambda self: self._impl.vocab_size)
     hidden_size = property(lambda self: self._impl.hidden_size)
     model_type = property(lambda self: self._impl.model_type)
+    # Whether the Linear weights were repacked at load into the GEMM's panels (see load's repack).
+    repacked = property(lambda self: self._impl.repacked)
 
     def _rows(self, input_ids, attention_mask, token_types, image_embeds):
         ids = np.asarray(input_ids)

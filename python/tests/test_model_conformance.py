@@ -107,6 +107,21 @@ def test_modes_give_the_same_tokens(case, mode):
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
 
 
+def test_weights_read_as_stored_match_transformers(case):
+    # repack=False: every Linear reads the f32 weights as stored (mapped; row-dot decode, GEMM blocks
+    # packed per call) instead of the panels repacked at load: the same bar against transformers and
+    # the same greedy tokens.
+    name, model, z = case
+    assert model.repacked
+    stored = tessera.Model.load(os.path.join(MODELS_DIR, name), max_batch=2, max_context=64, max_chunk=32,
+                                repack=False)
+    assert not stored.repacked
+    got = stored.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
+    assert_logits_close(stored, z, got, z["logits"])
+    out = stored.generate(z["gen_prompt"], 32, stop_tokens=[], **mm_kwargs(z, "gen_"))
+    assert out[0] == z["gen_tokens"].tolist()
+
+
 def test_bf16_kv_cache_stays_close(case):
     # K/V stored in bf16 (8 mantissa bits): logits move by about bf16 epsilon (2^-8) times the
     # attention-output scale; allow 2% relative, and the greedy tokens of the first steps agree.
@@ -252,21 +267,28 @@ def test_bf16_attention_within_bf16_tolerance_of_transformers_bf16(name):
 def test_bf16_matmuls_within_bf16_tolerance_of_transformers_bf16(name):
     # bf16 weights and cache, attention and every Linear at precision bf16 (each Linear's input
     # rounded to bf16, as transformers' bf16 run has it): within the bf16 bar of transformers-bf16,
-    # with the matmul rounding really applied (the logits differ from the f32-matmul run's).
+    # with the matmul rounding really applied (the logits differ from the f32-matmul run's). The same
+    # with the weights read as stored (repack=False: blocks packed per call, not at load), within the
+    # float32 bar of the repacked run (the same bf16 products, summed in other blocks).
     z = load_golden(name)
     zb = dict(np.load(os.path.join(MODELS_DIR, name, "golden_bf16.npz")))
     mask = z["attention_mask"].astype(bool)
     got = {}
-    for mp in ("float32", "bfloat16"):
+    for mp, repack in (("float32", True), ("bfloat16", True), ("bfloat16", False)):
         model = tessera.Model.load(os.path.join(MODELS_DIR, name), dtype="bfloat16", max_batch=2, max_context=64,
                                    max_chunk=32, kv_dtype="bfloat16", attention_precision="bfloat16",
-                                   matmul_precision=mp)
-        got[mp] = model.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
-    err_hf = float(rel_errors(got["bfloat16"], zb["logits_bf16"], mask).max())
-    assert err_hf <= bf16_tol(z["row0_layer_out"].shape[0]), f"{name}: {err_hf:.3e} from transformers-bf16"
+                                   matmul_precision=mp, repack=repack)
+        if not repack:
+            assert not model.repacked
+        got[mp, repack] = model.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
+    for repack in (True, False):
+        err_hf = float(rel_errors(got["bfloat16", repack], zb["logits_bf16"], mask).max())
+        assert err_hf <= bf16_tol(z["row0_layer_out"].shape[0]), f"{name}: {err_hf:.3e} from transformers-bf16"
     with np.errstate(invalid="ignore"):  # padded positions: 0 / 0, dropped by the mask
-        moved = float(rel_errors(got["bfloat16"], got["float32"], mask).max())
+        moved = float(rel_errors(got["bfloat16", True], got["float32", True], mask).max())
+        stored = float(rel_errors(got["bfloat16", False], got["bfloat16", True], mask).max())
     assert moved > 1e-4
+    assert stored <= REL_TOL, f"{name}: weights read as stored {stored:.2e} from the repacked run"
 
 
 def test_bf16_matmuls_need_bf16_weights():

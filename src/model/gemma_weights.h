@@ -38,6 +38,10 @@ struct GemmaWeights {
   float ple_embed_scale = 1.0f;    // sqrt(ple_dim) rounded to the PLE embedding dtype
   std::vector<LayerWeights> layers;
   std::vector<AlignedBuffer> owned;  // storage of the f32 vectors above
+
+  // Whether the Linear matrices were repacked at load into the panels the GEMM reads
+  // (WeightLoadOptions::pack_panels_for; every one or none, the LM head among them).
+  bool repacked() const { return lm_head.panels != nullptr || lm_head.pairs != nullptr; }
 };
 
 }  // namespace tessera::model
