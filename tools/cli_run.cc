@@ -54,7 +54,7 @@ int RunCommand(int argc, char** argv) {
     return Fail("--matmul-precision must be f32 or bf16, got '" + a.Get("matmul-precision") + "'");
   model::WeightLoadOptions load_options;  // --dtype: convert the weight matrices on load
   // Linear matrices repacked at load into the GEMM's panels, unless --no-repack: they are then read
-  // in place (mapped), which loads faster and prefills a few tokens at a time slower.
+  // in place (mapped), which loads faster and prefills slower (bench/BENCHMARKS.md "Repacking at load").
   if (!a.Has("no-repack")) load_options.pack_panels_for = opt.matmul_precision;
   ThreadPool pool(static_cast<int>(std::max<int64_t>(1, threads.value())));  // for loading and the session
   load_options.pool = &pool;

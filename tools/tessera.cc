@@ -15,7 +15,7 @@ void Usage() {
       "                   [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
       "                   [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
       "                   [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
-      "                   [--no-repack]   (read the weights as stored: faster load, slower short prefill)\n"
+      "                   [--no-repack]   (read the weights as stored: faster load, slower prefill)\n"
       "       tessera inspect --model DIR       layers, head geometry, mask rules, KV memory per context\n"
       "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]   Gemma-12B-shaped KV memory\n"
       "       tessera selfcheck                 attention and Linear kernels vs reference at Gemma-4 shapes\n");

@@ -43,8 +43,8 @@ class Model:
         weights repacked once at load); needs bf16 weights (dtype="bfloat16", or "auto" on a bf16
         checkpoint).
         repack: False reads the weights as stored (mapped, or as converted) instead of repacking
-        them at load: the load is faster (no fresh copy to write), prefill of a few tokens at a time
-        slower (the GEMM packs its blocks per call). `Model.repacked` tells which was done."""
+        them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
+        blocks per call; 9-16% fewer tokens/s at 512 tokens in bench/BENCHMARKS.md). `Model.repacked` tells which was done."""
         max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
         if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
             raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "

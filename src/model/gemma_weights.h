@@ -40,7 +40,8 @@ struct GemmaWeights {
   std::vector<AlignedBuffer> owned;  // storage of the f32 vectors above
 
   // Whether the Linear matrices were repacked at load into the panels the GEMM reads
-  // (WeightLoadOptions::pack_panels_for; every one or none, the LM head among them).
+  // (WeightLoadOptions::pack_panels_for), read off the LM head: the loader's rule (stored dtype x
+  // precision) is the same for every matrix, so where they share a dtype all are or none is.
   bool repacked() const { return lm_head.panels != nullptr || lm_head.pairs != nullptr; }
 };
 
