@@ -3,8 +3,6 @@
 // functions or templates shared with other files: the linker could keep this ISA's copy for all.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "ops/exp_poly.h"
 #include "ops/simd.h"
 
@@ -168,7 +166,7 @@ void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_
             int64_t pf_lines) {
   __m256 lo[MR], hi[MR];
   _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
-  const int64_t step = pf_lines > 0 ? std::max<int64_t>(1, kc / pf_lines) : kc;  // k steps per prefetch
+  const int64_t step = pf_lines <= 0 ? kc : kc > pf_lines ? kc / pf_lines : 1;  // k steps per prefetch
   const bool to_l2 = pf_lines > kMaxL1PrefetchLines;
   int64_t k = 0;
   for (int64_t line = 0; k < kc; ++line) {
@@ -179,7 +177,7 @@ void Tile16(const float* const* a, const float* bp, int64_t kc, float* c, int64_
         _mm_prefetch(pf + line * 64, _MM_HINT_T0);
       }
     }
-    for (const int64_t end = std::min(kc, k + step); k < end; ++k, bp += 16) {
+    for (const int64_t end = k + step < kc ? k + step : kc; k < end; ++k, bp += 16) {
       const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
       _Pragma("GCC unroll 6") for (int r = 0; r < MR; ++r) {
         const __m256 x = _mm256_broadcast_ss(a[r] + k);
