@@ -60,8 +60,7 @@ std::unique_ptr<model::GemmaModel> MakeTinyModel(const TinyModelOptions& opt) {
     const int64_t rotated = full && opt.gemma4 ? la.head_dim / 8 : la.head_dim / 2;  // proportional 0.25
     for (int64_t i = 0; i < la.head_dim / 2; ++i)
       la.inv_freq.push_back(i < rotated ? static_cast<float>(1.0 / std::pow(theta, 2.0 * i / la.head_dim)) : 0.0f);
-    la.blocks = full ? (opt.gemma4 ? model::BlockRule::kNone : model::BlockRule::kOverlay)
-                     : (opt.gemma4 ? model::BlockRule::kOverlayNoWindow : model::BlockRule::kOverlay);
+    la.image_blocks = !(opt.gemma4 && full);  // Gemma 4: blocks on sliding layers only
     a.layers.push_back(la);
   }
   model::GemmaWeights w;

@@ -74,14 +74,7 @@ void PrintMaskStructure(const model::GemmaArch& a, const Layout& p) {
     q.q = {nullptr, DType::kF32, 1, a.q_heads, S, la.head_dim, 0, 0, 0};
     q.k = {nullptr, DType::kF32, 1, la.kv_heads, S, la.head_dim, 0, 0, 0};
     q.mask.q_pos = q.mask.k_pos = pos.data();
-    if (la.kind == kv::LayerKind::kSliding) {
-      q.mask.window_left = static_cast<int32_t>(la.window - 1);
-      q.mask.window_right = la.blocks == model::BlockRule::kOverlay ? -1 : 0;
-    }
-    if (la.blocks != model::BlockRule::kNone) {
-      q.mask.q_block = q.mask.k_block = blk.data();
-      q.mask.blocks_ignore_window = la.blocks == model::BlockRule::kOverlayNoWindow;
-    }
+    model::SetLayerMask(la, /*causal=*/true, blk.data(), blk.data(), &q.mask);
     const TileCensus t = CensusPrefillTiles(q);
     std::printf("  %5lld  %-7s  %3lld/%lld x %-3lld          %6lld  %-26s  %lld/%lld/%lld%s\n", (long long)l,
                 kv::LayerKindName(la.kind), (long long)a.q_heads, (long long)la.kv_heads, (long long)la.head_dim,

@@ -3,8 +3,9 @@
 // Visible(q, k) = valid(k) AND window(q_pos - k_pos)
 //                 AND ((k_pos <= q_pos if causal else true) OR (q_block >= 0 AND q_block == k_block))
 //                 AND dense mask allows it.
-// With blocks_ignore_window (transformers' gemma4_unified "vision" sliding layers) the block term
-// bypasses the window instead:
+// With blocks_ignore_window (the mask transformers' Gemma4UnifiedModel.forward builds for its
+// sliding layers, reproduced for comparison; no Gemma generation uses it) the block term bypasses
+// the window instead:
 //   Visible(q, k) = valid(k) AND ((window AND causal-part) OR same block) AND dense.
 // A query row with no visible key yields zeros. Scores: s = (q.k) * scale, then softcap
 // c*tanh(s/c) if c > 0, then the additive dense bias, then softmax in f32, then P.V.

@@ -326,8 +326,8 @@ Text tokens: any id in [{TEXT_LO}, {VOCAB}).
 `bos, text..., boi, image x N, eoi, text...` with `mm_token_type_ids` = 1 on the N image placeholders only
 (0 on boi / eoi / text). The N image rows of the input embeddings are replaced by the image features (not
 scaled by sqrt(hidden)); the placeholder id itself is embedded as the pad row. The image block attends
-bidirectionally (full layers: causal or same block; sliding layers: (causal and within the window) or same
-block). The script's check prompt is {DEMO_LEN} tokens: bos, 31 text, boi, {IMAGE_TOKENS} image
+bidirectionally on the sliding layers, within the window (window and (causal or same block)); full layers
+stay causal, as in generation (docs/attention.md). The script's check prompt is {DEMO_LEN} tokens: bos, 31 text, boi, {IMAGE_TOKENS} image
 ({IMAGE_GRID[0]} x {IMAGE_GRID[1]} patches), eoi, 30 text.
 """
 

@@ -6,8 +6,13 @@ attention and run forward on the case's token ids / token types / 2-D padding ma
 chunks with a DynamicCache, then decode steps without token types, as `generate` does). A forward pre-hook on
 every attention module records the 4-D float mask the model hands to eager attention, so the goldens are what
 the models actually use, built by their own code (create_masks_for_vision_model / create_masks_for_generate /
-create_causal_mask / create_sliding_window_causal_mask). One case instead calls the model's public static
-`create_masks_for_generate` (the static-cache `generate` path).
+create_causal_mask / create_sliding_window_causal_mask).
+
+Where a model builds a different mask in its plain forward than in generation (gemma4_unified: see
+python/tessera/hf.py), path "generate" records the generation masks: each step's forward gets the dict the
+model class's `create_masks_for_generate` returns for that step, as `generate` passes it. Path "forward" lets the
+forward build its own. One case instead calls the public static `create_masks_for_generate` once, without a
+cache (path "create_masks_for_generate").
 
 Usage: .venv/bin/python python/scripts/make_mask_goldens.py [--out tests/testdata/masks] [--check]
 The test python/tests/test_transformers_masks.py imports this file for its live comparison.
@@ -42,7 +47,8 @@ def _seg(*parts):
 
 # Each case: hf (model class key), tessera_model (tessera.hf model argument), bidirectional (text config flag),
 # window (sliding_window passed to the config), types / attn (rows, same length), chunks (prefill chunk
-# end offsets, the last one = sequence length; default one chunk), decode (decode steps after prefill), path ("forward" | "create_masks_for_generate").
+# end offsets, the last one = sequence length; default one chunk), decode (decode steps after prefill),
+# path ("forward" | "generate" | "create_masks_for_generate", default "forward").
 CASES = [
     dict(name="gemma3_w4_pad", hf="gemma3", tessera_model="gemma3", bidirectional=False, window=4,
          types=["iiiiii..iii.iiiii.iiii",      # block at start and end, two images one text token apart
@@ -76,13 +82,23 @@ CASES = [
     dict(name="gemma4_all", hf="gemma4", tessera_model="gemma4", bidirectional="all", window=7,
          types=["iiii..vvv...", "..iiiii....."], attn=["001111111111", "111111111000"]),
     dict(name="gemma4_unified_vision_w4", hf="gemma4_unified", tessera_model="gemma4_unified",
-         bidirectional="vision", window=4,
+         bidirectional="vision", window=4, path="generate",
+         types=["iiiiiivvvv..aaa..iiii", "...iiiii.iiiiii..vvvv", "..vvvvv.iiiiiiiiiii.."],
+         attn=["111111111111111111111", "000111111111111111111", "111111111111111111000"]),
+    # The same inputs through Gemma4UnifiedModel.forward's own mask: not what generation uses (kept to pin the
+    # difference; test_transformers_masks.py checks the two stay different).
+    dict(name="gemma4_unified_forward_w4", hf="gemma4_unified", tessera_model="gemma4_unified_forward",
+         bidirectional="vision", window=4, path="forward",
          types=["iiiiiivvvv..aaa..iiii", "...iiiii.iiiiii..vvvv", "..vvvvv.iiiiiiiiiii.."],
          attn=["111111111111111111111", "000111111111111111111", "111111111111111111000"]),
     dict(name="gemma4_unified_vision_w16", hf="gemma4_unified", tessera_model="gemma4_unified",
-         bidirectional="vision", window=16,
+         bidirectional="vision", window=16, path="generate",
          types=["..iiiiii..vvvvv..iii.", "iiiiiii..........iii."],
          attn=["000111111111111111111", "111111111111111111100"], decode=2),
+    dict(name="gemma4_unified_chunked", hf="gemma4_unified", tessera_model="gemma4_unified",
+         bidirectional="vision", window=5, path="generate",
+         types=["..iiiiiii....vvv.iiiiii.", "....iiii..iiiiiiiii....."],
+         attn=["111111111111111111111111", "000011111111111111111111"], chunks=[10, 24], decode=2),
     # Longer rows (several 64-key tiles) so the tiled kernels see empty / full / partial tiles and holes.
     dict(name="gemma3_long", hf="gemma3", tessera_model="gemma3", bidirectional=False, window=48,
          types=[_seg((".", 10), ("i", 64), (".", 6), ("i", 64), (".", 56)),
@@ -94,10 +110,10 @@ CASES = [
          attn=[_seg(("0", 70), ("1", 130)), _seg(("1", 50), ("0", 10), ("1", 120), ("0", 20))], chunks=[120, 200],
          decode=1),
     dict(name="gemma4_unified_long", hf="gemma4_unified", tessera_model="gemma4_unified", bidirectional="vision",
-         window=32, types=[_seg((".", 7), ("i", 70), (".", 3), ("v", 40), (".", 40)), _seg(("i", 100), (".", 60))],
+         window=32, path="generate", types=[_seg((".", 7), ("i", 70), (".", 3), ("v", 40), (".", 40)), _seg(("i", 100), (".", 60))],
          attn=[_seg(("0", 13), ("1", 147)), _seg(("1", 150), ("0", 10))]),
-    dict(name="gemma4_unified_static_generate", hf="gemma4_unified", tessera_model="gemma4", bidirectional="vision",
-         window=4, path="create_masks_for_generate",
+    dict(name="gemma4_unified_static_generate", hf="gemma4_unified", tessera_model="gemma4_unified",
+         bidirectional="vision", window=4, path="create_masks_for_generate",
          types=["iiiiiivvvv..aaa..iiii", "...iiiii.iiiiii..vvvv"],
          attn=["111111111111111111111", "000111111111111111100"]),
 ]
@@ -168,6 +184,16 @@ def _same(a, b):
     return (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
 
 
+def _generation_masks(model, kw, cache, a, b, type_key):
+    """The mask dict `generate` hands the forward for the step of positions [a, b) (token types only in
+    prefill: generate drops them afterwards)."""
+    import torch
+    B = kw["input_ids"].shape[0]
+    return type(model).create_masks_for_generate(
+        config=model.config, inputs_embeds=torch.empty(B, b - a, 0), attention_mask=kw["attention_mask"],
+        cache=cache, position_ids=torch.arange(a, b)[None], **{type_key: kw.get(type_key)})
+
+
 def _sizes(cache, layer_idx, q_len, q_offset):
     if cache is None:
         return q_offset, q_offset + q_len
@@ -181,6 +207,7 @@ def hf_masks(case):
     with the masks per layer kind (float [B, 1, S_q, S_kv] as given to eager attention, dtype-min where
     masked), sliding_window the text config's value (halved by the config for bidirectional "all")."""
     import torch
+    from transformers import DynamicCache
     model = build_model(case["hf"], case["bidirectional"], case["window"])
     text_cfg = model.config.get_text_config()
     kinds = {t.replace("_attention", ""): text_cfg.layer_types.index(t) for t in set(text_cfg.layer_types)}
@@ -212,16 +239,20 @@ def hf_masks(case):
         bounds = case.get("chunks") or [S]
         assert bounds[-1] == S, "the last chunk must end at the sequence length"
         spans = [(a, b) for a, b in zip([0] + bounds[:-1], bounds)] + [(S + d, S + d + 1) for d in range(decode)]
-        cache = None
+        generate = case.get("path", "forward") == "generate"
+        # generate's masks are made before the forward, against the cache the forward then fills
+        cache = DynamicCache(config=model.config.get_text_config()) if generate else None
         for a, b in spans:
             prefill = b <= S
-            sizes = {k: _sizes(cache, li, b - a, a) for k, li in kinds.items()}
+            sizes = {k: _sizes(cache if a > 0 else None, li, b - a, a) for k, li in kinds.items()}
             kw = dict(input_ids=ids[:, a:b], attention_mask=None if attn_full is None else attn_full[:, :b],
                       use_cache=True)
             if cache is not None:
                 kw["cache"] = cache
             if prefill and types is not None and case["hf"] != "gemma3_text":
                 kw[type_key] = types_full[:, :b]     # from the start of the sequence, as generate does
+            if generate:
+                kw["attention_mask"] = _generation_masks(model, kw, cache, a, b, type_key)
             store.clear()
             with torch.no_grad():
                 out = model(**kw)

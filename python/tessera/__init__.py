@@ -9,7 +9,8 @@ Mask arguments (shared by `attention` and `attention_bias`), per DESIGN.md secti
       (HF sliding_window=W is window=(W-1, 0));
   q_block [B, S_q] / k_block [B, S_kv]: block ids, -1 = no block (image tokens of one image share one);
   blocks_ignore_window: same-block pairs are visible even outside the window, i.e.
-      (window AND causal) OR block instead of window AND (causal OR block) (gemma4_unified sliding layers);
+      (window AND causal) OR block instead of window AND (causal OR block) (what transformers'
+      Gemma4UnifiedModel.forward builds for sliding layers; generation does not use it, see tessera.hf);
   bias: float32 additive or bool (True = attend), broadcastable to [B, Hq, S_q, S_kv].
 """
 from __future__ import annotations

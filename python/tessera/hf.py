@@ -14,10 +14,14 @@ What transformers does (5.24.0; q and k are *cache indices*: q = q_offset + i, k
   gemma3 (Gemma3Model, token_type_ids given)    full: causal | block      sliding: (causal | block) & window
   gemma3 text model, use_bidirectional_attention full: every valid key    sliding: |q - k| < W
   gemma4, use_bidirectional_attention == None   full: causal              sliding: causal & window
-  gemma4, "vision" (+ mm_token_type_ids)        full: causal              sliding: (causal | block) & window
+  gemma4 / gemma4_unified, "vision" (+ mm_token_type_ids)
+                                                full: causal              sliding: (causal | block) & window
   gemma4 / gemma4_unified, "all"                full: every valid key     sliding: |q - k| <= W
-  gemma4_unified, "vision" (Gemma4UnifiedModel.forward)
-                                                full: causal | block      sliding: (causal & window) | block
+gemma4_unified "vision" is the rule generation uses (Gemma4UnifiedForConditionalGeneration.create_masks_for_generate
+-> create_masks_for_vision_model, the same as gemma4). Gemma4UnifiedModel.forward, when it builds the mask itself
+(a forward with a 2-D attention_mask, and `generate` with the default dynamic cache), composes it differently:
+  gemma4_unified_forward, "vision"              full: causal | block      sliding: (causal & window) | block
+That one is reproduced only for comparison (model="gemma4_unified_forward"); see docs/attention.md.
 W is `config.sliding_window` *as stored on the config object* (for "all" / bidirectional Gemma 3 the config
 already halved it: W_config = W_checkpoint // 2 + 1).  Every form is finally ANDed with valid(k).
 """
@@ -25,9 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GEMMA3_BLOCK_TYPES", "GEMMA4_BLOCK_TYPES", "blocks_from_token_types", "padding_args",
+__all__ = ["MODELS", "GEMMA3_BLOCK_TYPES", "GEMMA4_BLOCK_TYPES", "blocks_from_token_types", "padding_args",
            "gemma_mask_args", "max_block_length"]
 
+MODELS = ("gemma3", "gemma4", "gemma4_unified", "gemma4_unified_forward")
 GEMMA3_BLOCK_TYPES = (1,)     # token_type_ids: 1 = image soft token
 GEMMA4_BLOCK_TYPES = (1, 2)   # mm_token_type_ids: 1 = image, 2 = video (0 = text, 3 = audio)
 _I32_MAX = np.iinfo(np.int32).max
@@ -106,25 +111,23 @@ def gemma_mask_args(attention_mask=None, token_type_ids=None, *, model, layer, s
     attention_mask: 2-D [B, T] padding mask over the whole sequence so far (past + current tokens, 1 = real
         token), or None (no padding). token_type_ids: [B, T'] from the *start* of the sequence (Gemma 3
         `token_type_ids`, Gemma 4 `mm_token_type_ids`), or None (decode steps: transformers passes none).
-    model: "gemma3" | "gemma4" | "gemma4_unified". layer: "full" | "sliding" (HF layer_types
-        "full_attention" / "sliding_attention" are accepted). sliding_window: `config.sliding_window` of
-        the text config (needed for sliding layers).
+    model: one of MODELS, "gemma3" | "gemma4" | "gemma4_unified" | "gemma4_unified_forward" (module docstring).
+    layer: "full" | "sliding" (HF layer_types "full_attention" / "sliding_attention" are accepted).
+    sliding_window: `config.sliding_window` of the text config (needed for sliding layers).
     bidirectional: the text config's `use_bidirectional_attention`: Gemma 3 False/True (True is only honoured
         by the text-only Gemma3TextModel, e.g. EmbeddingGemma; pass False for Gemma3ForConditionalGeneration),
-        Gemma 4 None / "vision" / "all". For "gemma4_unified" note that the static-cache generation path
-        (Gemma4UnifiedForConditionalGeneration.create_masks_for_generate) follows the "gemma4" rule; use
-        model="gemma4" to reproduce that one.
+        Gemma 4 None / "vision" / "all".
     q_offset, q_len: queries are cache positions q_offset .. q_offset + q_len - 1 (default: the rest of T).
     kv_offset, kv_len: key slot j holds position kv_offset + j (transformers' cache.get_mask_sizes;
         a DynamicSlidingWindowLayer has kv_offset > 0); default kv_len = q_offset + q_len - kv_offset.
 
     Returns dict(q_pos, k_pos, kv_valid, causal, window, q_block, k_block, blocks_ignore_window).
-    gemma4_unified "vision" sliding layers are (causal & window) | block: blocks_ignore_window=True.
+    gemma4_unified_forward "vision" sliding layers are (causal & window) | block: blocks_ignore_window=True.
     """
     layer = {"full_attention": "full", "sliding_attention": "sliding"}.get(layer, layer)
     if layer not in ("full", "sliding"):
         raise ValueError(f"layer must be 'full' or 'sliding', got {layer!r}")
-    if model not in ("gemma3", "gemma4", "gemma4_unified"):
+    if model not in MODELS:
         raise ValueError(f"unknown model {model!r}")
     if model == "gemma3" and bidirectional not in (None, False, True):
         raise ValueError(f"gemma3 use_bidirectional_attention is a bool, got {bidirectional!r}")
@@ -164,7 +167,7 @@ def gemma_mask_args(attention_mask=None, token_type_ids=None, *, model, layer, s
         if model == "gemma3":
             use_blocks = True
         elif bidirectional == "vision":
-            use_blocks = layer == "sliding" or model == "gemma4_unified"
+            use_blocks = layer == "sliding" or model == "gemma4_unified_forward"
     causal = not bidir_all
     if layer == "full":
         window = (-1, -1)
@@ -192,7 +195,7 @@ def gemma_mask_args(attention_mask=None, token_type_ids=None, *, model, layer, s
     k_block = _take(blocks, kv_offset, kv_len, -1)
     k_block[hole] = -1
     out.update(q_block=q_block, k_block=k_block)
-    if model == "gemma4_unified" and layer == "sliding":
+    if model == "gemma4_unified_forward" and layer == "sliding":
         # (causal & window) | block: the block overlay bypasses the window. Holes have block -1 and an
         # unreachable position, so they stay invisible.
         out.update(window=(W - 1, 0), blocks_ignore_window=True)

@@ -216,11 +216,10 @@ def masks(c: TextCfg, valid, types):
             b = None
         if b is not None:
             block = (b[:, None] == b[None, :]) & (b[:, None] >= 0)
+    # generation's masks (docs/attention.md "Which layers see image blocks"): Gemma 4 unified follows Gemma 4
     if c.arch == "Gemma3ForConditionalGeneration":
         full, sliding = causal | block, (causal | block) & win
-    elif c.arch == "Gemma4UnifiedForConditionalGeneration" and c.bidir == "vision":
-        full, sliding = causal | block, (causal & win) | block
-    elif c.arch == "Gemma4ForConditionalGeneration" and c.bidir == "vision":
+    elif c.arch in ("Gemma4ForConditionalGeneration", "Gemma4UnifiedForConditionalGeneration") and c.bidir == "vision":
         full, sliding = causal, (causal | block) & win
     else:
         full, sliding = causal, causal & win
@@ -396,6 +395,13 @@ def test_golden_shapes(name):
         assert g["gen_image_embeds"].shape == (int(gimg.sum()), c.H)
         # the sliding window is smaller than an image block
         assert c.window < int(img[0].sum())
+    if name == "gemma4_unified":
+        # transformers' forward-built mask generates other tokens on this prompt, so matching gen_tokens shows
+        # which rule an engine follows
+        assert g["gen_tokens_forward_mask"].shape == (32,)
+        assert not np.array_equal(g["gen_tokens_forward_mask"], g["gen_tokens"])
+    else:
+        assert "gen_tokens_forward_mask" not in g
     # golden_bf16.npz: same batch (inputs fingerprint), float32 arrays of the logits' shape
     sys.path.insert(0, os.path.join(REPO, "python", "scripts"))
     import make_tiny_checkpoints as mk

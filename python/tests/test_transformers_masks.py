@@ -96,8 +96,13 @@ def test_goldens_cover_the_cases():
     flags = {(m["tessera_model"], m["hf"], str(m["bidirectional"])) for _, m in metas}
     for want in [("gemma3", "gemma3", "False"), ("gemma3", "gemma3_text", "True"), ("gemma4", "gemma4", "vision"),
                  ("gemma4", "gemma4", "None"), ("gemma4", "gemma4", "all"),
-                 ("gemma4_unified", "gemma4_unified", "vision"), ("gemma4", "gemma4_unified", "vision")]:
+                 ("gemma4_unified", "gemma4_unified", "vision"), ("gemma4_unified_forward", "gemma4_unified", "vision")]:
         assert want in flags, want
+    # gemma4_unified goldens follow generation (path "generate"), through chunked prefill and decode too
+    unified = [(a, m) for a, m in metas if m["tessera_model"] == "gemma4_unified"]
+    assert all(m["path"] in ("generate", "create_masks_for_generate") for _, m in unified)
+    assert any(sum(not st["decode"] for st in m["steps"]) > 1 for _, m in unified)
+    assert any(st["decode"] for _, m in unified for st in m["steps"])
     left = right = hole = chunked = decode = small_w = large_w = adjacent = edge_blocks = 0
     for arrays, m in metas:
         S = m["prefill_len"]
@@ -148,15 +153,15 @@ def test_gemma_mask_args_rejects_bad_input():
         hf.gemma_mask_args(np.ones((1, 4)), model="gemma4", layer="full", bidirectional=True)
 
 
-def test_gemma4_unified_sliding_needs_blocks_ignore_window():
-    """Gemma4UnifiedModel's sliding mask is (causal & window) | block. With the default composition
+def test_gemma4_unified_forward_sliding_needs_blocks_ignore_window():
+    """Gemma4UnifiedModel.forward's own sliding mask is (causal & window) | block. With the default composition
     window & (causal | block), once an image is longer than the window no (causal, window) choice reproduces
     it; MaskSpec.blocks_ignore_window expresses it structurally. This pins that finding to the recorded
-    transformers mask."""
-    arrays, meta = _load(os.path.join(GOLDEN_DIR, "gemma4_unified_vision_w4.npz"))
+    transformers mask (generation does not use it: see the next test)."""
+    arrays, meta = _load(os.path.join(GOLDEN_DIR, "gemma4_unified_forward_w4.npz"))
     ref = arrays["s0_sliding_bool"]
     B, _, S_q, S_kv = ref.shape
-    args = hf.gemma_mask_args(arrays["attention_mask"], arrays["token_type_ids"], model="gemma4_unified",
+    args = hf.gemma_mask_args(arrays["attention_mask"], arrays["token_type_ids"], model="gemma4_unified_forward",
                               layer="sliding", sliding_window=meta["sliding_window"], bidirectional="vision")
     assert args["blocks_ignore_window"] and "bias" not in args
     np.testing.assert_array_equal(tessera.attention_bias(B, S_q, S_kv, **args) == 0, ref)
@@ -166,6 +171,39 @@ def test_gemma4_unified_sliding_needs_blocks_ignore_window():
             for right in range(-1, S_kv + 1):
                 got = tessera.attention_bias(B, S_q, S_kv, causal=causal, window=(left, right), **base) == 0
                 assert not np.array_equal(got, ref), (causal, left, right)
+
+
+def _unified_pair(generate_arrays, forward_arrays):
+    """Per layer kind: (generation's mask, the forward's own mask) for the same inputs."""
+    for k in ("attention_mask", "token_type_ids"):
+        assert np.array_equal(generate_arrays[k], forward_arrays[k]), f"the two recordings must share {k}"
+    return {kind: (generate_arrays[f"s0_{kind}_bool"], forward_arrays[f"s0_{kind}_bool"])
+            for kind in ("full", "sliding")}
+
+
+def _assert_generation_rule_differs_from_forward(pair, args_for):
+    """gemma4_unified: transformers' two paths disagree on both layer kinds (blocks on global layers; blocks past
+    the window on sliding ones), and model="gemma4_unified" reproduces generation's, not the forward's."""
+    for kind, (gen, fwd) in pair.items():
+        assert not np.array_equal(gen, fwd), (
+            f"{kind}: transformers' forward and generation masks now agree for gemma4_unified; the golden split "
+            f"between them (docs/attention.md) must be revisited")
+        B, _, S_q, S_kv = gen.shape
+        got = tessera.attention_bias(B, S_q, S_kv, **args_for(kind)) == 0
+        np.testing.assert_array_equal(got, gen, err_msg=kind)
+        assert not np.array_equal(got, fwd), kind
+    gen_full = pair["full"][0]
+    assert not np.any(np.triu(gen_full, 1)), "generation's global layers are causal: no key after its query"
+
+
+def test_gemma4_unified_generation_mask_is_not_the_forward_mask():
+    g, gm = _load(os.path.join(GOLDEN_DIR, "gemma4_unified_vision_w4.npz"))
+    f, _ = _load(os.path.join(GOLDEN_DIR, "gemma4_unified_forward_w4.npz"))
+    assert gm["path"] == "generate"
+    _assert_generation_rule_differs_from_forward(
+        _unified_pair(g, f),
+        lambda kind: hf.gemma_mask_args(g["attention_mask"], g["token_type_ids"], model="gemma4_unified", layer=kind,
+                                        sliding_window=gm["sliding_window"], bidirectional="vision"))
 
 
 # ---------------------------------------------------------------------------------------------- (b) live
@@ -209,6 +247,18 @@ def test_live_case_matches_golden_and_tessera(script, name):
     assert _check_arrays(arrays, meta) >= 2
 
 
+def test_live_gemma4_unified_generation_mask_is_not_the_forward_mask(script):
+    """The same check on masks transformers builds now (not the recorded ones)."""
+    cases = {c["name"]: c for c in script.CASES}
+    g = script.case_arrays(cases["gemma4_unified_vision_w4"])
+    f = script.case_arrays(cases["gemma4_unified_forward_w4"])
+    gm = json.loads(str(g["meta"]))
+    _assert_generation_rule_differs_from_forward(
+        _unified_pair(g, f),
+        lambda kind: hf.gemma_mask_args(g["attention_mask"], g["token_type_ids"], model="gemma4_unified", layer=kind,
+                                        sliding_window=gm["sliding_window"], bidirectional="vision"))
+
+
 def _random_case(rng, i):
     hf_model = ["gemma3", "gemma3_text", "gemma4", "gemma4_unified"][i % 4]
     if hf_model == "gemma3":
@@ -242,14 +292,17 @@ def _random_case(rng, i):
         attn.append(row)
     path = "forward"
     tessera_model = "gemma3" if hf_model.startswith("gemma3") else hf_model
+    if hf_model == "gemma4_unified":   # generation's mask, or the forward's own (reproduced for comparison)
+        path, tessera_model = ("generate", hf_model) if rng.random() < 0.6 else ("forward", "gemma4_unified_forward")
     if hf_model.startswith("gemma4") and rng.random() < 0.2:
-        path, tessera_model = "create_masks_for_generate", "gemma4"
+        path = "create_masks_for_generate"
+        tessera_model = "gemma4" if hf_model == "gemma4" else "gemma4_unified"
     case = dict(name=f"random{i}", hf=hf_model, tessera_model=tessera_model, bidirectional=bidir,
                 window=int(rng.integers(1, 14)), types=None if hf_model == "gemma3_text" else types,
                 attn=None if (rng.random() < 0.15 and hf_model != "gemma3_text") else attn, path=path)
-    if path == "forward" and S > 2 and rng.random() < 0.4:
+    if path != "create_masks_for_generate" and S > 2 and rng.random() < 0.4:
         case["chunks"] = sorted(set(rng.integers(1, S, size=int(rng.integers(1, 3))).tolist())) + [S]
-    if path == "forward" and rng.random() < 0.4:
+    if path != "create_masks_for_generate" and rng.random() < 0.4:
         case["decode"] = int(rng.integers(1, 3))
     if case["window"] == 1 and ("chunks" in case or "decode" in case):
         case["window"] = 2   # transformers' sliding cache keeps W - 1 = 0 keys and fails for W = 1

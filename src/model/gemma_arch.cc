@@ -8,12 +8,23 @@ namespace tessera::model {
 
 const char* MaskRuleName(const LayerArch& la) {
   const bool window = la.kind == kv::LayerKind::kSliding;
-  switch (la.blocks) {
-    case BlockRule::kNone: return window ? "window & causal" : "causal";
-    case BlockRule::kOverlay: return window ? "window & (causal | image)" : "causal | image";
-    case BlockRule::kOverlayNoWindow: return "(window & causal) | image";
+  if (la.image_blocks) return window ? "window & (causal | image)" : "causal | image";
+  return window ? "window & causal" : "causal";
+}
+
+void SetLayerMask(const LayerArch& la, bool causal, const int32_t* q_block, const int32_t* k_block, MaskSpec* m) {
+  m->causal = causal;
+  const bool blocks = la.image_blocks && q_block != nullptr;  // a null k_block then fails validation
+  if (la.kind == kv::LayerKind::kSliding) {
+    m->window_left = static_cast<int32_t>(la.window - 1);
+    // HF's window bounds only keys before the query; with a block overlay, block members after
+    // the query stay visible, so the right side is open (causality bounds it otherwise).
+    m->window_right = la.image_blocks ? -1 : 0;
   }
-  return "?";
+  if (blocks) {
+    m->q_block = q_block;
+    m->k_block = k_block;
+  }
 }
 
 StatusOr<GemmaArch> BuildArch(const ModelConfig& c) {
@@ -57,17 +68,10 @@ StatusOr<GemmaArch> BuildArch(const ModelConfig& c) {
     la.intermediate = lc.intermediate_size;
     la.inv_freq = RopeInverseFrequencies(lc.rope, lc.head_dim);
     la.rope_attention_scaling = static_cast<float>(lc.rope.attention_scaling);
+    // Gemma 3: blocks on every layer. Gemma 4 (unified included) with "vision": sliding layers
+    // only, full layers stay causal -- the rule generation uses (docs/attention.md, "Which layers").
     const bool sliding = lc.kind == kv::LayerKind::kSliding;
-    if (!g4) {
-      la.blocks = BlockRule::kOverlay;  // Gemma 3: causal | block on every layer (ANDed with the window)
-    } else if (c.bidirectional == BidirectionalMode::kVision) {
-      if (c.is_gemma4_unified()) {
-        // transformers' Gemma4UnifiedModel.forward: full causal | block, sliding (causal & window) | block.
-        la.blocks = sliding ? BlockRule::kOverlayNoWindow : BlockRule::kOverlay;
-      } else {
-        la.blocks = sliding ? BlockRule::kOverlay : BlockRule::kNone;
-      }
-    }
+    la.image_blocks = !g4 || (c.bidirectional == BidirectionalMode::kVision && sliding);
     a.layers.push_back(std::move(la));
   }
   // KV sharing must read the last earlier non-shared layer of the same kind, which is what the

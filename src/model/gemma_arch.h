@@ -8,18 +8,12 @@
 #include <vector>
 
 #include "kv/layer_map.h"
+#include "tessera/attention.h"
 #include "tessera/status.h"
 
 namespace tessera::model {
 
 enum class Family { kGemma3, kGemma4 };
-
-// How image blocks enter a layer's mask (DESIGN.md §3, docs/attention.md).
-enum class BlockRule {
-  kNone,             // plain causal (+ window)
-  kOverlay,          // window AND (causal OR block)
-  kOverlayNoWindow,  // (window AND causal) OR block   (gemma4_unified sliding layers)
-};
 
 struct LayerArch {
   kv::LayerKind kind = kv::LayerKind::kFull;
@@ -30,7 +24,9 @@ struct LayerArch {
   int64_t intermediate = 1;            // MLP width of this layer
   std::vector<float> inv_freq;         // [head_dim / 2] RoPE inverse frequencies (zeros: no rotation)
   float rope_attention_scaling = 1.0f;
-  BlockRule blocks = BlockRule::kNone;
+  // Image blocks enter the mask as window AND (causal OR same block); false: window AND causal.
+  // Which layers get them is the per-variant table of docs/attention.md.
+  bool image_blocks = false;
 };
 
 struct GemmaArch {
@@ -57,6 +53,12 @@ struct GemmaArch {
 
 // The layer's mask composition in words, e.g. "window & (causal | image)".
 const char* MaskRuleName(const LayerArch& layer);
+
+// Fills the structural part of a layer's mask: causal, the window of a sliding layer and, when
+// the layer takes image blocks and block ids are given, the blocks. Positions, validity and the
+// dense mask stay the caller's.
+void SetLayerMask(const LayerArch& layer, bool causal, const int32_t* q_block, const int32_t* k_block,
+                  MaskSpec* mask);
 
 struct ModelConfig;
 // Resolves a parsed config into the per-layer architecture (mask rules, RoPE tables, geometry).

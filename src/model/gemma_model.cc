@@ -53,7 +53,7 @@ Status GemmaModel::ValidateBatch(const ForwardBatch& in) const {
 Status GemmaModel::CheckBlocksNotSplit(const ForwardBatch& in, const kv::KvCache& cache) const {
   if (!in.block) return Status::Ok();
   for (int64_t l = 0; l < arch_.num_layers(); ++l) {
-    if (arch_.layers[l].shared_kv || arch_.layers[l].blocks == BlockRule::kNone) continue;
+    if (arch_.layers[l].shared_kv || !arch_.layers[l].image_blocks) continue;
     const kv::KvStore& store = cache.store(l);
     const kv::KvView view = store.View();
     for (int64_t b = 0; b < in.batch; ++b) {
@@ -156,18 +156,7 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   p.mask.q_pos = in.pos;
   p.mask.k_pos = view.k_pos;
   p.mask.kv_valid = view.kv_valid;
-  p.mask.causal = arch_.causal;
-  if (la.kind == kv::LayerKind::kSliding) {
-    p.mask.window_left = static_cast<int32_t>(la.window - 1);
-    // HF's window bounds only keys before the query; with a block overlay, block members after
-    // the query stay visible, so the right side is open (causality bounds it otherwise).
-    p.mask.window_right = la.blocks == BlockRule::kOverlay ? -1 : 0;
-  }
-  if (la.blocks != BlockRule::kNone && in.block != nullptr) {
-    p.mask.q_block = in.block;
-    p.mask.k_block = view.k_block;
-    p.mask.blocks_ignore_window = la.blocks == BlockRule::kOverlayNoWindow;
-  }
+  SetLayerMask(la, arch_.causal, in.block, view.k_block, &p.mask);
   p.scale = arch_.attn_scale;
   p.softcap = arch_.attn_softcap;
   p.precision = in.attention_precision;
