@@ -9,7 +9,7 @@
 
 namespace tessera {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kOutOfRange, kUnimplemented, kInternal };
+enum class StatusCode { kOk = 0, kInvalidArgument, kOutOfRange, kUnimplemented, kInternal, kResourceExhausted };
 
 class [[nodiscard]] Status {
  public:
@@ -29,6 +29,8 @@ class [[nodiscard]] Status {
 Status InvalidArgument(std::string message);
 Status OutOfRange(std::string message);
 Status Unimplemented(std::string message);
+// Memory, threads or another resource of the machine ran out (or would: a plan that cannot fit).
+Status ResourceExhausted(std::string message);
 
 template <typename T>
 class [[nodiscard]] StatusOr {

@@ -1,25 +1,42 @@
 // A fixed pool of worker threads with a blocking parallel-for. Passed explicitly to every
 // kernel that wants parallelism; there is no global pool.
+//
+// Thread safety: any thread may call ParallelFor at any time. Calls from different threads take
+// turns (one job runs at a time, each with every worker); a call made from inside a job's item
+// runs its items inline on that thread. So one pool can serve several sessions, a loader and
+// attention calls at once, each getting the result it would get alone.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "tessera/status.h"
 
 namespace tessera {
 
 class ThreadPool {
  public:
-  // num_threads counts the calling thread: ThreadPool(1) runs everything inline.
+  // Most threads one pool may have; more is a clear error, not an attempt to start them.
+  static constexpr int kMaxThreads = 1024;
+
+  // A pool of num_threads threads (the caller counts as one), or an error naming the thread
+  // that could not be started (e.g. out of memory for its stack).
+  static StatusOr<std::unique_ptr<ThreadPool>> Create(int num_threads);
+
+  // num_threads counts the calling thread: ThreadPool(1) runs everything inline. Never fails:
+  // when a thread cannot be started the pool keeps those it has and start_status() says why.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+  const Status& start_status() const { return start_status_; }
 
   // A non-owning reference to a callable `void(int64_t item, int thread)`: passing a lambda
   // allocates nothing (std::function may allocate for large captures, on every kernel call).
@@ -43,6 +60,8 @@ class ThreadPool {
   void RunItems(int thread_index);
 
   std::vector<std::thread> workers_;
+  Status start_status_;
+  std::mutex call_mu_;  // one job at a time; held by the calling thread for the whole job
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const ItemFn* job_ = nullptr;

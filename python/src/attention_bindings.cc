@@ -106,8 +106,9 @@ py::array_t<float> AttentionRaw(const F32Array& q, const F32Array& k, const F32A
   {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(Runtime().mu);
-    AttentionContext ctx{Runtime().Pool(threads), &Runtime().scratch};
-    st = Attention(p, ctx, kern);
+    StatusOr<ThreadPool*> pool = Runtime().TryPool(threads);
+    AttentionContext ctx{pool.ok() ? pool.value() : nullptr, &Runtime().scratch};
+    st = pool.ok() ? Attention(p, ctx, kern) : pool.status();
   }
   ThrowIfError(st);
   return out;

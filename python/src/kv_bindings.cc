@@ -326,8 +326,9 @@ py::array_t<float> Attend(const PyStore& s, const F32Array& q, const I32Array& q
       p.mask.q_block = q_block->data();
       p.mask.k_block = view.k_block;
     }
-    AttentionContext ctx{Runtime().Pool(threads), &Runtime().scratch};
-    st = Attention(p, ctx, kern);
+    StatusOr<ThreadPool*> pool = Runtime().TryPool(threads);
+    AttentionContext ctx{pool.ok() ? pool.value() : nullptr, &Runtime().scratch};
+    st = pool.ok() ? Attention(p, ctx, kern) : pool.status();
   }
   ThrowIfError(st);
   return out;

@@ -9,14 +9,16 @@
 #include "bindings.h"
 #include "model/loaded_model.h"
 #include "runtime/session.h"
+#include "runtime/session_plan.h"
 
 namespace tessera::py_bind {
 namespace {
 
 struct PyModel {
-  std::unique_ptr<model::LoadedModel> loaded;
+  std::unique_ptr<model::LoadedModel> loaded;  // immutable once loaded: shared by every call
   runtime::SessionOptions options;
   int threads = 0;
+  ThreadPool* pool = nullptr;  // Runtime()'s pool of `threads`
 };
 
 std::vector<runtime::Prompt> Prompts(const std::vector<std::vector<int32_t>>& tokens,
@@ -40,7 +42,22 @@ std::vector<runtime::Prompt> Prompts(const std::vector<std::vector<int32_t>>& to
 }
 
 StatusOr<std::unique_ptr<runtime::Session>> NewSession(const PyModel& m, runtime::SessionOptions o) {
-  return runtime::Session::Create(m.loaded->model(), o, Runtime().Pool(m.threads));
+  return runtime::Session::Create(m.loaded->model(), o, m.pool);
+}
+
+// Starts (or reuses) the pool, loads the checkpoint and checks at load time that a session of the
+// model's options can exist (valid, and fits the memory the process can use). GIL released.
+Status LoadInto(PyModel& pm, const std::string& path, model::WeightLoadOptions wo) {
+  StatusOr<ThreadPool*> pool = Runtime().TryPool(pm.threads);
+  if (!pool.ok()) return pool.status();
+  pm.pool = pool.value();
+  wo.pool = pm.pool;
+  StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(path, wo);
+  if (!loaded.ok()) return loaded.status();
+  pm.loaded = std::move(loaded.value());
+  StatusOr<runtime::SessionMemoryPlan> plan = runtime::PlanSession(pm.loaded->model(), pm.options, pm.pool->num_threads());
+  if (!plan.ok()) return plan.status();
+  return runtime::CheckSessionFits(plan.value(), pm.options);
 }
 
 void CheckHidden(const PyModel& m, const std::vector<F32Array>& embeds) {
@@ -64,26 +81,26 @@ void BindModel(py::module_& m) {
                if (!ParseDType(dtype, &d)) throw py::value_error("unknown dtype '" + dtype + "'");
                wo.convert_to = d;
              }
-             ops::MatmulPrecision mp;
-             if (!ops::ParseMatmulPrecision(matmul_precision, &mp))
-               throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
-             if (repack) wo.pack_panels_for = mp;
-             wo.pool = Runtime().Pool(threads);
-             auto loaded = model::LoadedModel::Load(path, wo);
-             ThrowIfError(loaded.status());
-             pm->loaded = std::move(loaded.value());
-             pm->options.max_batch = max_batch;
-             pm->options.max_context = max_context;
-             pm->options.max_chunk = max_chunk;
-             if (!ParseDType(kv_dtype, &pm->options.kv_dtype)) throw py::value_error("unknown kv_dtype '" + kv_dtype + "'");
-             if (!ParseAttentionPrecision(attention_precision, &pm->options.attention_precision))
+             runtime::SessionOptions& o = pm->options;
+             o.max_batch = max_batch;
+             o.max_context = max_context;
+             o.max_chunk = max_chunk;
+             if (!ParseDType(kv_dtype, &o.kv_dtype)) throw py::value_error("unknown kv_dtype '" + kv_dtype + "'");
+             if (!ParseAttentionPrecision(attention_precision, &o.attention_precision))
                throw py::value_error("unknown attention_precision '" + attention_precision + "' (f32, bf16)");
-             if (!ops::ParseMatmulPrecision(matmul_precision, &pm->options.matmul_precision))
+             if (!ops::ParseMatmulPrecision(matmul_precision, &o.matmul_precision))
                throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
-             ThrowIfError(runtime::CheckMatmulPrecision(pm->loaded->model(), pm->options.matmul_precision));
-             pm->threads = threads;
-             if (!runtime::ParseMode(mode, &pm->options.mode))
+             if (!runtime::ParseMode(mode, &o.mode))
                throw py::value_error("unknown mode '" + mode + "' (unified, bias, split)");
+             if (repack) wo.pack_panels_for = o.matmul_precision;
+             pm->threads = threads;
+             Status st;
+             {
+               // Loading reads files and repacks on the shared pool: other Python threads go on.
+               py::gil_scoped_release release;
+               st = LoadInto(*pm, path, wo);
+             }
+             ThrowIfError(st);
              return pm;
            }))
       .def_property_readonly("vocab_size", [](const PyModel& m) { return m.loaded->model().arch().vocab; })

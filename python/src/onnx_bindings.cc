@@ -99,8 +99,9 @@ py::tuple RunAttention(const py::array& q, const py::array& k, const py::array& 
     py::gil_scoped_release release;
     OnnxRuntime& state = OnnxState();
     std::lock_guard<std::mutex> lock(Runtime().mu);
-    onnx::OpContext ctx{{Runtime().Pool(threads), &Runtime().scratch}, &state.index_scratch, kern};
-    st = onnx::Attention(in, attrs, out, ctx);
+    StatusOr<ThreadPool*> pool = Runtime().TryPool(threads);
+    onnx::OpContext ctx{{pool.ok() ? pool.value() : nullptr, &Runtime().scratch}, &state.index_scratch, kern};
+    st = pool.ok() ? onnx::Attention(in, attrs, out, ctx) : pool.status();
   }
   ThrowIfError(st);
   return py::make_tuple(y, present_key, present_value);
@@ -154,8 +155,9 @@ py::tuple RunGroupQueryAttention(const py::array& query, const OptArray& key, co
     py::gil_scoped_release release;
     OnnxRuntime& state = OnnxState();
     std::lock_guard<std::mutex> lock(Runtime().mu);
-    onnx::OpContext ctx{{Runtime().Pool(threads), &Runtime().scratch}, &state.index_scratch, kern};
-    st = onnx::GroupQueryAttention(in, attrs, out, ctx);
+    StatusOr<ThreadPool*> pool = Runtime().TryPool(threads);
+    onnx::OpContext ctx{{pool.ok() ? pool.value() : nullptr, &Runtime().scratch}, &state.index_scratch, kern};
+    st = pool.ok() ? onnx::GroupQueryAttention(in, attrs, out, ctx) : pool.status();
   }
   ThrowIfError(st);
   return py::make_tuple(output, present_key, present_value);

@@ -1,4 +1,5 @@
 // Public entry: validate, choose a kernel, reserve scratch (first call for a shape only), run.
+#include <new>
 #include <string>
 
 #include "attention/kernels.h"
@@ -60,7 +61,11 @@ Status Attention(const AttentionParams& p, AttentionContext& ctx, AttentionKerne
   const int threads = ctx.pool ? ctx.pool->num_threads() : 1;
   const size_t need = kernel == AttentionKernel::kDecode ? attn::DecodeScratchBytes(p, threads)
                                                          : attn::PrefillScratchBytes(p, threads);
-  ctx.scratch->Reserve(need);
+  try {
+    ctx.scratch->Reserve(need);
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("Attention: out of memory reserving " + std::to_string(need) + " bytes of scratch");
+  }
   ctx.scratch->Reset();
   if (kernel == AttentionKernel::kDecode) {
     attn::DecodeAttention(p, ctx.pool, *ctx.scratch);

@@ -7,8 +7,10 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "tessera/check.h"
@@ -19,33 +21,45 @@ class AlignedBuffer {
  public:
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kHugePage = size_t{2} << 20;
+  // From this size on, memory comes straight from the kernel (mmap): its pages are zero without
+  // being touched, so a large buffer costs resident memory only where it is written (a KV cache
+  // sized for a long context holding a short prompt).
+  static constexpr size_t kMapThreshold = size_t{1} << 20;
 
   // How the pages are backed. kHuge (for the KV cache, which decode attention streams from DRAM)
   // aligns the buffer to 2 MiB and asks the kernel for transparent huge pages over its whole
   // 2 MiB blocks (a hint; the tail and buffers under 2 MiB stay on small pages, so no memory is
-  // added). 16q/1kv x 512 bf16 decode at 32k keys: 19.6 -> 21.9 GB/s, medians of six alternations
-  // (2026-11-30, bench/BENCHMARKS.md): with 4 KiB pages the TLB walks stall the dot products.
+  // added): with 4 KiB pages the TLB walks stall decode's dot products (bench/results/attention.md).
   enum class Pages { kSmall, kHuge };
 
+  // Allocation failure throws std::bad_alloc (never aborts): the factories of the public API
+  // (KvCache::Create, Session::Create, LoadedModel::Load, Attention) turn it into a
+  // ResourceExhausted Status, and Python into MemoryError.
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes, Pages pages = Pages::kSmall) : pages_(pages) { Resize(bytes); }
   // The one exception to zeroing: contents unspecified and pages not yet touched, for a caller that
   // writes every byte itself, spread over threads (first touch of fresh memory is the cost of a
-  // large buffer: 0.8-0.9 GB/s from one thread in this VM, 2.6-3.4 from two).
+  // large buffer).
   static AlignedBuffer Untouched(size_t bytes, Pages pages = Pages::kSmall) {
     AlignedBuffer b;
     b.pages_ = pages;
     b.Allocate(bytes);
     return b;
   }
-  ~AlignedBuffer() { std::free(data_); }
+  ~AlignedBuffer() { Release(); }
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
   AlignedBuffer(AlignedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), pages_(o.pages_) {}
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        map_base_(std::exchange(o.map_base_, nullptr)),
+        map_bytes_(std::exchange(o.map_bytes_, 0)),
+        pages_(o.pages_) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
+    std::swap(map_base_, o.map_base_);
+    std::swap(map_bytes_, o.map_bytes_);
     std::swap(pages_, o.pages_);
     return *this;
   }
@@ -56,7 +70,7 @@ class AlignedBuffer {
   }
   void Resize(size_t bytes) {
     Allocate(bytes);
-    if (data_) std::memset(data_, 0, size_);
+    if (data_ && !map_base_) std::memset(data_, 0, size_);  // mapped pages are zero already
   }
 
   void* data() { return data_; }
@@ -69,22 +83,51 @@ class AlignedBuffer {
 
  private:
   void Allocate(size_t bytes) {
-    std::free(data_);
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    Release();
+    if (bytes > SIZE_MAX - kHugePage) throw std::bad_alloc();
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    if (rounded == 0) return;
     const size_t huge_bytes = pages_ == Pages::kHuge ? rounded / kHugePage * kHugePage : 0;
+#if defined(__linux__)
+    if (rounded >= kMapThreshold) {
+      // Over-map by one huge page when aligning to it; the slack stays unused and untouched.
+      const size_t align = huge_bytes ? kHugePage : 0;
+      void* base = mmap(nullptr, rounded + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) throw std::bad_alloc();
+      map_base_ = base;
+      map_bytes_ = rounded + align;
+      const uintptr_t p = reinterpret_cast<uintptr_t>(base);
+      data_ = reinterpret_cast<void*>(align ? (p + align - 1) / align * align : p);
+#if defined(MADV_HUGEPAGE)
+      if (huge_bytes) madvise(data_, huge_bytes, MADV_HUGEPAGE);  // before the first touch
+#endif
+      size_ = rounded;
+      return;
+    }
+#endif
     // (aligned_alloc wants the size to be a multiple of the alignment.)
-    data_ = rounded == 0       ? nullptr
-            : huge_bytes == 0 ? std::aligned_alloc(kAlignment, rounded)
-                              : std::aligned_alloc(kHugePage, (rounded + kHugePage - 1) / kHugePage * kHugePage);
-    TESSERA_CHECK(rounded == 0 || data_ != nullptr, "out of memory");
+    data_ = huge_bytes == 0 ? std::aligned_alloc(kAlignment, rounded)
+                            : std::aligned_alloc(kHugePage, (rounded + kHugePage - 1) / kHugePage * kHugePage);
+    if (data_ == nullptr) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (huge_bytes) madvise(data_, huge_bytes, MADV_HUGEPAGE);  // before the first touch
 #endif
     size_ = rounded;
   }
+  void Release() {
+#if defined(__linux__)
+    if (map_base_) munmap(map_base_, map_bytes_);
+    else
+#endif
+      std::free(data_);
+    data_ = map_base_ = nullptr;
+    size_ = map_bytes_ = 0;
+  }
 
   void* data_ = nullptr;
   size_t size_ = 0;
+  void* map_base_ = nullptr;  // set when the buffer is an mmap of map_bytes_
+  size_t map_bytes_ = 0;
   Pages pages_ = Pages::kSmall;
 };
 

@@ -12,6 +12,9 @@ Status OutOfRange(std::string message) { return Status(StatusCode::kOutOfRange, 
 Status Unimplemented(std::string message) {
   return Status(StatusCode::kUnimplemented, std::move(message));
 }
+Status ResourceExhausted(std::string message) {
+  return Status(StatusCode::kResourceExhausted, std::move(message));
+}
 
 namespace detail {
 void CheckFailed(const char* file, int line, const char* cond, const char* msg) {

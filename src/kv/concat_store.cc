@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 
 namespace tessera::kv {
@@ -20,8 +21,14 @@ Status ConcatStore::Append(const KvAppend& in) {
     if (in.count && in.count[b] != S)
       return InvalidArgument("ConcatStore::Append: every row must append the same number of tokens");
   const size_t es = DTypeSize(g_.dtype);
-  AlignedBuffer k(B * H * len * g_.head_dim * es), v(B * H * len * g_.v_head_dim * es);
-  AlignedBuffer pos(B * len * sizeof(int32_t)), blk(B * len * sizeof(int32_t));
+  AlignedBuffer k, v, pos, blk;
+  try {
+    k = AlignedBuffer(B * H * len * g_.head_dim * es), v = AlignedBuffer(B * H * len * g_.v_head_dim * es);
+    pos = AlignedBuffer(B * len * sizeof(int32_t)), blk = AlignedBuffer(B * len * sizeof(int32_t));
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("ConcatStore::Append: out of memory growing the cache to " + std::to_string(len) +
+                             " tokens");
+  }
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t bh = b * H + h;

@@ -1,6 +1,8 @@
 #include "kv/kv_cache.h"
 
+#include <cmath>
 #include <cstdio>
+#include <new>
 
 #include "kv/concat_store.h"
 #include "kv/dense_store.h"
@@ -41,6 +43,14 @@ Status ValidateConfig(const KvCacheConfig& c) {
                              " outside [1, " + std::to_string(kMaxHeadDim) + "]");
     if (s.kind == LayerKind::kSliding && s.window < 1)
       return InvalidArgument(where + "sliding window " + std::to_string(s.window) + " < 1");
+    // Sizes are int64 products: refuse before one could overflow (no machine holds 2^60 bytes).
+    const double bytes = static_cast<double>(c.batch) * static_cast<double>(s.kv_heads) *
+                         static_cast<double>(c.max_context) * static_cast<double>(s.head_dim + s.v_head_dim) *
+                         static_cast<double>(DTypeSize(c.dtype));
+    if (bytes > 0x1p60)
+      return InvalidArgument(where + "batch " + std::to_string(c.batch) + " x max_context " +
+                             std::to_string(c.max_context) + " would need about 2^" +
+                             std::to_string(static_cast<int>(std::log2(bytes))) + " bytes");
   }
   return Status::Ok();
 }
@@ -85,20 +95,30 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
   for (const KvLayerSpec& s : c.layers) kinds.push_back(s.kind);
   LayerMap map = LayerMap::Build(kinds, c.num_kv_shared_layers).value();
   std::unique_ptr<KvCache> cache(new KvCache(c, std::move(map), std::move(plan.value())));
-  for (size_t i = 0; i < c.layers.size(); ++i) {
-    const KvLayerPlan& lp = cache->plan_.layers[i];
-    const KvGeometry g = Geometry(c, c.layers[i]);
-    if (lp.store == StoreKind::kDense) {
-      cache->stores_.push_back(std::make_unique<DenseStore>(g, lp.slots));
-    } else if (lp.store == StoreKind::kRing) {
-      cache->stores_.push_back(std::make_unique<RingStore>(g, c.layers[i].window, c.max_chunk));
-    } else if (lp.store == StoreKind::kConcat) {
-      cache->stores_.push_back(std::make_unique<ConcatStore>(g));
-    } else {
-      cache->stores_.push_back(nullptr);
-    }
+  try {
+    cache->CreateStores();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("KvCache: out of memory allocating " + std::to_string(cache->plan_.total_bytes) +
+                             " bytes for " + std::to_string(c.layers.size()) + " layers");
   }
   return cache;
+}
+
+void KvCache::CreateStores() {
+  const KvCacheConfig& c = config_;
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const KvLayerPlan& lp = plan_.layers[i];
+    const KvGeometry g = Geometry(c, c.layers[i]);
+    if (lp.store == StoreKind::kDense) {
+      stores_.push_back(std::make_unique<DenseStore>(g, lp.slots));
+    } else if (lp.store == StoreKind::kRing) {
+      stores_.push_back(std::make_unique<RingStore>(g, c.layers[i].window, c.max_chunk));
+    } else if (lp.store == StoreKind::kConcat) {
+      stores_.push_back(std::make_unique<ConcatStore>(g));
+    } else {
+      stores_.push_back(nullptr);
+    }
+  }
 }
 
 Status KvCache::Append(int64_t layer, const KvAppend& in) {

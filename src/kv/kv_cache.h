@@ -70,6 +70,7 @@ class KvCache {
  private:
   KvCache(KvCacheConfig config, LayerMap map, KvMemoryPlan plan)
       : config_(std::move(config)), map_(std::move(map)), plan_(std::move(plan)) {}
+  void CreateStores();  // one store per owning layer, as planned (throws std::bad_alloc)
   KvCacheConfig config_;
   LayerMap map_;
   KvMemoryPlan plan_;

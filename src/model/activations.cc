@@ -6,26 +6,41 @@
 
 namespace tessera::model {
 
-void Activations::Allocate(const GemmaArch& a, int64_t n, int64_t logit_rows) {
-  max_tokens = n;
+void Activations::Sizes(const GemmaArch& a, int64_t n, int64_t logit_rows, size_t out[12]) {
   int64_t kv_width = 1;
   for (const LayerArch& l : a.layers) kv_width = std::max(kv_width, l.kv_heads * l.head_dim);
   const int64_t q_width = a.q_heads * a.max_head_dim();
-  h.Resize(n * a.hidden * 4);
-  x.Resize(n * a.hidden * 4);
-  q.Resize(n * q_width * 4);
-  k.Resize(n * kv_width * 4);
-  v.Resize(n * kv_width * 4);
-  attn.Resize(n * q_width * 4);
-  gate.Resize(n * a.max_intermediate() * 4);
-  up.Resize(n * a.max_intermediate() * 4);
-  ple.Resize(n * std::max<int64_t>(1, a.num_layers() * a.ple_dim) * 4);
-  ple_tmp.Resize(n * std::max<int64_t>(1, a.ple_dim) * 4);
-  logits.Resize(logit_rows * a.vocab * 4);
   // Every Linear input: hidden (q/k/v, gate/up, PLE), q heads x head dim (o), intermediate (down),
   // the PLE width (its projection).
   const int64_t widest_in = std::max({a.hidden, q_width, a.max_intermediate(), std::max<int64_t>(1, a.ple_dim)});
-  x_pairs.Resize(ops::GemmScratchWords(n, widest_in) * 4);
+  const int64_t floats[12] = {n * a.hidden,
+                              n * a.hidden,
+                              n * q_width,
+                              n * kv_width,
+                              n * kv_width,
+                              n * q_width,
+                              n * a.max_intermediate(),
+                              n * a.max_intermediate(),
+                              n * std::max<int64_t>(1, a.num_layers() * a.ple_dim),
+                              n * std::max<int64_t>(1, a.ple_dim),
+                              logit_rows * a.vocab,
+                              ops::GemmScratchWords(n, widest_in)};
+  for (int i = 0; i < 12; ++i) out[i] = static_cast<size_t>(floats[i]) * 4;
+}
+
+void Activations::Allocate(const GemmaArch& a, int64_t n, int64_t logit_rows) {
+  max_tokens = n;
+  size_t sz[12];
+  Sizes(a, n, logit_rows, sz);
+  AlignedBuffer* bufs[12] = {&h, &x, &q, &k, &v, &attn, &gate, &up, &ple, &ple_tmp, &logits, &x_pairs};
+  for (int i = 0; i < 12; ++i) bufs[i]->Resize(sz[i]);
+}
+
+size_t Activations::PlannedBytes(const GemmaArch& a, int64_t n, int64_t logit_rows) {
+  size_t sz[12], total = 0;
+  Sizes(a, n, logit_rows, sz);
+  for (size_t b : sz) total += (b + AlignedBuffer::kAlignment - 1) / AlignedBuffer::kAlignment * AlignedBuffer::kAlignment;
+  return total;
 }
 
 size_t Activations::bytes() const {

@@ -25,6 +25,12 @@ struct Activations {
 
   void Allocate(const GemmaArch& arch, int64_t max_tokens, int64_t logit_rows);
   size_t bytes() const;
+  // What Allocate(arch, max_tokens, logit_rows) will allocate, for planning.
+  static size_t PlannedBytes(const GemmaArch& arch, int64_t max_tokens, int64_t logit_rows);
+
+ private:
+  // The byte size of every buffer above, in member order.
+  static void Sizes(const GemmaArch& arch, int64_t n, int64_t logit_rows, size_t out[12]);
 };
 
 }  // namespace tessera::model

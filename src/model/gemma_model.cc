@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 
 #include "ops/elementwise.h"
@@ -162,7 +163,12 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   p.precision = in.attention_precision;
   if (in.dense_bias) {
     const int64_t S_kv = p.k.seq;
-    in.dense_bias->resize(B * S * S_kv);
+    try {
+      in.dense_bias->resize(B * S * S_kv);
+    } catch (const std::bad_alloc&) {
+      return ResourceExhausted("GemmaModel::Forward: out of memory for the dense mask of " + std::to_string(B) + " x " +
+                               std::to_string(S) + " x " + std::to_string(S_kv));
+    }
     TESSERA_RETURN_IF_ERROR(AttentionBias(p.mask, B, S, S_kv, -std::numeric_limits<float>::infinity(),
                                           in.dense_bias->data()));
     MaskSpec dense;

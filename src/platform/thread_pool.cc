@@ -1,6 +1,8 @@
 #include "tessera/thread_pool.h"
 
 #include <algorithm>
+#include <exception>
+#include <string>
 
 namespace tessera {
 namespace {
@@ -18,12 +20,39 @@ inline void CpuRelax() {
 #endif
 }
 
+// The pool whose job the current thread is running an item of (nested calls run inline).
+thread_local const ThreadPool* tls_running_pool = nullptr;
+
+struct RunningPool {
+  explicit RunningPool(const ThreadPool* p) : saved(tls_running_pool) { tls_running_pool = p; }
+  ~RunningPool() { tls_running_pool = saved; }
+  const ThreadPool* saved;
+};
+
 }  // namespace
 
 int DefaultThreadCount() { return std::max(1u, std::thread::hardware_concurrency()); }
 
+StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads) {
+  if (num_threads < 1 || num_threads > kMaxThreads)
+    return InvalidArgument("ThreadPool: threads must be in [1, " + std::to_string(kMaxThreads) + "], got " +
+                           std::to_string(num_threads));
+  auto pool = std::make_unique<ThreadPool>(num_threads);
+  if (!pool->start_status().ok()) return pool->start_status();
+  return pool;
+}
+
 ThreadPool::ThreadPool(int num_threads) {
-  for (int i = 1; i < std::max(1, num_threads); ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  const int want = std::min(std::max(1, num_threads), kMaxThreads);
+  for (int i = 1; i < want; ++i) {
+    try {
+      workers_.emplace_back([this, i] { WorkerLoop(i); });
+    } catch (const std::exception& e) {  // std::system_error (EAGAIN: no memory for a stack) or bad_alloc
+      start_status_ = ResourceExhausted("ThreadPool: could not start thread " + std::to_string(i + 1) + " of " +
+                                        std::to_string(num_threads) + ": " + e.what());
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -58,7 +87,10 @@ void ThreadPool::WorkerLoop(int thread_index) {
       seen = generation_;
       ++active_;
     }
-    RunItems(thread_index);
+    {
+      RunningPool running(this);
+      RunItems(thread_index);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (--active_ == 0) done_cv_.notify_all();
@@ -68,10 +100,14 @@ void ThreadPool::WorkerLoop(int thread_index) {
 
 void ThreadPool::ParallelFor(int64_t n, ItemFn fn) {
   if (n <= 0) return;
-  if (workers_.empty() || n == 1) {
+  // Inline: nothing to share, or called from an item of this pool's running job (waiting for
+  // the pool there would wait for ourselves).
+  if (workers_.empty() || n == 1 || tls_running_pool == this) {
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
+  std::lock_guard<std::mutex> call(call_mu_);
+  RunningPool running(this);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;

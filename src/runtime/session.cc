@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string>
 
-#include "attention/kernels.h"
+#include "runtime/session_plan.h"
 
 namespace tessera::runtime {
 namespace {
@@ -100,44 +101,36 @@ Status CheckMatmulPrecision(const model::GemmaModel& model, ops::MatmulPrecision
 
 StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& model, const SessionOptions& o,
                                                    ThreadPool* pool) {
-  if (o.max_batch < 1 || o.max_chunk < 1 || o.max_context < 1 || o.max_chunk > o.max_context)
-    return InvalidArgument("Session: need max_batch >= 1 and 1 <= max_chunk <= max_context (got " +
-                           std::to_string(o.max_batch) + ", " + std::to_string(o.max_chunk) + ", " +
-                           std::to_string(o.max_context) + ")");
-  if (o.attention_precision == AttentionPrecision::kBf16 && o.kv_dtype != DType::kBF16)
-    return InvalidArgument(std::string("Session: attention precision bf16 needs a bf16 KV cache, got kv_dtype ") +
-                           DTypeName(o.kv_dtype));
-  TESSERA_RETURN_IF_ERROR(CheckMatmulPrecision(model, o.matmul_precision));
-  const model::GemmaArch& a = model.arch();
+  const int threads = pool ? pool->num_threads() : 1;
+  StatusOr<SessionMemoryPlan> plan = PlanSession(model, o, threads);
+  if (!plan.ok()) return plan.status();
+  TESSERA_RETURN_IF_ERROR(CheckSessionFits(plan.value(), o));
   std::unique_ptr<Session> s(new Session(model, o, pool));
+  try {
+    TESSERA_RETURN_IF_ERROR(s->Allocate(plan.value()));
+  } catch (const std::bad_alloc&) {  // the plan fit, but the memory went elsewhere meanwhile
+    return ResourceExhausted("Session: out of memory allocating " + plan.value().Describe());
+  }
+  return s;
+}
+
+Status Session::Allocate(const SessionMemoryPlan& plan) {
+  const model::GemmaArch& a = model_.arch();
+  const SessionOptions& o = opt_;
   StatusOr<std::unique_ptr<kv::KvCache>> cache = kv::KvCache::Create(KvCacheConfigFor(a, o));
   if (!cache.ok()) return cache.status();
-  s->cache_ = std::move(cache.value());
+  cache_ = std::move(cache.value());
   const int64_t n = o.max_batch * o.max_chunk;
-  s->act_.Allocate(a, n, o.all_logits ? n : o.max_batch);
-  // Attention scratch for the largest step of every layer geometry, prefill and decode.
-  const int threads = pool ? pool->num_threads() : 1;
-  size_t need = 0;
-  for (int64_t l = 0; l < a.num_layers(); ++l) {
-    const kv::KvView view = s->cache_->View(l);
-    AttentionParams p;
-    p.q = {nullptr, DType::kF32, o.max_batch, a.q_heads, o.max_chunk, a.layers[l].head_dim, 0, 0, 0};
-    p.k = view.k;
-    p.v = view.v;
-    p.precision = o.attention_precision;
-    need = std::max(need, attn::PrefillScratchBytes(p, threads));
-    p.q.seq = 1;
-    need = std::max(need, attn::DecodeScratchBytes(p, threads));
-  }
-  s->attn_scratch_.Reserve(need);
-  s->next_pos_.assign(o.max_batch, 0);
-  s->tokens_.resize(n);
-  s->pos_.resize(n);
-  s->block_.resize(n);
-  s->count_.resize(o.max_batch);
-  s->use_embed_.resize(n);
-  s->embeds_.resize(n * a.hidden);
-  return s;
+  act_.Allocate(a, n, o.all_logits ? n : o.max_batch);
+  attn_scratch_.Reserve(plan.scratch_bytes);
+  next_pos_.assign(o.max_batch, 0);
+  tokens_.resize(n);
+  pos_.resize(n);
+  block_.resize(n);
+  count_.resize(o.max_batch);
+  use_embed_.resize(n);
+  embeds_.resize(n * a.hidden);
+  return Status::Ok();
 }
 
 Status Session::ValidatePrompts(const std::vector<Prompt>& prompts) const {

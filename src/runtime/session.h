@@ -60,8 +60,12 @@ Status CheckMatmulPrecision(const model::GemmaModel& model, ops::MatmulPrecision
 // The KV cache a session of `options` allocates for `arch` (stores per layer, sharing, rings).
 kv::KvCacheConfig KvCacheConfigFor(const model::GemmaArch& arch, const SessionOptions& options);
 
+struct SessionMemoryPlan;  // runtime/session_plan.h
+
 class Session {
  public:
+  // Plans every allocation first (runtime/session_plan.h) and refuses, with the numbers, options
+  // that do not fit the memory this process can use; then allocates all of it.
   static StatusOr<std::unique_ptr<Session>> Create(const model::GemmaModel& model, const SessionOptions& options,
                                                    ThreadPool* pool);
 
@@ -88,6 +92,8 @@ class Session {
  private:
   Session(const model::GemmaModel& model, const SessionOptions& opt, ThreadPool* pool)
       : model_(model), opt_(opt), pool_(pool) {}
+  // Every buffer of the session, sized by its plan (throws std::bad_alloc; Create catches it).
+  Status Allocate(const SessionMemoryPlan& plan);
   Status ValidatePrompts(const std::vector<Prompt>& prompts) const;
   // Split mode: copies the prefilled concat caches into the in-place cache (once per prompt).
   Status HandOver();
