@@ -1,11 +1,14 @@
 #include "io/npy.h"
 
 #include <cstring>
-#include <fstream>
 #include <sstream>
+
+#include "io/input_file.h"
 
 namespace tessera::io {
 namespace {
+
+constexpr uint64_t kMaxNpyBytes = uint64_t{1} << 33;  // far above any image-embedding array
 
 // Value of `key` in the header dict text ("'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }").
 bool Field(const std::string& h, const std::string& key, std::string* out) {
@@ -80,11 +83,10 @@ StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& name) {
 }
 
 StatusOr<NpyArray> ReadNpy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return InvalidArgument("ReadNpy: cannot open '" + path + "'");
-  std::stringstream buf;
-  buf << f.rdbuf();
-  return ParseNpy(buf.str(), path);
+  // Regular files only: a FIFO named by --image-embeds must not block the reader.
+  StatusOr<std::string> bytes = ReadInputFile(path, ".npy file", kMaxNpyBytes);
+  if (!bytes.ok()) return Status(bytes.status().code(), "ReadNpy: " + bytes.status().message());
+  return ParseNpy(bytes.value(), path);
 }
 
 }  // namespace tessera::io

@@ -1,0 +1,169 @@
+// Issue 17, failure paths and unclear errors on the files a user names: a FIFO, device, directory
+// or symlink loop where config.json, a checkpoint, tokenizer.model or a .npy is expected; JSON
+// nested deep enough to overflow a recursive walk; .npy headers with nonsense shapes; a checkpoint
+// whose tensors disagree with its config. Each must be an immediate error naming the path or field.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <string>
+
+#include "io/npy.h"
+#include "io/safetensors.h"
+#include "io/safetensors_checkpoint.h"
+#include "model/config.h"
+#include "tokenizer/sentencepiece_tokenizer.h"
+
+#ifndef TESSERA_TESTDATA_DIR
+#define TESSERA_TESTDATA_DIR "tests/testdata"
+#endif
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tessera_inputs_XXXXXX").string();
+    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string File(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+void WriteText(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs `load` (which reads `fifo` somewhere) and returns its message. A load that blocks on the
+// FIFO is a failure; it is then unblocked (a writer opens and closes the FIFO) so the test ends.
+std::string MessageWithoutBlocking(const std::string& fifo, std::function<Status()> load) {
+  std::future<Status> f = std::async(std::launch::async, std::move(load));
+  if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "blocked reading the FIFO " << fifo;
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd >= 0) ::close(fd);
+  }
+  const Status st = f.get();
+  EXPECT_FALSE(st.ok());
+  return st.message();
+}
+
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+
+TEST(SpecialFiles, ConfigFifoDirectoryAndLoop) {
+  TempDir tmp;
+  const std::string fifo = tmp.File("config.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string msg = MessageWithoutBlocking(fifo, [&] { return model::LoadModelConfig(tmp.path()).status(); });
+  EXPECT_HAS(msg, fifo);
+  EXPECT_HAS(msg, "FIFO");
+
+  TempDir as_dir;
+  fs::create_directory(as_dir.File("config.json"));
+  msg = model::LoadModelConfig(as_dir.path()).status().message();
+  EXPECT_HAS(msg, "is a directory");
+  EXPECT_EQ(msg.find("9223372036854775807"), std::string::npos) << msg;
+
+  TempDir loop;
+  fs::create_symlink("config.json", loop.File("config.json"));
+  msg = model::LoadModelConfig(loop.path()).status().message();
+  EXPECT_HAS(msg, "symbolic link loop");
+}
+
+TEST(SpecialFiles, CheckpointIsReportedAsWhatItIs) {
+  TempDir tmp;
+  const std::string fifo = tmp.File("model.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string msg =
+      MessageWithoutBlocking(fifo, [&] { return io::SafetensorsCheckpoint::Open(tmp.path()).status(); });
+  EXPECT_HAS(msg, "model.safetensors");
+  EXPECT_HAS(msg, "FIFO");
+  msg = MessageWithoutBlocking(fifo, [&] { return io::SafetensorsCheckpoint::Open(fifo).status(); });
+  EXPECT_HAS(msg, "FIFO");
+  msg = MessageWithoutBlocking(fifo, [&] { return io::SafetensorsFile::Open(fifo).status(); });
+  EXPECT_HAS(msg, "FIFO");
+
+  TempDir loop;
+  fs::create_symlink("model.safetensors", loop.File("model.safetensors"));
+  msg = io::SafetensorsCheckpoint::Open(loop.path()).status().message();
+  EXPECT_HAS(msg, "symbolic link loop");
+  msg = io::SafetensorsCheckpoint::Open(loop.File("model.safetensors")).status().message();
+  EXPECT_HAS(msg, "symbolic link loop");
+
+  TempDir dir;
+  fs::create_directory(dir.File("model.safetensors"));
+  msg = io::SafetensorsCheckpoint::Open(dir.path()).status().message();
+  EXPECT_HAS(msg, "model.safetensors");
+  EXPECT_HAS(msg, "is a directory");
+
+  msg = io::SafetensorsCheckpoint::Open("/dev/null").status().message();
+  EXPECT_HAS(msg, "character device");
+}
+
+TEST(SpecialFiles, ShardAndIndexFifo) {
+  TempDir tmp;
+  const std::string shard = tmp.File("a.safetensors");
+  ASSERT_EQ(::mkfifo(shard.c_str(), 0600), 0);
+  WriteText(tmp.File("model.safetensors.index.json"), R"({"weight_map": {"x": "a.safetensors"}})");
+  std::string msg =
+      MessageWithoutBlocking(shard, [&] { return io::SafetensorsCheckpoint::Open(tmp.path()).status(); });
+  EXPECT_HAS(msg, "a.safetensors");
+  EXPECT_HAS(msg, "FIFO");
+
+  TempDir idx;
+  const std::string index = idx.File("model.safetensors.index.json");
+  ASSERT_EQ(::mkfifo(index.c_str(), 0600), 0);
+  msg = MessageWithoutBlocking(index, [&] { return io::SafetensorsCheckpoint::Open(idx.path()).status(); });
+  EXPECT_HAS(msg, "index.json");
+  EXPECT_HAS(msg, "FIFO");
+}
+
+TEST(SpecialFiles, NpyFifoAndDirectory) {
+  TempDir tmp;
+  const std::string fifo = tmp.File("x.npy");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string msg = MessageWithoutBlocking(fifo, [&] { return io::ReadNpy(fifo).status(); });
+  EXPECT_HAS(msg, fifo);
+  EXPECT_HAS(msg, "FIFO");
+  fs::create_directory(tmp.File("d.npy"));
+  msg = io::ReadNpy(tmp.File("d.npy")).status().message();
+  EXPECT_HAS(msg, "is a directory");
+}
+
+TEST(SpecialFiles, TokenizerDirectoryAndFifoAreStatusErrors) {
+  TempDir tmp;
+  fs::create_directory(tmp.File("tokenizer.model"));
+  std::string msg;
+  EXPECT_NO_THROW(msg = tokenizer::SentencePieceTokenizer::Load(tmp.File("tokenizer.model")).status().message());
+  EXPECT_HAS(msg, "is a directory");
+  const std::string fifo = tmp.File("fifo.model");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  msg = MessageWithoutBlocking(fifo, [&] { return tokenizer::SentencePieceTokenizer::Load(fifo).status(); });
+  EXPECT_HAS(msg, "FIFO");
+  // Not a model at all: an error, not an exception.
+  WriteText(tmp.File("junk.model"), std::string(1000, '\xff'));
+  EXPECT_NO_THROW(msg = tokenizer::SentencePieceTokenizer::Load(tmp.File("junk.model")).status().message());
+  EXPECT_HAS(msg, "junk.model");
+}
+
+}  // namespace
+}  // namespace tessera
