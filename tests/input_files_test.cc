@@ -13,8 +13,10 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/json_nesting.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
 #include "io/safetensors_checkpoint.h"
@@ -29,6 +31,7 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
+using Json = nlohmann::json;
 
 class TempDir {
  public:
@@ -53,6 +56,11 @@ void WriteText(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // Runs `load` (which reads `fifo` somewhere) and returns its message. A load that blocks on the
 // FIFO is a failure; it is then unblocked (a writer opens and closes the FIFO) so the test ends.
 std::string MessageWithoutBlocking(const std::string& fifo, std::function<Status()> load) {
@@ -66,6 +74,8 @@ std::string MessageWithoutBlocking(const std::string& fifo, std::function<Status
   EXPECT_FALSE(st.ok());
   return st.message();
 }
+
+std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
 
@@ -163,6 +173,44 @@ TEST(SpecialFiles, TokenizerDirectoryAndFifoAreStatusErrors) {
   WriteText(tmp.File("junk.model"), std::string(1000, '\xff'));
   EXPECT_NO_THROW(msg = tokenizer::SentencePieceTokenizer::Load(tmp.File("junk.model")).status().message());
   EXPECT_HAS(msg, "junk.model");
+}
+
+TEST(JsonNesting, CountsBracketsOutsideStrings) {
+  EXPECT_TRUE(io::CheckJsonNesting(Nested(64), "x").ok());
+  EXPECT_FALSE(io::CheckJsonNesting(Nested(65), "x").ok());
+  EXPECT_TRUE(io::CheckJsonNesting("{\"a\": \"" + std::string(1000, '[') + "\"}", "x").ok());
+  EXPECT_TRUE(io::CheckJsonNesting(R"({"a\"[[[[": [1]})", "x", 2).ok());
+  EXPECT_HAS(io::CheckJsonNesting(Nested(3), "thing", 2).message(), "thing");
+}
+
+TEST(JsonNesting, DeepConfigIsAnErrorNotAStackOverflow) {
+  Json base = Json::parse(ReadText(TESSERA_TESTDATA_DIR "/models/gemma3_text/config.json"));
+  std::string text = base.dump();
+  const std::string key = "\"full_attention\":{";  // inside rope_parameters, copied when merged
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + key.size(), "\"deep\":" + Nested(150000) + ",");
+  const Status st = model::ParseModelConfig(text).status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_HAS(st.message(), "nests deeper");
+
+  TempDir tmp;
+  WriteText(tmp.File("config.json"), text);
+  EXPECT_HAS(model::LoadModelConfig(tmp.path()).status().message(), "config.json");
+}
+
+TEST(JsonNesting, DeepSafetensorsHeaderAndIndex) {
+  const std::string header = "{\"__metadata__\": {\"a\": " + Nested(150000) + "}}";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  const Status st = io::SafetensorsFile::FromBytes(bytes + header, "deep.safetensors").status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_HAS(st.message(), "nests deeper");
+
+  TempDir tmp;
+  WriteText(tmp.File("model.safetensors.index.json"), "{\"metadata\": " + Nested(150000) + ", \"weight_map\": {}}");
+  const std::string msg = io::SafetensorsCheckpoint::Open(tmp.path()).status().message();
+  EXPECT_HAS(msg, "nests deeper");
 }
 
 }  // namespace

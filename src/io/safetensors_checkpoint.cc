@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "io/input_file.h"
+#include "io/json_nesting.h"
 
 namespace tessera::io {
 namespace {
@@ -81,6 +82,7 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenIndex(const std::stri
   const std::string where = "SafetensorsCheckpoint::Open: index " + Quote(index_path);
   StatusOr<std::string> read = ReadInputFile(index_path, "index", kMaxIndexBytes);
   if (!read.ok()) return Status(read.status().code(), "SafetensorsCheckpoint::Open: " + read.status().message());
+  TESSERA_RETURN_IF_ERROR(CheckJsonNesting(read.value(), where));
   const Json index = Json::parse(read.value(), nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded()) return InvalidArgument(where + ": not valid JSON");
   if (!index.is_object()) return InvalidArgument(where + ": must be a JSON object");

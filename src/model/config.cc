@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "io/input_file.h"
+#include "io/json_nesting.h"
 
 namespace tessera::model {
 namespace {
@@ -727,6 +728,8 @@ const char* BidirectionalModeName(BidirectionalMode m) {
 }
 
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
+  // Before parsing: a deep document parses, then overflows the stack in a recursive copy.
+  TESSERA_RETURN_IF_ERROR(io::CheckJsonNesting(json_text, "ParseModelConfig"));
   try {
     const Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
     if (root.is_discarded()) return InvalidArgument("ParseModelConfig: not valid JSON");
