@@ -213,5 +213,29 @@ TEST(JsonNesting, DeepSafetensorsHeaderAndIndex) {
   EXPECT_HAS(msg, "nests deeper");
 }
 
+std::string NpyImage(const std::string& shape) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.append(63 - (10 + header.size()) % 64, ' ');
+  header += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header;
+}
+
+TEST(Npy, ShapesMustBeTuplesOfIntegers) {
+  EXPECT_TRUE(io::ParseNpy(NpyImage("(2, 3)") + std::string(24, '\0'), "ok").ok());
+  EXPECT_TRUE(io::ParseNpy(NpyImage("(4,)") + std::string(16, '\0'), "ok").ok());
+  for (const char* bad : {"(abc, 64)", "(9, 64x)", "(9 64)", "(9,, 64)", "(-1, 4)", "(+3, 4)", "(, 4)", "9, 4", "()",
+                          "(1, 2, 3)", "(99999999999999999999, 1)", ""}) {
+    bool ok = true;
+    EXPECT_NO_THROW(ok = io::ParseNpy(NpyImage(bad) + std::string(9 * 64 * 4, '\0'), "x.npy").ok()) << bad;
+    EXPECT_FALSE(ok) << "shape " << bad << " was accepted";
+  }
+  const std::string msg = io::ParseNpy(NpyImage("(abc, 64)"), "x.npy").status().message();
+  EXPECT_HAS(msg, "abc");
+  EXPECT_HAS(msg, "x.npy");
+}
+
 }  // namespace
 }  // namespace tessera
