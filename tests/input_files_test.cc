@@ -21,6 +21,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_checkpoint.h"
 #include "model/config.h"
+#include "model/loaded_model.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 
 #ifndef TESSERA_TESTDATA_DIR
@@ -76,6 +77,13 @@ std::string MessageWithoutBlocking(const std::string& fifo, std::function<Status
 }
 
 std::string Nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+
+// A copy of a small test checkpoint whose config.json the caller may edit.
+std::string CopyModel(const TempDir& tmp, const std::string& name) {
+  const std::string dir = tmp.File(name);
+  fs::copy(TESSERA_TESTDATA_DIR "/models/" + name, dir);
+  return dir;
+}
 
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
 
@@ -235,6 +243,32 @@ TEST(Npy, ShapesMustBeTuplesOfIntegers) {
   const std::string msg = io::ParseNpy(NpyImage("(abc, 64)"), "x.npy").status().message();
   EXPECT_HAS(msg, "abc");
   EXPECT_HAS(msg, "x.npy");
+}
+
+TEST(CheckpointMatchesConfig, FewerLayersThanTheCheckpointIsAnError) {
+  TempDir tmp;
+  const std::string dir = CopyModel(tmp, "gemma3_text");
+  Json c = Json::parse(ReadText(dir + "/config.json"));
+  c["num_hidden_layers"] = 3;
+  c["layer_types"] = Json::array({"sliding_attention", "sliding_attention", "full_attention"});
+  WriteText(dir + "/config.json", c.dump());
+  const Status st = model::LoadedModel::Load(dir).status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_HAS(st.message(), "num_hidden_layers");
+  EXPECT_HAS(st.message(), "layers.3.");
+}
+
+TEST(CheckpointMatchesConfig, UntiedEmbeddingsNeedAnLmHead) {
+  TempDir tmp;
+  const std::string dir = CopyModel(tmp, "gemma3_text");
+  ASSERT_TRUE(model::LoadedModel::Load(dir).ok());
+  Json c = Json::parse(ReadText(dir + "/config.json"));
+  c["tie_word_embeddings"] = false;
+  WriteText(dir + "/config.json", c.dump());
+  const Status st = model::LoadedModel::Load(dir).status();
+  EXPECT_FALSE(st.ok());
+  EXPECT_HAS(st.message(), "tie_word_embeddings");
+  EXPECT_HAS(st.message(), "lm_head.weight");
 }
 
 }  // namespace
