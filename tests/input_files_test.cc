@@ -22,6 +22,8 @@
 #include "io/safetensors_checkpoint.h"
 #include "model/config.h"
 #include "model/loaded_model.h"
+#include "runtime/session.h"
+#include "tiny_model.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 
 #ifndef TESSERA_TESTDATA_DIR
@@ -269,6 +271,21 @@ TEST(CheckpointMatchesConfig, UntiedEmbeddingsNeedAnLmHead) {
   EXPECT_FALSE(st.ok());
   EXPECT_HAS(st.message(), "tie_word_embeddings");
   EXPECT_HAS(st.message(), "lm_head.weight");
+}
+
+TEST(Generate, NegativeMaxNewTokensIsAnError) {
+  auto m = testing::MakeTinyModel({});
+  runtime::SessionOptions o;
+  o.max_context = 32;
+  o.max_chunk = 8;
+  auto s = runtime::Session::Create(*m, o, nullptr);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  std::vector<std::vector<int32_t>> out;
+  runtime::Prompt p;
+  p.tokens = {1, 2, 3};
+  const Status st = s.value()->Generate({p}, -1, {}, {}, &out);
+  EXPECT_FALSE(st.ok());
+  EXPECT_HAS(st.message(), "-1");
 }
 
 }  // namespace
