@@ -1,6 +1,6 @@
-"""The `tessera` command line (issue 17): every command answers --help, nonsense arguments are
-refused by name, and special files never block. Runs the binaries of the build in
-$TESSERA_BUILD_DIR (default build/release); skipped where they are not built."""
+"""The `tessera` command line and the benchmark programs (issue 17): every command answers --help,
+nonsense arguments are refused by name, and special files never block. Runs the binaries of the
+build in $TESSERA_BUILD_DIR (default build/release); skipped where they are not built."""
 from __future__ import annotations
 
 import os
@@ -38,6 +38,19 @@ def test_help_after_other_options():
     # A value that happens to read "--help" is a value.
     r = run(TESSERA, "run", "--model", TEXT_MODEL, "--prompt", "--help", timeout=20)
     assert r.returncode != 0 and "tokenizer.model" in r.stderr
+
+
+@pytest.mark.parametrize("bench", ["tessera_bench_attention", "tessera_bench_linear", "tessera_bench_modes",
+                                   "tessera_bench_onednn"])
+def test_benchmarks_answer_help_without_running(bench):
+    path = os.path.join(BUILD, bench)
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"{bench} is not built")
+    r = run(path, "--help", timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert "usage: " + bench in r.stdout
+    r = run(path, "--threads", timeout=20)  # an option without its value
+    assert r.returncode == 2 and "--threads" in r.stderr
 
 
 @pytest.mark.parametrize("args, message", [
