@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "bench_args.h"
 #include "roofline.h"
 #include "tessera/attention.h"
 
@@ -39,6 +40,10 @@ void Check(const Status& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const int rc = bench::CheckArgs(
+          argc, argv, " [--threads N] [--reps R] [--max-s 8192] [--max-keys 32768] [--precision f32|bf16|both]\n");
+      rc >= 0)
+    return rc;
   int threads = DefaultThreadCount(), reps = 5;
   int64_t max_s = 8192, max_keys = 32768;
   std::vector<AttentionPrecision> precisions = {AttentionPrecision::kF32, AttentionPrecision::kBf16};

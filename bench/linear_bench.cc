@@ -19,12 +19,14 @@
 #include "core/aligned_buffer.h"
 #include "ops/gemm.h"
 #include "ops/linear.h"
+#include "bench_args.h"
 #include "roofline.h"
 #include "tessera/dtype.h"
 
 using namespace tessera;
 
 int main(int argc, char** argv) {
+  if (const int rc = bench::CheckArgs(argc, argv, " [--threads N] [--reps R]\n"); rc >= 0) return rc;
   int threads = DefaultThreadCount(), reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];

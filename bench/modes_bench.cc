@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "model/loaded_model.h"
 #include "runtime/session.h"
 
@@ -21,6 +22,9 @@ using namespace tessera;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
+  if (const int rc = bench::CheckArgs(argc, argv, " [--model DIR] [--contexts 1024,4096,8192] [--threads N]\n");
+      rc >= 0)
+    return rc;
   std::string dir = TESSERA_SOURCE_DIR "/models/demo-gemma4-unified";
   std::vector<int64_t> contexts = {1024, 4096, 8192};
   int threads = DefaultThreadCount();

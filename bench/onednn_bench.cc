@@ -30,6 +30,7 @@
 #include "core/aligned_buffer.h"
 #include "ops/gemm.h"
 #include "ops/linear.h"
+#include "bench_args.h"
 #include "roofline.h"
 #include "tessera/dtype.h"
 
@@ -85,6 +86,9 @@ double RelDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const int rc = bench::CheckArgs(argc, argv, " [--threads N] [--reps R] [--max-tokens T] [--weights any|stored]\n");
+      rc >= 0)
+    return rc;
   int threads = DefaultThreadCount(), reps = 5;
   int64_t max_tokens = 256;
   bool prepack = true;

@@ -13,9 +13,11 @@ namespace tessera::cli {
 // --name value / --flag arguments after the subcommand.
 class Args {
  public:
-  // `flags`: options without a value. Unknown or repeated options are errors.
+  // `flags`: options without a value. Unknown or repeated options are errors, and so are
+  // positional arguments unless allow_positional. Options several commands share are checked
+  // here: --threads must be >= 1, --max-new-tokens >= 0.
   static StatusOr<Args> Parse(int argc, char** argv, const std::vector<std::string>& valued,
-                              const std::vector<std::string>& flags);
+                              const std::vector<std::string>& flags, bool allow_positional = false);
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   std::string Get(const std::string& name, const std::string& fallback = "") const;
   StatusOr<int64_t> Int(const std::string& name, int64_t fallback) const;
@@ -26,6 +28,14 @@ class Args {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };
+
+// Options without a value, by command: shared by the parsers and the --help scan (tessera.cc).
+inline const std::vector<std::string> kRunFlags = {"no-stop", "no-repack"};
+inline const std::vector<std::string> kKvMemoryFlags = {"per-layer"};
+
+// Whether the arguments ask for help: "--help" or "-h" where an option may stand (the value of
+// an option such as --prompt is not a request). `flags` are the command's options without a value.
+bool HelpRequested(int argc, char** argv, const std::vector<std::string>& flags);
 
 // "1,2,3" -> ids; errors name the bad item.
 StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& what);

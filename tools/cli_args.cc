@@ -1,16 +1,19 @@
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <utility>
 
 #include "cli.h"
 
 namespace tessera::cli {
 
 StatusOr<Args> Args::Parse(int argc, char** argv, const std::vector<std::string>& valued,
-                           const std::vector<std::string>& flags) {
+                           const std::vector<std::string>& flags, bool allow_positional) {
   Args a;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0) {
+      if (!allow_positional) return InvalidArgument("unexpected argument '" + arg + "' (options are --name value)");
       a.positional_.push_back(arg);
       continue;
     }
@@ -26,7 +29,24 @@ StatusOr<Args> Args::Parse(int argc, char** argv, const std::vector<std::string>
       a.values_[name] = argv[++i];
     }
   }
+  // Shared options: a negative count would otherwise run as if it were 0 or 1.
+  for (const auto& [name, min] : {std::pair<const char*, int64_t>{"threads", 1}, {"max-new-tokens", 0}}) {
+    StatusOr<int64_t> v = a.Int(name, min);
+    if (!v.ok()) return v.status();
+    if (v.value() < min)
+      return InvalidArgument("--" + std::string(name) + " must be >= " + std::to_string(min) + ", got " +
+                             std::to_string(v.value()));
+  }
   return a;
+}
+
+bool HelpRequested(int argc, char** argv, const std::vector<std::string>& flags) {
+  for (int i = 0; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return true;
+    if (arg.rfind("--", 0) == 0 && std::find(flags.begin(), flags.end(), arg.substr(2)) == flags.end()) ++i;
+  }
+  return false;
 }
 
 std::string Args::Get(const std::string& name, const std::string& fallback) const {
@@ -38,8 +58,10 @@ StatusOr<int64_t> Args::Int(const std::string& name, int64_t fallback) const {
   if (!Has(name)) return fallback;
   const std::string v = Get(name);
   char* end = nullptr;
+  errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0') return InvalidArgument("--" + name + " expects an integer, got '" + v + "'");
+  if (v.empty() || *end != '\0' || errno == ERANGE)
+    return InvalidArgument("--" + name + " expects an integer, got '" + v + "'");
   return static_cast<int64_t>(x);
 }
 

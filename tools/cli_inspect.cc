@@ -1,6 +1,7 @@
 // tessera inspect: a checkpoint's layers, head geometry, mask rules and KV memory per context;
 // tessera kv-memory: the same memory table for the reference Gemma-12B shapes.
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli.h"
 #include "kv/kv_cache.h"
@@ -56,7 +57,7 @@ int InspectCommand(int argc, char** argv) {
 }
 
 int KvMemoryCommand(int argc, char** argv) {
-  StatusOr<Args> parsed = Args::Parse(argc, argv, {"max-chunk"}, {"per-layer"});
+  StatusOr<Args> parsed = Args::Parse(argc, argv, {"max-chunk"}, kKvMemoryFlags, /*allow_positional=*/true);
   if (!parsed.ok()) {
     std::fprintf(stderr, "tessera kv-memory: %s\n", parsed.status().message().c_str());
     return 2;
@@ -69,8 +70,9 @@ int KvMemoryCommand(int argc, char** argv) {
   }
   std::vector<int64_t> contexts;
   for (const std::string& p : args.positional()) {
-    const long long ctx = std::atoll(p.c_str());
-    if (ctx <= 0) {
+    char* end = nullptr;
+    const long long ctx = std::strtoll(p.c_str(), &end, 10);
+    if (p.empty() || *end != '\0' || ctx <= 0) {
       std::fprintf(stderr, "tessera kv-memory: '%s' is not a context length\n", p.c_str());
       return 2;
     }

@@ -22,6 +22,27 @@ int Fail(const std::string& msg) {
   return 1;
 }
 
+// The prompt's ids: parsed from --ids, or --prompt encoded with DIR/tokenizer.model. Only a text
+// prompt reads the tokenizer (--ids runs, and prints, ids alone); it is read before the model so a
+// bad one fails before the long load.
+Status ReadPromptTokens(const Args& a, runtime::Prompt* prompt,
+                        std::unique_ptr<tokenizer::SentencePieceTokenizer>* tok) {
+  if (!a.Has("prompt")) {
+    StatusOr<std::vector<int32_t>> ids = ParseIdList(a.Get("ids"), "--ids");
+    if (!ids.ok()) return ids.status();
+    prompt->tokens = ids.value();
+    return Status::Ok();
+  }
+  const std::string tok_path = a.Get("model") + "/tokenizer.model";
+  StatusOr<std::unique_ptr<tokenizer::SentencePieceTokenizer>> t = tokenizer::SentencePieceTokenizer::Load(tok_path);
+  if (!t.ok()) return InvalidArgument(t.status().message() + " (--prompt needs it; pass --ids instead)");
+  *tok = std::move(t.value());
+  StatusOr<std::vector<int32_t>> ids = (*tok)->Encode(a.Get("prompt"), /*add_bos=*/true);
+  if (!ids.ok()) return ids.status();
+  prompt->tokens = ids.value();
+  return Status::Ok();
+}
+
 }  // namespace
 
 int RunCommand(int argc, char** argv) {
@@ -29,7 +50,7 @@ int RunCommand(int argc, char** argv) {
                                       {"model", "ids", "prompt", "image-embeds", "token-types", "max-new-tokens",
                                        "mode", "temperature", "top-k", "top-p", "seed", "max-context", "max-chunk",
                                        "threads", "kv-dtype", "attention-precision", "matmul-precision", "dtype"},
-                                      {"no-stop", "no-repack"});
+                                      kRunFlags);
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
   if (!a.Has("model")) return Fail("--model DIR is required");
@@ -67,6 +88,9 @@ int RunCommand(int argc, char** argv) {
         static_cast<uint64_t>(seed.value())};
   if (Status s = runtime::ValidateSampling(sp); !s.ok()) return Fail(s.message());
 
+  runtime::Prompt prompt;
+  std::unique_ptr<tokenizer::SentencePieceTokenizer> tok;  // with --prompt only
+  if (Status st = ReadPromptTokens(a, &prompt, &tok); !st.ok()) return Fail(st.message());
   std::fprintf(stderr, "loading %s ...\n", a.Get("model").c_str());
   const auto t_load = Clock::now();
   StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(a.Get("model"), load_options);
@@ -79,25 +103,6 @@ int RunCommand(int argc, char** argv) {
                static_cast<long long>(m.arch().vocab), Seconds(t_load, Clock::now()),
                m.weights().repacked() ? "weights repacked for the GEMM" : "weights read as stored");
 
-  runtime::Prompt prompt;
-  std::unique_ptr<tokenizer::SentencePieceTokenizer> tok;
-  const std::string tok_path = a.Get("model") + "/tokenizer.model";
-  if (FILE* f = std::fopen(tok_path.c_str(), "rb")) {
-    std::fclose(f);
-    StatusOr<std::unique_ptr<tokenizer::SentencePieceTokenizer>> t = tokenizer::SentencePieceTokenizer::Load(tok_path);
-    if (!t.ok()) return Fail(t.status().message());
-    tok = std::move(t.value());
-  }
-  if (a.Has("prompt")) {
-    if (!tok) return Fail("--prompt needs " + tok_path + " (a SentencePiece model); pass --ids instead");
-    StatusOr<std::vector<int32_t>> ids = tok->Encode(a.Get("prompt"), /*add_bos=*/true);
-    if (!ids.ok()) return Fail(ids.status().message());
-    prompt.tokens = ids.value();
-  } else {
-    StatusOr<std::vector<int32_t>> ids = ParseIdList(a.Get("ids"), "--ids");
-    if (!ids.ok()) return Fail(ids.status().message());
-    prompt.tokens = ids.value();
-  }
   if (a.Has("token-types")) {
     StatusOr<std::vector<int32_t>> types = ParseIdList(a.Get("token-types"), "--token-types");
     if (!types.ok()) return Fail(types.status().message());

@@ -208,6 +208,13 @@ int SelfCheck() {
 
 }  // namespace
 
-int SelfCheckCommand(int, char**) { return SelfCheck(); }
+int SelfCheckCommand(int argc, char** argv) {
+  StatusOr<Args> parsed = Args::Parse(argc, argv, {}, {});  // takes no arguments
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "tessera selfcheck: %s\n", parsed.status().message().c_str());
+    return 2;
+  }
+  return SelfCheck();
+}
 
 }  // namespace tessera::cli

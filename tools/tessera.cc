@@ -1,39 +1,74 @@
 // `tessera`: the command-line front end. Subcommands live in tools/cli_*.cc.
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "cli.h"
 
 namespace {
 
-void Usage() {
-  std::printf(
-      "usage: tessera demo [--model DIR]        multimodal generation with the embedded Gemma-4-unified model,\n"
-      "                                        in the unified, bias and split modes\n"
-      "       tessera run --model DIR --ids 1,2,3 [--image-embeds F.npy] [--token-types 0,1,...]\n"
-      "                   [--max-new-tokens N] [--mode unified|bias|split] [--temperature T] [--top-k K]\n"
-      "                   [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
-      "                   [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
-      "                   [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
-      "                   [--no-repack]   (read the weights as stored: faster load, slower prefill)\n"
-      "       tessera inspect --model DIR       layers, head geometry, mask rules, KV memory per context\n"
-      "       tessera kv-memory [CONTEXT...] [--max-chunk N] [--per-layer]   Gemma-12B-shaped KV memory\n"
-      "       tessera selfcheck                 attention and Linear kernels vs reference at Gemma-4 shapes\n");
+struct Command {
+  const char* name;
+  int (*run)(int argc, char** argv);
+  const std::vector<std::string>* flags;  // options without a value (for the --help scan)
+  const char* usage;                      // after "tessera NAME"
+};
+
+const std::vector<std::string> kNoFlags;
+
+const Command kCommands[] = {
+    {"demo", tessera::cli::DemoCommand, &kNoFlags,
+     " [--model DIR] [--max-new-tokens N] [--threads N]\n"
+     "      multimodal generation with the embedded Gemma-4-unified model, in the unified, bias and\n"
+     "      split modes\n"},
+    {"run", tessera::cli::RunCommand, &tessera::cli::kRunFlags,
+     " --model DIR (--ids 1,2,3 | --prompt TEXT) [--image-embeds F.npy] [--token-types 0,1,...]\n"
+     "      [--max-new-tokens N] [--mode unified|bias|split] [--temperature T] [--top-k K]\n"
+     "      [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
+     "      [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
+     "      [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
+     "      [--no-repack]   (read the weights as stored: faster load, slower prefill) [--no-stop]\n"
+     "      --ids prints the generated ids (DIR/tokenizer.model is not read); --prompt needs\n"
+     "      DIR/tokenizer.model and prints text\n"},
+    {"inspect", tessera::cli::InspectCommand, &kNoFlags,
+     " --model DIR [--max-chunk N]\n"
+     "      layers, head geometry, mask rules, KV memory per context\n"},
+    {"kv-memory", tessera::cli::KvMemoryCommand, &tessera::cli::kKvMemoryFlags,
+     " [CONTEXT...] [--max-chunk N] [--per-layer]\n"
+     "      Gemma-12B-shaped KV memory\n"},
+    {"selfcheck", tessera::cli::SelfCheckCommand, &kNoFlags,
+     "\n      attention and Linear kernels vs reference at Gemma-4 shapes\n"},
+};
+
+void Usage(const Command* only) {
+  bool first = true;
+  for (const Command& c : kCommands) {
+    if (only != nullptr && only != &c) continue;
+    std::printf("%s tessera %s%s", first ? "usage:" : "      ", c.name, c.usage);
+    first = false;
+  }
+  if (only == nullptr) std::printf("       tessera COMMAND --help   the usage of one command\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    Usage();
+    Usage(nullptr);
     return 2;
   }
   const char* cmd = argv[1];
-  if (std::strcmp(cmd, "demo") == 0) return tessera::cli::DemoCommand(argc - 2, argv + 2);
-  if (std::strcmp(cmd, "run") == 0) return tessera::cli::RunCommand(argc - 2, argv + 2);
-  if (std::strcmp(cmd, "inspect") == 0) return tessera::cli::InspectCommand(argc - 2, argv + 2);
-  if (std::strcmp(cmd, "kv-memory") == 0) return tessera::cli::KvMemoryCommand(argc - 2, argv + 2);
-  if (std::strcmp(cmd, "selfcheck") == 0) return tessera::cli::SelfCheckCommand(argc - 2, argv + 2);
-  Usage();
-  return std::strcmp(cmd, "--help") == 0 || std::strcmp(cmd, "help") == 0 ? 0 : 2;
+  for (const Command& c : kCommands) {
+    if (std::strcmp(cmd, c.name) != 0) continue;
+    if (tessera::cli::HelpRequested(argc - 2, argv + 2, *c.flags)) {
+      Usage(&c);
+      return 0;
+    }
+    return c.run(argc - 2, argv + 2);
+  }
+  Usage(nullptr);
+  const bool help = std::strcmp(cmd, "--help") == 0 || std::strcmp(cmd, "-h") == 0 || std::strcmp(cmd, "help") == 0;
+  if (!help) std::fprintf(stderr, "tessera: unknown command '%s'\n", cmd);
+  return help ? 0 : 2;
 }

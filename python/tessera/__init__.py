@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from . import _tessera
+from ._args import INT32, INT64, THREADS, int_arg
 from ._tessera import MAX_HEAD_DIM
 from . import onnx  # noqa: F401  (tessera.onnx)
 from .model import Model
@@ -77,7 +78,7 @@ def _mask_arrays(B, Hq, S_q, S_kv, q_pos, k_pos, kv_valid, q_block, k_block, bia
 def _window(window):
     if len(window) != 2:
         raise ValueError(f"window must be (left, right), got {window!r}")
-    return int(window[0]), int(window[1])
+    return int_arg("window[0]", window[0], *INT32), int_arg("window[1]", window[1], *INT32)
 
 
 def attention(q, k, v, *, q_pos=None, k_pos=None, kv_valid=None, causal=True, window=(-1, -1),
@@ -99,13 +100,16 @@ def attention(q, k, v, *, q_pos=None, k_pos=None, kv_valid=None, causal=True, wi
     S_kv = k.shape[2]
     if k.shape[0] != B or v.shape[0] != B:
         raise ValueError(f"batch mismatch: q {q.shape}, k {k.shape}, v {v.shape}")
+    if D < 1:  # before the default scale 1/sqrt(D) divides by it
+        raise ValueError(f"head_dim (the last axis of q) must be >= 1, got {D}")
     arrays = _mask_arrays(B, Hq, S_q, S_kv, q_pos, k_pos, kv_valid, q_block, k_block, bias, Hq)
     wl, wr = _window(window)
+    num_threads = int_arg("num_threads", num_threads, *THREADS)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     return _tessera._attention(q, k, v, arrays[0], arrays[1], arrays[2], bool(causal), wl, wr,
                                bool(blocks_ignore_window), arrays[3],
                                arrays[4], arrays[5], scale, float(softcap), str(kv_dtype), str(kernel),
-                               int(num_threads), str(precision))
+                               num_threads, str(precision))
 
 
 def attention_bias(batch, s_q, s_kv, *, q_pos=None, k_pos=None, kv_valid=None, causal=True,
@@ -113,8 +117,9 @@ def attention_bias(batch, s_q, s_kv, *, q_pos=None, k_pos=None, kv_valid=None, c
                    masked_value=-np.inf):
     """The same mask as a dense additive float32 bias [B, 1, S_q, S_kv]: 0 where visible (plus
     `bias` if given), `masked_value` elsewhere (-inf, or e.g. np.finfo(np.float32).min)."""
-    arrays = _mask_arrays(int(batch), 1, int(s_q), int(s_kv), q_pos, k_pos, kv_valid, q_block, k_block, bias, 1)
+    batch, s_q, s_kv = (int_arg(n, x, 0, INT64[1]) for n, x in (("batch", batch), ("s_q", s_q), ("s_kv", s_kv)))
+    arrays = _mask_arrays(batch, 1, s_q, s_kv, q_pos, k_pos, kv_valid, q_block, k_block, bias, 1)
     wl, wr = _window(window)
-    return _tessera._attention_bias(int(batch), int(s_q), int(s_kv), arrays[0], arrays[1], arrays[2],
+    return _tessera._attention_bias(batch, s_q, s_kv, arrays[0], arrays[1], arrays[2],
                                     bool(causal), wl, wr, bool(blocks_ignore_window), arrays[3], arrays[4],
                                     arrays[5], float(masked_value))

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from ._tessera import kv as _kv
+from ._args import INT32, THREADS, int_arg
 
 __all__ = ["DenseStore", "RingStore", "ExternalStore", "ConcatStore", "attend", "kv_memory_plan"]
 
@@ -213,10 +214,13 @@ def attend(store, q, q_pos=None, *, causal=True, window=(-1, -1), q_block=None, 
     q_block = None if q_block is None else _i32("q_block", q_block, (B, S_q))
     if len(window) != 2:
         raise ValueError(f"window must be (left, right), got {window!r}")
+    if D < 1:  # before the default scale 1/sqrt(D) divides by it
+        raise ValueError(f"head_dim (the last axis of q) must be >= 1, got {D}")
+    wl, wr = int_arg("window[0]", window[0], *INT32), int_arg("window[1]", window[1], *INT32)
+    num_threads = int_arg("num_threads", num_threads, *THREADS)
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    return store._impl.attend(q, q_pos, bool(causal), int(window[0]), int(window[1]), q_block,
-                              bool(blocks_ignore_window), scale, float(softcap), str(kernel), int(num_threads),
-                              str(precision))
+    return store._impl.attend(q, q_pos, bool(causal), wl, wr, q_block, bool(blocks_ignore_window), scale,
+                              float(softcap), str(kernel), num_threads, str(precision))
 
 
 _PLAN_KEYS = {"layers", "num_kv_shared_layers", "batch", "max_context", "max_chunk", "dtype"}

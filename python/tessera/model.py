@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _tessera
+from ._args import INT32, INT64, THREADS, UINT64, int_arg, int_values
 
 __all__ = ["Model"]
 
@@ -45,12 +46,14 @@ class Model:
         repack: False reads the weights as stored (mapped, or as converted) instead of repacking
         them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
         blocks per call; 9-16% fewer tokens/s at 512 tokens in bench/BENCHMARKS.md). `Model.repacked` tells which was done."""
-        max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
-        if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
-            raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "
-                             f"max_chunk={max_chunk}, max_context={max_context}")
-        return cls(_tessera._Model(str(path), str(dtype), int(max_batch), int(max_context), int(max_chunk),
-                                   str(kv_dtype), int(num_threads), str(mode),
+        max_batch = int_arg("max_batch", max_batch, 1, INT64[1])
+        max_context = int_arg("max_context", max_context, 1, INT64[1])
+        max_chunk = min(256, max_context) if max_chunk is None else int_arg("max_chunk", max_chunk, 1, INT64[1])
+        if max_chunk > max_context:
+            raise ValueError(f"need max_chunk <= max_context, got max_chunk={max_chunk}, max_context={max_context}")
+        num_threads = int_arg("num_threads", num_threads, *THREADS)
+        return cls(_tessera._Model(str(path), str(dtype), max_batch, max_context, max_chunk,
+                                   str(kv_dtype), num_threads, str(mode),
                                    _PRECISIONS.get(attention_precision, str(attention_precision)),
                                    _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack)))
 
@@ -66,6 +69,7 @@ class Model:
             ids = ids[None]
         if ids.ndim != 2 or ids.dtype.kind not in "iu":
             raise ValueError(f"input_ids must be an integer array [B, S], got {ids.dtype} {ids.shape}")
+        int_values("input_ids", ids, *INT32)  # the C++ side takes int32 ids; it checks the vocab
         B, S = ids.shape
         mask = np.ones((B, S), dtype=bool) if attention_mask is None else np.asarray(attention_mask).astype(bool)
         if mask.shape != (B, S):
@@ -73,6 +77,8 @@ class Model:
         types = None if token_types is None else np.asarray(token_types)
         if types is not None and types.shape != (B, S):
             raise ValueError(f"token type ids have shape {types.shape}, expected {(B, S)}")
+        if types is not None:
+            int_values("token_type_ids", types, *INT32)
         spans, tokens, type_rows = [], [], []
         for b in range(B):
             idx = np.flatnonzero(mask[b])
@@ -124,7 +130,11 @@ class Model:
         end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
         token-id lists, one per row."""
         types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
+        max_new_tokens = int_arg("max_new_tokens", max_new_tokens, 0, INT64[1])
+        top_k = int_arg("top_k", top_k, 0, INT64[1])
+        seed = int_arg("seed", seed, *UINT64)
+        stop = (list(self._impl.eos_token_ids) if stop_tokens is None
+                else [int_arg("stop_tokens", t, *INT32) for t in stop_tokens])
         _, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
-        stop = list(self._impl.eos_token_ids) if stop_tokens is None else [int(t) for t in stop_tokens]
-        return self._impl._generate(tokens, type_rows, embeds, int(max_new_tokens), float(temperature), int(top_k),
-                                    float(top_p), int(seed), stop)
+        return self._impl._generate(tokens, type_rows, embeds, max_new_tokens, float(temperature), top_k,
+                                    float(top_p), seed, stop)

@@ -9,20 +9,19 @@
 #include <cstring>
 #include <utility>
 
+#include "io/input_file.h"
+
 namespace tessera::io {
 
 StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return InvalidArgument("MappedFile::Open: cannot open '" + path + "': " + std::strerror(errno));
+  StatusOr<int> opened = OpenInputFile(path, "file");  // regular files only, never blocks
+  if (!opened.ok()) return Status(opened.status().code(), "MappedFile::Open: " + opened.status().message());
+  const int fd = opened.value();
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     return InvalidArgument("MappedFile::Open: cannot stat '" + path + "': " + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument("MappedFile::Open: '" + path + "' is not a regular file");
   }
   MappedFile file;
   file.path_ = path;

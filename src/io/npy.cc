@@ -1,11 +1,16 @@
 #include "io/npy.h"
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "io/input_file.h"
 
 namespace tessera::io {
 namespace {
+
+constexpr uint64_t kMaxNpyBytes = uint64_t{1} << 33;  // far above any image-embedding array
 
 // Value of `key` in the header dict text ("'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }").
 bool Field(const std::string& h, const std::string& key, std::string* out) {
@@ -27,9 +32,38 @@ bool Field(const std::string& h, const std::string& key, std::string* out) {
   return true;
 }
 
-}  // namespace
+std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(' ');
+  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(' ') + 1 - b);
+}
 
-StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& name) {
+// "(9, 64)", "(5,)" or "()" -> dims; every item must be plain decimal digits (spaces around
+// them allowed), so "(abc, 64)" or "(9, 64x)" is an error rather than 0 rows or (9, 64).
+Status ParseShape(const std::string& shape, const std::string& who, std::vector<int64_t>* dims) {
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')')
+    return InvalidArgument(who + "shape '" + shape + "' is not a tuple");
+  const std::string inner = shape.substr(1, shape.size() - 2);
+  if (Trim(inner).empty()) return Status::Ok();  // "()": rank 0
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    const size_t comma = inner.find(',', start);
+    items.push_back(Trim(inner.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (items.size() == 2 && items[1].empty()) items.pop_back();  // "(5,)": a 1-tuple
+  for (const std::string& item : items) {
+    if (item.empty() || item.size() > 13 || item.find_first_not_of("0123456789") != std::string::npos)
+      return InvalidArgument(who + "shape '" + shape + "' has dimension '" + item +
+                             "', not a non-negative integer");
+    const long long d = std::stoll(item);  // at most 13 digits: cannot overflow
+    if (d > (1LL << 40)) return InvalidArgument(who + "shape '" + shape + "' has dimension " + item + " > 2^40");
+    dims->push_back(d);
+  }
+  return Status::Ok();
+}
+
+StatusOr<NpyArray> ParseNpyUnchecked(const std::string& bytes, const std::string& name) {
   const std::string who = "ReadNpy: " + name + ": ";
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0)
     return InvalidArgument(who + "not a .npy file (bad magic)");
@@ -54,16 +88,7 @@ StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& name) {
   if (descr != "'<f4'") return InvalidArgument(who + "dtype " + descr + " is not float32 ('<f4')");
   if (fortran != "False") return InvalidArgument(who + "Fortran-order arrays are not supported");
   NpyArray a;
-  std::string dims = shape.substr(1, shape.size() - 2);
-  std::stringstream ss(dims);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.find_first_not_of(' ') == std::string::npos) continue;
-    char* end = nullptr;
-    const long long d = std::strtoll(item.c_str(), &end, 10);
-    if (d < 0 || d > (1LL << 40)) return InvalidArgument(who + "bad dimension '" + item + "'");
-    a.shape.push_back(d);
-  }
+  TESSERA_RETURN_IF_ERROR(ParseShape(shape, who, &a.shape));
   if (a.shape.empty() || a.shape.size() > 2) return InvalidArgument(who + "rank " + std::to_string(a.shape.size()) + " is not 1 or 2");
   int64_t n = 1;
   for (int64_t d : a.shape) {
@@ -79,12 +104,21 @@ StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& name) {
   return a;
 }
 
+}  // namespace
+
+StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& name) {
+  try {
+    return ParseNpyUnchecked(bytes, name);
+  } catch (const std::exception& e) {  // nothing should throw (allocation aside); never cross the API
+    return InvalidArgument("ReadNpy: " + name + ": " + e.what());
+  }
+}
+
 StatusOr<NpyArray> ReadNpy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return InvalidArgument("ReadNpy: cannot open '" + path + "'");
-  std::stringstream buf;
-  buf << f.rdbuf();
-  return ParseNpy(buf.str(), path);
+  // Regular files only: a FIFO named by --image-embeds must not block the reader.
+  StatusOr<std::string> bytes = ReadInputFile(path, ".npy file", kMaxNpyBytes);
+  if (!bytes.ok()) return Status(bytes.status().code(), "ReadNpy: " + bytes.status().message());
+  return ParseNpy(bytes.value(), path);
 }
 
 }  // namespace tessera::io

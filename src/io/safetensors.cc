@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "io/json_nesting.h"
+
 namespace tessera::io {
 namespace {
 
@@ -122,6 +124,7 @@ Status SafetensorsFile::Parse() {
   const uint64_t data_size = size_ - data_start_;
 
   const char* hb = reinterpret_cast<const char*>(bytes_ + 8);
+  TESSERA_RETURN_IF_ERROR(CheckJsonNesting(std::string_view(hb, header_len), where));
   Json header;
   try {
     header = Json::parse(hb, hb + header_len, /*cb=*/nullptr, /*allow_exceptions=*/false);

@@ -2,23 +2,26 @@
 
 #include <sys/stat.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <utility>
+
+#include "io/input_file.h"
+#include "io/json_nesting.h"
 
 namespace tessera::io {
 namespace {
 
 using Json = nlohmann::json;
 
-enum class PathKind { kMissing, kFile, kDirectory, kOther };
-
-PathKind Kind(const std::string& path) {
+bool IsDirectory(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return PathKind::kMissing;
-  if (S_ISREG(st.st_mode)) return PathKind::kFile;
-  if (S_ISDIR(st.st_mode)) return PathKind::kDirectory;
-  return PathKind::kOther;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Whether a directory entry exists at all (a dangling or looping symlink does).
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
 }
 
 std::string Join(const std::string& dir, std::string_view name) {
@@ -45,21 +48,23 @@ std::string Quote(std::string_view s) {
 }  // namespace
 
 StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::Open(const std::string& path) {
-  switch (Kind(path)) {
-    case PathKind::kMissing: return InvalidArgument("SafetensorsCheckpoint::Open: " + Quote(path) + " does not exist");
-    case PathKind::kOther:
-      return InvalidArgument("SafetensorsCheckpoint::Open: " + Quote(path) + " is neither a file nor a directory");
-    case PathKind::kFile: return EndsWith(path, ".json") ? OpenIndex(path) : OpenSingle(path);
-    case PathKind::kDirectory: {
-      const std::string single = Join(path, kSingleFileName);
-      if (Kind(single) == PathKind::kFile) return OpenSingle(single);
-      const std::string index = Join(path, kIndexFileName);
-      if (Kind(index) == PathKind::kFile) return OpenIndex(index);
-      return InvalidArgument("SafetensorsCheckpoint::Open: directory " + Quote(path) + " has neither " +
-                             std::string(kSingleFileName) + " nor " + std::string(kIndexFileName));
-    }
+  const std::string where = "SafetensorsCheckpoint::Open: ";
+  if (!IsDirectory(path)) {
+    // A FIFO, device, socket or symlink loop is named as what it is, not reported as missing.
+    const std::string kind = DescribeNonRegular(path);
+    if (!kind.empty())
+      return InvalidArgument(where + Quote(path) + " " + kind +
+                             (Exists(path) ? ", not a checkpoint file or directory" : ""));
+    return EndsWith(path, ".json") ? OpenIndex(path) : OpenSingle(path);
   }
-  return InvalidArgument("SafetensorsCheckpoint::Open: unreachable");
+  const std::string single = Join(path, kSingleFileName), index = Join(path, kIndexFileName);
+  const std::string single_kind = DescribeNonRegular(single), index_kind = DescribeNonRegular(index);
+  if (single_kind.empty()) return OpenSingle(single);
+  if (index_kind.empty()) return OpenIndex(index);
+  if (Exists(single)) return InvalidArgument(where + Quote(single) + " " + single_kind + ", not a regular file");
+  if (Exists(index)) return InvalidArgument(where + Quote(index) + " " + index_kind + ", not a regular file");
+  return InvalidArgument(where + "directory " + Quote(path) + " has neither " + std::string(kSingleFileName) +
+                         " nor " + std::string(kIndexFileName));
 }
 
 StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenSingle(const std::string& file) {
@@ -75,18 +80,10 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenSingle(const std::str
 
 StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenIndex(const std::string& index_path) {
   const std::string where = "SafetensorsCheckpoint::Open: index " + Quote(index_path);
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return InvalidArgument(where + ": cannot open");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0 || static_cast<uint64_t>(size) > kMaxIndexBytes)
-    return InvalidArgument(where + ": size " + std::to_string(size) + " is outside [0, " +
-                           std::to_string(kMaxIndexBytes) + "]");
-  in.seekg(0, std::ios::beg);
-  std::string text(static_cast<size_t>(size), '\0');
-  if (size > 0 && !in.read(text.data(), size)) return InvalidArgument(where + ": read failed");
-
-  const Json index = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  StatusOr<std::string> read = ReadInputFile(index_path, "index", kMaxIndexBytes);
+  if (!read.ok()) return Status(read.status().code(), "SafetensorsCheckpoint::Open: " + read.status().message());
+  TESSERA_RETURN_IF_ERROR(CheckJsonNesting(read.value(), where));
+  const Json index = Json::parse(read.value(), nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded()) return InvalidArgument(where + ": not valid JSON");
   if (!index.is_object()) return InvalidArgument(where + ": must be a JSON object");
   auto wm = index.find("weight_map");

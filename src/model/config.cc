@@ -3,11 +3,13 @@
 #include <sys/stat.h>
 
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <utility>
+
+#include "io/input_file.h"
+#include "io/json_nesting.h"
 
 namespace tessera::model {
 namespace {
@@ -726,6 +728,8 @@ const char* BidirectionalModeName(BidirectionalMode m) {
 }
 
 StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text) {
+  // Before parsing: a deep document parses, then overflows the stack in a recursive copy.
+  TESSERA_RETURN_IF_ERROR(io::CheckJsonNesting(json_text, "ParseModelConfig"));
   try {
     const Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
     if (root.is_discarded()) return InvalidArgument("ParseModelConfig: not valid JSON");
@@ -743,16 +747,10 @@ StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
     file = path + (path.back() == '/' ? "" : "/") + "config.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return InvalidArgument("LoadModelConfig: cannot open '" + file + "'");
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0 || static_cast<uint64_t>(size) > kMaxConfigBytes)
-    return InvalidArgument("LoadModelConfig: '" + file + "' has size " + std::to_string(size) + ", outside [0, " +
-                           std::to_string(kMaxConfigBytes) + "]");
-  in.seekg(0, std::ios::beg);
-  std::string text(static_cast<size_t>(size), '\0');
-  if (size > 0 && !in.read(text.data(), size)) return InvalidArgument("LoadModelConfig: cannot read '" + file + "'");
+  // A FIFO, device or directory in its place is refused by name before anything is read.
+  StatusOr<std::string> read = io::ReadInputFile(file, "config", kMaxConfigBytes);
+  if (!read.ok()) return Status(read.status().code(), "LoadModelConfig: " + read.status().message());
+  const std::string& text = read.value();
   StatusOr<ModelConfig> c = ParseModelConfig(text);
   if (!c.ok()) return Status(c.status().code(), "LoadModelConfig: '" + file + "': " + c.status().message());
   return c;

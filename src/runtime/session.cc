@@ -342,6 +342,8 @@ Status Session::Decode(const int32_t* tokens, const uint8_t* active, float* logi
 Status Session::Generate(const std::vector<Prompt>& prompts, int64_t max_new, const SamplingParams& sampling,
                          const std::vector<int32_t>& stop_tokens, std::vector<std::vector<int32_t>>* out) {
   TESSERA_RETURN_IF_ERROR(ValidateSampling(sampling));
+  if (max_new < 0)
+    return InvalidArgument("Session::Generate: max_new_tokens = " + std::to_string(max_new) + " must be >= 0");
   const int64_t B = static_cast<int64_t>(prompts.size()), V = model_.arch().vocab;
   std::vector<float> logits(B * V);
   TESSERA_RETURN_IF_ERROR(Prefill(prompts, logits.data()));

@@ -2,16 +2,32 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
+
+#include "io/input_file.h"
+
 namespace tessera::tokenizer {
+namespace {
+
+constexpr uint64_t kMaxModelBytes = uint64_t{1} << 30;  // far above any SentencePiece model
+
+}  // namespace
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
 StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(const std::string& path) {
-  std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
-  t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto st = t->sp_->Load(path);
-  if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + path + "': " + st.ToString());
-  return t;
+  // Read here, not by SentencePiece: it would block on a FIFO and throw on a directory.
+  StatusOr<std::string> bytes = io::ReadInputFile(path, "tokenizer model", kMaxModelBytes);
+  if (!bytes.ok()) return Status(bytes.status().code(), "SentencePieceTokenizer: " + bytes.status().message());
+  try {
+    std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
+    t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    const auto st = t->sp_->LoadFromSerializedProto(bytes.value());
+    if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + path + "': " + st.ToString());
+    return t;
+  } catch (const std::exception& e) {  // the library's own failures must not cross the API
+    return InvalidArgument("SentencePieceTokenizer: cannot load '" + path + "': " + e.what());
+  }
 }
 
 StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(const std::string& text, bool add_bos) const {
