@@ -128,7 +128,13 @@ int DemoCommand(int argc, char** argv) {
   for (float& x : image) x = nd(rng);
   runtime::Prompt prompt{p.tokens, p.types, image.data(), p.image_len};
 
-  ThreadPool pool(static_cast<int>(std::max<int64_t>(1, threads.value())));
+  StatusOr<std::unique_ptr<ThreadPool>> pool_or = ThreadPool::Create(static_cast<int>(std::min<int64_t>(
+      threads.value(), ThreadPool::kMaxThreads + 1)));
+  if (!pool_or.ok()) {
+    std::fprintf(stderr, "tessera demo: --threads: %s\n", pool_or.status().message().c_str());
+    return 1;
+  }
+  ThreadPool& pool = *pool_or.value();
   std::vector<int32_t> reference;
   bool agree = true;
   // Each mode runs once untimed, then kRuns times, each in a fresh session, and reports its fastest

@@ -1,6 +1,8 @@
 // `tessera`: the command-line front end. Subcommands live in tools/cli_*.cc.
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -65,7 +67,14 @@ int main(int argc, char** argv) {
       Usage(&c);
       return 0;
     }
-    return c.run(argc - 2, argv + 2);
+    try {
+      return c.run(argc - 2, argv + 2);
+    } catch (const std::bad_alloc&) {  // the library reports memory as Status; this is the backstop
+      std::fprintf(stderr, "tessera %s: out of memory\n", c.name);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessera %s: internal error: %s\n", c.name, e.what());
+    }
+    return 1;
   }
   Usage(nullptr);
   const bool help = std::strcmp(cmd, "--help") == 0 || std::strcmp(cmd, "-h") == 0 || std::strcmp(cmd, "help") == 0;

@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from ._tessera import kv as _kv
-from ._args import INT32, THREADS, int_arg
+from ._args import INT32, INT64, THREADS, int_arg
 
 __all__ = ["DenseStore", "RingStore", "ExternalStore", "ConcatStore", "attend", "kv_memory_plan"]
 
@@ -73,13 +73,13 @@ class _Store:
 
     def can_rewind(self, b, n):
         """Whether rewind(b, n) would succeed."""
-        return self._impl.can_rewind(int(b), int(n))[0]
+        return self._impl.can_rewind(int_arg("b", b, *INT64), int_arg("n", n, *INT64))[0]
 
     def rewind(self, b, n):
         """Drops the last n tokens of row b. Exact for dense and external stores; a ring refuses
         (ValueError, store unchanged) once it has overwritten a key the new end's window needs;
         ConcatStore always refuses."""
-        self._impl.rewind(int(b), int(n))
+        self._impl.rewind(int_arg("b", b, *INT64), int_arg("n", n, *INT64))
 
     def view(self, raw=False):
         """Copies of (k, v, k_pos, k_block, kv_valid): k [B, Hkv, slots, D], v [B, Hkv, slots, Dv]
@@ -95,11 +95,11 @@ class _Store:
 
     def write_pos(self, b):
         """Tokens appended to row b (minus rewinds)."""
-        return self._impl.write_pos(int(b))
+        return self._impl.write_pos(int_arg("b", b, *INT64))
 
     def valid_len(self, b):
         """Slots of row b holding data (a ring: min(write_pos, capacity))."""
-        return self._impl.valid_len(int(b))
+        return self._impl.valid_len(int_arg("b", b, *INT64))
 
     @property
     def bytes(self):
@@ -133,12 +133,18 @@ class _Store:
                 f"v_head_dim={self.v_head_dim}, capacity={self.capacity}, dtype={self.dtype}, valid=[{rows}])")
 
 
+def _sizes(**sizes):
+    """The store constructor's integer arguments, in order, each checked to fit int64 by name."""
+    return [int_arg(name, v, *INT64) for name, v in sizes.items()]
+
+
 class DenseStore(_Store):
     """[B, Hkv, capacity, D]: token t of row b in slot t; rows advance independently."""
 
     def __init__(self, batch, kv_heads, head_dim, capacity, *, v_head_dim=None, dtype="f32"):
-        self._impl = _kv.make_dense(int(batch), int(kv_heads), int(head_dim),
-                                    int(head_dim if v_head_dim is None else v_head_dim), int(capacity), str(dtype))
+        self._impl = _kv.make_dense(*_sizes(batch=batch, kv_heads=kv_heads, head_dim=head_dim,
+                                            v_head_dim=head_dim if v_head_dim is None else v_head_dim,
+                                            capacity=capacity), str(dtype))
 
 
 class RingStore(_Store):
@@ -146,9 +152,9 @@ class RingStore(_Store):
     slot t mod capacity; appends of at most max_chunk tokens per row."""
 
     def __init__(self, batch, kv_heads, head_dim, window, max_chunk, *, v_head_dim=None, dtype="f32"):
-        self._impl = _kv.make_ring(int(batch), int(kv_heads), int(head_dim),
-                                   int(head_dim if v_head_dim is None else v_head_dim), int(window), int(max_chunk),
-                                   str(dtype))
+        self._impl = _kv.make_ring(*_sizes(batch=batch, kv_heads=kv_heads, head_dim=head_dim,
+                                           v_head_dim=head_dim if v_head_dim is None else v_head_dim, window=window,
+                                           max_chunk=max_chunk), str(dtype))
         self.window = int(window)
         self.max_chunk = int(max_chunk)
 
@@ -157,8 +163,8 @@ class ConcatStore(_Store):
     """The reallocating "past + new -> present" baseline; capacity = tokens held."""
 
     def __init__(self, batch, kv_heads, head_dim, *, v_head_dim=None, dtype="f32"):
-        self._impl = _kv.make_concat(int(batch), int(kv_heads), int(head_dim),
-                                     int(head_dim if v_head_dim is None else v_head_dim), str(dtype))
+        self._impl = _kv.make_concat(*_sizes(batch=batch, kv_heads=kv_heads, head_dim=head_dim,
+                                             v_head_dim=head_dim if v_head_dim is None else v_head_dim), str(dtype))
 
 
 class ExternalStore(_Store):
@@ -231,14 +237,14 @@ def _layer(i, spec):
         unknown = set(spec) - {"kind", "kv_heads", "head_dim", "v_head_dim", "window"}
         if unknown:
             raise ValueError(f"layer {i}: unknown keys {sorted(unknown)}")
-        head_dim = int(spec["head_dim"])
-        return (str(spec["kind"]), int(spec["kv_heads"]), head_dim, int(spec.get("v_head_dim", head_dim)),
-                int(spec.get("window", 0)))
+        head_dim = spec["head_dim"]
+        return (str(spec["kind"]), *_sizes(kv_heads=spec["kv_heads"], head_dim=head_dim,
+                                           v_head_dim=spec.get("v_head_dim", head_dim), window=spec.get("window", 0)))
     spec = tuple(spec)
     if len(spec) not in (4, 5):
         raise ValueError(f"layer {i}: expected (kind, kv_heads, head_dim, v_head_dim[, window]), got {spec!r}")
     kind, heads, d, dv = spec[:4]
-    return (str(kind), int(heads), int(d), int(dv), int(spec[4]) if len(spec) == 5 else 0)
+    return (str(kind), *_sizes(kv_heads=heads, head_dim=d, v_head_dim=dv, window=spec[4] if len(spec) == 5 else 0))
 
 
 def kv_memory_plan(config):
@@ -260,7 +266,7 @@ def kv_memory_plan(config):
     if unknown:
         raise ValueError(f"kv_memory_plan: unknown config keys {sorted(unknown)}")
     layers = [_layer(i, s) for i, s in enumerate(config["layers"])]
-    plan, total, _ = _kv.memory_plan(layers, int(config.get("num_kv_shared_layers", 0)), int(config.get("batch", 1)),
-                                     int(config.get("max_context", 4096)), int(config.get("max_chunk", 256)),
-                                     str(config.get("dtype", "bf16")))
+    sizes = _sizes(num_kv_shared_layers=config.get("num_kv_shared_layers", 0), batch=config.get("batch", 1),
+                   max_context=config.get("max_context", 4096), max_chunk=config.get("max_chunk", 256))
+    plan, total, _ = _kv.memory_plan(layers, *sizes, str(config.get("dtype", "bf16")))
     return plan, total

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._args import INT32, INT64, THREADS, int_arg
 from ._tessera import onnx as _onnx
 
 __all__ = ["attention", "group_query_attention", "tensor_scatter"]
@@ -53,7 +54,7 @@ def _opt_int(name, x):
         return None
     if int(x) != x:
         raise ValueError(f"{name} must be an integer, got {x!r}")
-    return int(x)
+    return int_arg(name, x, *INT64)
 
 
 def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *,
@@ -80,8 +81,9 @@ def attention(Q, K, V, attn_mask=None, past_key=None, past_value=None, nonpad_kv
         _f32("Q", Q), _f32("K", K), _f32("V", V), _mask(attn_mask), _opt_f32("past_key", past_key),
         _opt_f32("past_value", past_value),
         None if nonpad_kv_seqlen is None else _ints("nonpad_kv_seqlen", nonpad_kv_seqlen, np.int64),
-        int(is_causal), _opt_int("q_num_heads", q_num_heads), _opt_int("kv_num_heads", kv_num_heads),
-        None if scale is None else float(scale), float(softcap), int(opset), str(kernel), int(num_threads))
+        int_arg("is_causal", is_causal, *INT64), _opt_int("q_num_heads", q_num_heads),
+        _opt_int("kv_num_heads", kv_num_heads), None if scale is None else float(scale), float(softcap),
+        int_arg("opset", opset, *INT32), str(kernel), int_arg("num_threads", num_threads, *THREADS))
 
 
 def _cache(name, x, inplace):
@@ -129,9 +131,10 @@ def group_query_attention(query, key, value, past_key, past_value, seqlens_k, to
         _f32("query", query), key, value, _cache("past_key", past_key, inplace),
         _cache("past_value", past_value, inplace), _ints("seqlens_k", seqlens_k, np.int32),
         _ints("total_sequence_length", total_sequence_length, np.int32),
-        _opt_f32("attention_bias", attention_bias), int(num_heads), int(kv_num_heads), int(local_window_size),
+        _opt_f32("attention_bias", attention_bias), int_arg("num_heads", num_heads, *INT64),
+        int_arg("kv_num_heads", kv_num_heads, *INT64), int_arg("local_window_size", local_window_size, *INT64),
         float(softcap), 0.0 if scale is None else float(scale), bool(inplace) and past_key is not None,
-        str(kernel), int(num_threads))
+        str(kernel), int_arg("num_threads", num_threads, *THREADS))
 
 
 def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="linear"):
@@ -152,4 +155,4 @@ def tensor_scatter(past_cache, update, write_indices=None, *, axis=-2, mode="lin
     wi = None if write_indices is None else _ints("write_indices", write_indices, np.int64)
     if int(axis) != axis:
         raise ValueError(f"TensorScatter: axis must be an integer, got {axis!r}")
-    return _onnx.tensor_scatter(past, upd, wi, int(axis), str(mode))
+    return _onnx.tensor_scatter(past, upd, wi, int_arg("axis", axis, *INT64), str(mode))

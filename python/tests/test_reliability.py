@@ -154,3 +154,36 @@ def test_kv_attend_head_dim_zero_and_window_out_of_range():
         tkv.attend(store, np.zeros((1, 2, 1, 0), np.float32))
     with pytest.raises(ValueError, match="window"):
         tkv.attend(store, np.zeros((1, 2, 1, 8), np.float32), window=(2**40, 0))
+
+
+@pytest.mark.parametrize("make, name", [
+    (lambda: tessera.kv.DenseStore(2**64, 1, 8, 16), "batch"),
+    (lambda: tessera.kv.RingStore(1, 1, 8, 4, -2**64), "max_chunk"),
+    (lambda: tessera.kv.ConcatStore(1, 2**70, 8), "kv_heads"),
+    (lambda: tessera.kv.DenseStore(1, 1, 8, 16).rewind(0, 2**64), "n"),
+    (lambda: tessera.kv.DenseStore(1, 1, 8, 16).write_pos(2**63), "b"),
+    (lambda: tessera.kv.kv_memory_plan({"layers": [("full", 1, 8, 8)], "max_context": 2**64}), "max_context"),
+])
+def test_kv_integers_out_of_range_name_the_argument(make, name):
+    with pytest.raises(ValueError, match=name):
+        make()
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(opset=2**40), "opset"), (dict(num_threads=-1), "num_threads"), (dict(is_causal=2**64), "is_causal"),
+    (dict(q_num_heads=2**64, kv_num_heads=1), "q_num_heads"),
+])
+def test_onnx_attention_integers_out_of_range_name_the_argument(kwargs, name):
+    q = np.zeros((1, 2, 3, 8), np.float32)
+    with pytest.raises(ValueError, match=name):
+        tessera.onnx.attention(q, q, q, **kwargs)
+
+
+def test_onnx_gqa_and_scatter_integers_out_of_range_name_the_argument():
+    q = np.zeros((1, 3, 16), np.float32)
+    with pytest.raises(ValueError, match="num_heads"):
+        tessera.onnx.group_query_attention(q, q, q, None, None, np.array([2], np.int32), 3, num_heads=2**64,
+                                           kv_num_heads=2)
+    with pytest.raises(ValueError, match="axis"):
+        tessera.onnx.tensor_scatter(np.zeros((1, 2, 4, 8), np.float32), np.zeros((1, 2, 1, 8), np.float32),
+                                    axis=2**64)
