@@ -42,13 +42,6 @@ inline uint32_t NonFinite(float x) {
   return (u & 0x7f800000u) == 0x7f800000u;
 }
 
-// Whether bf16 row v[0, n) holds a NaN or an infinity.
-bool Bf16RowNonFinite(const uint16_t* v, int64_t n) {
-  uint32_t bad = 0;
-  for (int64_t d = 0; d < n; ++d) bad |= (v[d] & 0x7f80u) == 0x7f80u;
-  return bad != 0;
-}
-
 // The bf16 dot-product path's scratch: q panels, one panel's scores, one panel's weight pairs.
 int64_t DotScratchFloats(int64_t D, int64_t max_rows) {
   return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + kTileK / 2 * 16;
@@ -242,7 +235,7 @@ void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const
       for (int64_t t = 0; t < n; ++t) mixed |= uint64_t{seen_by[t] != 0 && seen_by[t] != all} << t;
       for (uint64_t todo = mixed & ~v_checked; todo; todo &= todo - 1) {
         const int t = __builtin_ctzll(todo);
-        if (Bf16RowNonFinite(static_cast<const uint16_t*>(v_rows[t]), Dv_)) v_bad |= uint64_t{1} << t;
+        if (FirstNonFinite(DType::kBF16, v_rows[t], Dv_) >= 0) v_bad |= uint64_t{1} << t;
       }
       v_checked |= mixed;
       apart = mixed & v_bad;
@@ -339,15 +332,18 @@ void GroupTileKernel::RowScores(int64_t j0, int64_t n, TileClass cls, const void
 // Readies row r's scores of the tile for the softmax: the soft cap, and in a partly visible tile
 // the mask (-inf) and the dense bias; *visible gets the keys the row sees (bit t). False when a
 // visible key's score is not finite (checked before the cap, which maps +-inf to +-cap).
+// (A full tile without a cap is checked by SoftmaxRows' max pass instead.)
 bool GroupTileKernel::PrepareRow(int64_t r, int64_t j0, int64_t n, TileClass cls, uint64_t* visible) {
   float* s = s_ + r * kTileK;
   const float cap = p_.softcap;
   uint32_t bad = 0;
   if (cls == TileClass::kFull) {
     *visible = n < 64 ? (uint64_t{1} << n) - 1 : ~uint64_t{0};
-    for (int64_t t = 0; t < n; ++t) bad |= NonFinite(s[t]);
     if (cap > 0)
-      for (int64_t t = 0; t < n; ++t) s[t] = cap * std::tanh(s[t] / cap);
+      for (int64_t t = 0; t < n; ++t) {
+        bad |= NonFinite(s[t]);
+        s[t] = cap * std::tanh(s[t] / cap);
+      }
     return bad == 0;
   }
   const MaskSpec& m = p_.mask;
@@ -395,7 +391,20 @@ void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot
       continue;
     }
     float tile_max = kNegInf;
-    for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
+    if (cls == TileClass::kFull && p_.softcap <= 0) {  // the finiteness check rides on the max pass
+      uint32_t bad = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        tile_max = std::max(tile_max, s[t]);
+        bad |= NonFinite(s[t]);
+      }
+      if (bad) {
+        PoisonRow(r);
+        std::fill(s, s + n, 0.0f);
+        continue;
+      }
+    } else {
+      for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
+    }
     if (tile_max == kNegInf) continue;  // nothing visible to this row in this tile (never a full tile)
     const float m_new = std::max(m_[r], tile_max);
     float* o = o_ + r * Dv_;
