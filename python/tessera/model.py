@@ -44,7 +44,9 @@ class Model:
         checkpoint).
         repack: False reads the weights as stored (mapped, or as converted) instead of repacking
         them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
-        blocks per call; 9-16% fewer tokens/s at 512 tokens in bench/BENCHMARKS.md). `Model.repacked` tells which was done."""
+        blocks per call; 9-16% fewer tokens/s at 512 tokens in bench/BENCHMARKS.md). `Model.repacked` tells which was done.
+        A weight holding NaN or inf (or overflowing the dtype it is converted to) raises ValueError
+        naming the tensor and element."""
         max_chunk = min(256, int(max_context)) if max_chunk is None else int(max_chunk)
         if int(max_batch) < 1 or int(max_context) < 1 or not 1 <= max_chunk <= int(max_context):
             raise ValueError(f"need max_batch >= 1 and 1 <= max_chunk <= max_context, got max_batch={max_batch}, "
@@ -122,7 +124,8 @@ class Model:
                  stop_tokens=None):
         """Generates up to max_new_tokens per row (greedy when temperature == 0); stops after an
         end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
-        token-id lists, one per row."""
+        token-id lists, one per row. Logits holding NaN or inf (from NaN image_embeds, say) raise
+        ValueError naming the step and row rather than yield a token (docs/reliability.md)."""
         types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
         _, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
         stop = list(self._impl.eos_token_ids) if stop_tokens is None else [int(t) for t in stop_tokens]
