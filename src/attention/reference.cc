@@ -6,9 +6,9 @@
 // Precision bf16 rounds each q element and each normalized softmax weight to bf16 before their
 // products, as a bf16 model in transformers does.
 // Non-finite values (docs/reliability.md): a masked key is never read; a visible key whose score
-// q.k * scale is not finite makes its row NaN, checked before the soft cap, which
-// would turn +-inf into +-cap; a non-finite V element reaches the output columns it is in by plain
-// IEEE arithmetic (even at weight 0: 0 * inf is NaN). Only a row with no visible key gives zeros.
+// q.k * scale is not finite makes its row NaN (checked before the soft cap, which would turn +-inf
+// into +-cap); a non-finite V element reaches the output columns it is in by plain IEEE arithmetic
+// (even at weight 0: 0 * inf is NaN). Only a row with no visible key gives zeros.
 #include <algorithm>
 #include <cmath>
 #include <limits>
