@@ -43,8 +43,8 @@ void ExpectPolicy(const Problem& problem, const std::vector<float>& ref) {
   const MaskSpec& m = p.mask;
   const int64_t group = c.hq / c.hkv;
   std::vector<float> row(std::max(c.d, c.dv));
-  // Per (b, g, j): K row finite; V elements finite.
-  std::vector<char> k_ok(c.batch * c.hkv * c.s_kv);
+  // Per (b, g, j): K row finite; V row finite; V elements finite.
+  std::vector<char> k_ok(c.batch * c.hkv * c.s_kv), v_row_ok(k_ok.size());
   std::vector<char> v_ok(c.batch * c.hkv * c.s_kv * c.dv);
   for (int64_t b = 0; b < c.batch; ++b)
     for (int64_t g = 0; g < c.hkv; ++g)
@@ -54,6 +54,7 @@ void ExpectPolicy(const Problem& problem, const std::vector<float>& ref) {
         k_ok[idx] = AllFinite(std::vector<float>(row.begin(), row.begin() + c.d));
         DecodeToF32(p.v.dtype, p.v.At(b, g, j), row.data(), c.dv);
         for (int64_t d = 0; d < c.dv; ++d) v_ok[idx * c.dv + d] = std::isfinite(row[d]);
+        v_row_ok[idx] = std::all_of(v_ok.begin() + idx * c.dv, v_ok.begin() + (idx + 1) * c.dv, [](char x) { return x; });
       }
   std::vector<char> col_ok(c.dv);
   for (int64_t b = 0; b < c.batch; ++b)
@@ -72,7 +73,8 @@ void ExpectPolicy(const Problem& problem, const std::vector<float>& ref) {
           const int64_t idx = (b * c.hkv + h / group) * c.s_kv + j;
           any = true;
           score_ok &= q_ok && k_ok[idx] && std::isfinite(bias);
-          for (int64_t d = 0; d < c.dv; ++d) col_ok[d] &= v_ok[idx * c.dv + d];
+          if (!v_row_ok[idx])
+            for (int64_t d = 0; d < c.dv; ++d) col_ok[d] &= v_ok[idx * c.dv + d];
         }
         const float* out = ref.data() + ((b * c.hq + h) * c.s_q + i) * c.dv;
         for (int64_t d = 0; d < c.dv; ++d) {
@@ -118,9 +120,9 @@ double MaxAbsFiniteV(const Problem& problem) {
 
 // Same non-finite positions as the reference; finite values within the sweep tolerances
 // (attention_sweep_test.cc at f32, attention_bf16_test.cc at bf16); zero rows exactly zero.
-void ExpectSameAsReference(const Problem& problem, AttentionPrecision precision, const std::vector<float>& ref,
+// `extra`: the bf16 allowance, 0 at f32.
+void ExpectSameAsReference(const Problem& problem, double extra, const std::vector<float>& ref,
                            const std::vector<float>& out, const char* what) {
-  const double extra = precision == AttentionPrecision::kBf16 ? std::ldexp(MaxAbsFiniteV(problem), -7) : 0.0;
   const int64_t dv = problem.config().dv;
   for (size_t i = 0; i < ref.size(); ++i) {
     ASSERT_EQ(std::isfinite(out[i]), std::isfinite(ref[i]))
@@ -146,13 +148,14 @@ void CheckAllKernels(const Problem& problem, AttentionPrecision precision, Threa
   ExpectPolicy(problem, ref);
   if (::testing::Test::HasFatalFailure()) return;
   const bool bf16 = precision == AttentionPrecision::kBf16;
+  const double extra = bf16 ? std::ldexp(MaxAbsFiniteV(problem), -7) : 0.0;
   for (bool dot_on : {true, false}) {
     if (!bf16 && !dot_on) continue;
     ops::EnableBf16Dot(dot_on);
     for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
       for (ThreadPool* tp : {pool, static_cast<ThreadPool*>(nullptr)}) {
         SCOPED_TRACE(std::string(AttentionKernelName(k)) + (tp ? " threaded" : " single") + (dot_on ? "" : " no-dot"));
-        ExpectSameAsReference(problem, precision, ref, Run(problem, precision, k, tp), AttentionKernelName(k));
+        ExpectSameAsReference(problem, extra, ref, Run(problem, precision, k, tp), AttentionKernelName(k));
         if (::testing::Test::HasFatalFailure()) break;
       }
   }
