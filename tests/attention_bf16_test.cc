@@ -206,7 +206,7 @@ TEST(Bf16Dot, SoftmaxPanel16MatchesDouble) {
       std::copy(m, m + 16, m0), std::copy(l, l + 16, l0);
       for (int i = 0; i < 32 * 16; ++i) w[i] = 0xdeadbeefu;
       const float scale = 0.3f;
-      dot->softmax_panel16(st, n, scale, m, l, mr, alpha, w);
+      dot->softmax_panel16(st, n, scale, m, l, mr, /*all_visible=*/false, alpha, w);
       for (int r = 0; r < 16; ++r) {
         if (r >= mr) {  // untouched
           ASSERT_EQ(m[r], m0[r]) << r;

@@ -191,4 +191,36 @@ void Problem::PoisonInvisibleKeys() {
   }
 }
 
+void Problem::SetElement(int what, int64_t b, int64_t h, int64_t t, int64_t d, float x) {
+  const ProblemConfig& c = cfg_;
+  if (what == 0) {
+    q_[((b * c.hq + h) * c.s_q + t) * c.d + d] = x;
+    return;
+  }
+  const int64_t dim = what == 1 ? c.d : c.dv;
+  std::vector<uint8_t>& buf = what == 1 ? k_ : v_;
+  EncodeFromF32(c.kv_dtype, &x, buf.data() + (((b * c.hkv + h) * capacity_ + t) * dim + d) * DTypeSize(c.kv_dtype), 1);
+}
+
+void Problem::InjectNonFinite(std::mt19937& rng) {
+  const ProblemConfig& c = cfg_;
+  const float kinds[3] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()};
+  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  auto bad = [&] { return kinds[uniform(0, 2)]; };
+  const size_t es = DTypeSize(c.kv_dtype);
+  const int64_t q_rows = c.batch * c.hq * c.s_q;
+  for (int n = uniform(0, 2); n > 0; --n) q_[uniform(0, q_rows - 1) * c.d + uniform(0, c.d - 1)] = bad();
+  // A K or V element of a random slot: half near the end of the row's keys, where bottom-right
+  // queries sit and causal tiles are partly visible.
+  auto poke = [&](std::vector<uint8_t>& buf, int64_t dim) {
+    const int64_t b = uniform(0, c.batch - 1), h = uniform(0, c.hkv - 1);
+    const int64_t j = uniform(0, 1) ? uniform(0, c.s_kv - 1) : uniform(std::max<int64_t>(0, c.s_kv - c.s_q - 8), c.s_kv - 1);
+    const float x = bad();
+    EncodeFromF32(c.kv_dtype, &x, buf.data() + (((b * c.hkv + h) * capacity_ + j) * dim + uniform(0, dim - 1)) * es, 1);
+  };
+  for (int n = uniform(0, 3); n > 0; --n) poke(k_, c.d);
+  for (int n = uniform(1, 4); n > 0; --n) poke(v_, c.dv);
+}
+
 }  // namespace tessera::testing

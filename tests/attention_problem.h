@@ -44,6 +44,13 @@ class Problem {
   // Overwrites every K/V element that no query may see (padding slots and keys invisible to all
   // queries) with NaN: a kernel that reads them would poison its output.
   void PoisonInvisibleKeys();
+  // Writes NaN, +inf or -inf (drawn at random) into one element each of a few random q rows, K
+  // rows and V rows (any slot: visible to all, some or no queries, padding included; half of the
+  // key picks near the queries' positions, where tiles are partly visible). (A NaN or +inf bias
+  // is refused by ValidateAttention.)
+  void InjectNonFinite(std::mt19937& rng);
+  // Sets element d of q row (b, h, t) (what 0), or of K (1) / V (2) slot t of KV head h, to x.
+  void SetElement(int what, int64_t b, int64_t h, int64_t t, int64_t d, float x);
 
  private:
   ProblemConfig cfg_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -177,32 +178,66 @@ TEST(Elementwise, GeluTanhMulAllImplementationsMatchDouble) {
   for (size_t i = 0; i < g.size(); i += 97) ASSERT_NEAR(out[i], gelu(g[i]) * u[i], 1e-5 * (1 + std::fabs(gelu(g[i]) * u[i])));
 }
 
+// The sampled token (and that sampling succeeded).
+int32_t Draw(runtime::Sampler& s, const float* logits) {
+  int32_t token = -1;
+  const Status st = s.Sample(logits, &token);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return token;
+}
+
 TEST(Sampler, GreedyTemperatureTopKTopP) {
   const float logits[5] = {1.0f, 3.0f, 3.0f, 0.0f, 2.0f};
   runtime::Sampler greedy({0.0f, 0, 1.0f, 0}, 5);
-  EXPECT_EQ(greedy.Sample(logits), 1);  // lowest id among ties
+  EXPECT_EQ(Draw(greedy, logits), 1);  // lowest id among ties
   // top_k = 2 keeps {1, 2} only; both equally likely.
   runtime::Sampler topk({1.0f, 2, 1.0f, 42}, 5);
   std::map<int, int> seen;
-  for (int i = 0; i < 4000; ++i) ++seen[topk.Sample(logits)];
+  for (int i = 0; i < 4000; ++i) ++seen[Draw(topk, logits)];
   EXPECT_EQ(seen.size(), 2u);
   EXPECT_NEAR(seen[1] / 4000.0, 0.5, 0.05);
   // top_p: probabilities at T=1 are ~{0.05, 0.39, 0.39, 0.02, 0.14}: p = 0.7 keeps the two 3.0s.
   runtime::Sampler topp({1.0f, 0, 0.7f, 7}, 5);
   for (int i = 0; i < 1000; ++i) {
-    const int t = topp.Sample(logits);
+    const int t = Draw(topp, logits);
     ASSERT_TRUE(t == 1 || t == 2) << t;
   }
   // Plain temperature sampling follows softmax(logits / T).
   runtime::Sampler plain({2.0f, 0, 1.0f, 9}, 5);
   std::map<int, int> counts;
   const int trials = 40000;
-  for (int i = 0; i < trials; ++i) ++counts[plain.Sample(logits)];
+  for (int i = 0; i < trials; ++i) ++counts[Draw(plain, logits)];
   double z = 0;
   for (float l : logits) z += std::exp(l / 2.0);
   for (int t = 0; t < 5; ++t) EXPECT_NEAR(counts[t] / double(trials), std::exp(logits[t] / 2.0) / z, 0.01) << t;
   EXPECT_FALSE(runtime::ValidateSampling({-1.0f, 0, 1.0f, 0}).ok());
   EXPECT_FALSE(runtime::ValidateSampling({1.0f, 0, 0.0f, 0}).ok());
+}
+
+// Non-finite logits are an error naming the first bad token, greedy or not (all-NaN logits once
+// gave token 0 without a word).
+TEST(Sampler, NonFiniteLogitsAreAnError) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float all_nan[4] = {nan, nan, nan, nan}, one_inf[4] = {0.5f, 1.0f, inf, 0.0f};
+  const float one_nan[4] = {0.5f, 1.0f, 2.0f, nan}, minus_inf[4] = {-inf, 1.0f, 2.0f, 0.0f};
+  for (const runtime::SamplingParams& params : {runtime::SamplingParams{0.0f, 0, 1.0f, 0},
+                                                runtime::SamplingParams{1.0f, 2, 0.9f, 3}}) {
+    runtime::Sampler s(params, 4);
+    int32_t token = -1;
+    Status st = s.Sample(all_nan, &token);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("logit of token 0 is nan"), std::string::npos) << st.message();
+    st = s.Sample(one_inf, &token);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("logit of token 2 is inf"), std::string::npos) << st.message();
+    st = s.Sample(one_nan, &token);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("logit of token 3 is nan"), std::string::npos) << st.message();
+    st = s.Sample(minus_inf, &token);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("logit of token 0 is -inf"), std::string::npos) << st.message();
+    EXPECT_EQ(token, -1);  // never written on error
+  }
 }
 
 }  // namespace

@@ -42,4 +42,8 @@ void EncodeFromF32(DType t, const float* src, void* dst, size_t n);
 // Converts n elements between any two types (through f32; exact when widening).
 void ConvertDType(DType from, const void* src, DType to, void* dst, size_t n);
 
+// The index of the first NaN or +-inf among n elements of type `t` at `data`, or -1 when all are
+// finite. Tests exponent bits with integer ops, so it runs at memory speed.
+int64_t FirstNonFinite(DType t, const void* data, int64_t n);
+
 }  // namespace tessera

@@ -90,6 +90,9 @@ def attention(q, k, v, *, q_pos=None, k_pos=None, kv_valid=None, causal=True, wi
     precision="bf16" (with kv_dtype="bf16") rounds q and the softmax weights to bf16 before their
     products, as a bf16 model computes; on CPUs with AVX-512-BF16 that runs at twice the f32 rate.
     `kernel` is auto, reference, prefill or decode; num_threads=0 uses every core.
+    Non-finite values (docs/reliability.md): a masked key is never read, whatever K/V hold; NaN or
+    inf in a visible q or k makes that output row NaN; a non-finite v reaches only its column of
+    the rows that see it; a row with no visible key is zeros. Every kernel gives the same.
     """
     q = np.asarray(q, dtype=np.float32)
     k = np.asarray(k, dtype=np.float32)

@@ -45,7 +45,9 @@ class Model:
         checkpoint).
         repack: False reads the weights as stored (mapped, or as converted) instead of repacking
         them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
-        blocks per call; 9-16% fewer tokens/s at 512 tokens in bench/BENCHMARKS.md). `Model.repacked` tells which was done."""
+        blocks per call; 9-16% fewer tokens/s at 512 tokens in bench/BENCHMARKS.md). `Model.repacked` tells which was done.
+        A weight holding NaN or inf (or overflowing the dtype it is converted to) raises ValueError
+        naming the tensor and element."""
         max_batch = int_arg("max_batch", max_batch, 1, INT64[1])
         max_context = int_arg("max_context", max_context, 1, INT64[1])
         max_chunk = min(256, max_context) if max_chunk is None else int_arg("max_chunk", max_chunk, 1, INT64[1])
@@ -128,7 +130,8 @@ class Model:
                  stop_tokens=None):
         """Generates up to max_new_tokens per row (greedy when temperature == 0); stops after an
         end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
-        token-id lists, one per row."""
+        token-id lists, one per row. Logits holding NaN or inf (from NaN image_embeds, say) raise
+        ValueError naming the step and row rather than yield a token (docs/reliability.md)."""
         types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
         max_new_tokens = int_arg("max_new_tokens", max_new_tokens, 0, INT64[1])
         top_k = int_arg("top_k", top_k, 0, INT64[1])

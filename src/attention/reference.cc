@@ -5,6 +5,10 @@
 // outputs, which the KV cache property tests rely on.
 // Precision bf16 rounds each q element and each normalized softmax weight to bf16 before their
 // products, as a bf16 model in transformers does.
+// Non-finite values (docs/reliability.md): a masked key is never read; a visible key whose score
+// q.k * scale is not finite makes its row NaN (checked before the soft cap, which would turn +-inf
+// into +-cap); a non-finite V element reaches the output columns it is in by plain IEEE arithmetic
+// (even at weight 0: 0 * inf is NaN). Only a row with no visible key gives zeros.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -38,6 +42,7 @@ void ReferenceAttention(const AttentionParams& p) {
         const int32_t qp = m.q_pos[b * S_q + i];
         const int32_t qb = m.q_block ? m.q_block[b * S_q + i] : -1;
         double max_s = -std::numeric_limits<double>::infinity();
+        bool any_visible = false, scores_finite = true;
         for (int64_t j = 0; j < S_kv; ++j) {
           visible[j] = 0;
           if (j >= valid) continue;
@@ -49,11 +54,18 @@ void ReferenceAttention(const AttentionParams& p) {
           double s = 0;
           for (int64_t d = 0; d < D; ++d) s += static_cast<double>(q[d]) * k_row[d];
           s *= p.scale;
+          scores_finite &= std::isfinite(s);  // (a NaN or +inf bias is refused by ValidateAttention)
           if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
           s += bias;
           scores[j] = s;
           visible[j] = 1;
+          any_visible = true;
           max_s = std::max(max_s, s);
+        }
+        float* out = p.out.At(b, h, i);
+        if (!any_visible || !scores_finite) {
+          std::fill(out, out + Dv, any_visible ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
+          continue;
         }
         order.clear();
         for (int64_t j = 0; j < S_kv; ++j)
@@ -68,8 +80,7 @@ void ReferenceAttention(const AttentionParams& p) {
           DecodeToF32(p.v.dtype, p.v.At(b, g, j), v_row.data(), Dv);
           for (int64_t d = 0; d < Dv; ++d) acc[d] += w * v_row[d];
         }
-        float* out = p.out.At(b, h, i);
-        for (int64_t d = 0; d < Dv; ++d) out[d] = denom > 0 ? static_cast<float>(acc[d]) : 0.0f;
+        for (int64_t d = 0; d < Dv; ++d) out[d] = static_cast<float>(acc[d]);
       }
     }
   }

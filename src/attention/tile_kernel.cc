@@ -32,6 +32,16 @@ void Prefetch(const void* p, int64_t bytes) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, Locality);
 }
 
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Whether x is NaN or +-inf, from its exponent bits (integer ops, which vectorize and do not
+// depend on the FP comparison's NaN rules).
+inline uint32_t NonFinite(float x) {
+  uint32_t u;
+  __builtin_memcpy(&u, &x, 4);
+  return (u & 0x7f800000u) == 0x7f800000u;
+}
+
 // The bf16 dot-product path's scratch: q panels, one panel's scores, one panel's weight pairs.
 int64_t DotScratchFloats(int64_t D, int64_t max_rows) {
   return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + kTileK / 2 * 16;
@@ -127,10 +137,6 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   const int64_t n = j1 - j0;
   // K/V rows in their stored dtype; the SIMD kernels widen bf16/f16 in registers, so each byte
   // is read from memory once per KV head and reused from cache by every query row of the group.
-  const ops::SimdKernels& simd = ops::Simd();
-  const int dt = static_cast<int>(p_.k.dtype);
-  // The key `keys` past tile key t, clamped to the view (what the few-row path prefetches).
-  auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
   const void* k_rows[kTileK];
   const void* v_rows[kTileK];
   for (int64_t t = 0; t < n; ++t) {
@@ -138,81 +144,132 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     v_rows[t] = p_.v.At(b_, g_, j0 + t);
   }
   const bool dot = dot_ && rows_ >= kPackedRows;
-  // Rows [t, t + count) of the tile, kPrefetchL2Keys keys ahead and clipped to the view: lines to
-  // prefetch into L2 a few at a time while computing (by a dot-path micro-kernel, or by LineFeed
-  // between the packed path's micro-tile calls), never in one burst.
-  auto rows_ahead = [&](const HeadsView& view, int64_t t, int64_t count) {
-    ops::PrefetchRows pf;
-    const int64_t first = j0 + t + kPrefetchL2Keys;
-    pf.rows = std::clamp<int64_t>(view.seq - first, 0, count);
-    if (pf.rows > 0) {
-      pf.first = view.At(b_, g_, first);
-      const int64_t es = static_cast<int64_t>(DTypeSize(view.dtype));
-      pf.stride = view.stride_seq * es, pf.row_bytes = view.dim * es;
-    }
-    return pf;
-  };
-  // Scores on the bf16 dot product: 16-row q panel r0 against the K rows in place, key-major into
-  // st_ (unscaled: q was rounded before the scale). Eight keys per call; with the first panel go,
-  // for those keys, in decode the L2 prefetch of the K rows kPrefetchL2Keys ahead, issued by the
-  // micro-kernel one line every few dot products (V's likewise in P.V): the same prefetches issued
-  // in a burst before each call filled the miss queue and stalled the core (16q/1kv x 512 at 32k
-  // keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs).
-  const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
-  auto panel_scores = [&](int64_t r0) {
-    for (int64_t t0 = 0; t0 < n; t0 += 8) {
-      const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
-      const ops::PrefetchRows k_ahead = rows_ahead(p_.k, t0, r0 == 0 && n_q_ == 1 ? nk : 0);
-      dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16, &k_ahead);
-    }
-  };
-  const MaskSpec& m = p_.mask;
-  if (dot && p_.softcap <= 0 && !m.dense.present()) {
-    // On the bf16 dot product (no soft cap, no dense bias), one 16-row panel at a time: scores,
-    // the mask of a partly visible tile applied to them (-inf), the online softmax step key-major
-    // on the scores as they come (no transpose into rows; softmax_panel16 also rounds the weights
-    // to bf16 pairs), then P.V against V read in place, each pair of V rows interleaved in
-    // registers. Against the row-major softmax and V packed into pair panels once per tile (64 KiB
-    // written and read back through L2) with 8-row passes over them: 16q/1kv x 512 decode 142 ->
-    // 183 GFLOP/s single-threaded from L3 (2026-11-30, in-process A/Bs; bench/BENCHMARKS.md),
-    // prefill faster too.
-    const ops::PrefetchRows v_ahead = rows_ahead(p_.v, 0, n_q_ == 1 ? n : 0);
-    const int64_t S_q = p_.q.seq, S_kv = p_.k.seq;
-    float alpha[16];
-    for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
-      const int mr = static_cast<int>(std::min<int64_t>(16, rows_ - r0));
-      panel_scores(r0);
-      uint64_t keys = ~uint64_t{0};  // the keys some row of the panel sees: P.V reads only those
-      if (cls == TileClass::kPartial) {
-        keys = 0;
-        for (int r = 0; r < mr; ++r) {
-          const int64_t i = i0_ + (r0 + r) % n_q_;
-          const int32_t qp = m.q_pos[b_ * S_q + i], qb = m.q_block ? m.q_block[b_ * S_q + i] : -1;
-          for (int64_t t = 0; t < n; ++t) {
-            const int64_t j = j0 + t;
-            const int32_t kb = m.k_block ? m.k_block[b_ * S_kv + j] : -1;
-            if (j < valid_ && StructuredVisible(m, qp, qb, m.k_pos[b_ * S_kv + j], kb)) {
-              keys |= uint64_t{1} << t;
-            } else {
-              st_[t * 16 + r] = kNegInf;
-            }
-          }
-        }
-      }
-      dot_->softmax_panel16(st_, static_cast<int>(n), p_.scale, m_ + r0, l_ + r0, mr, alpha, pw_);
-      // P.V also rescales the rows by alpha as it adds to them (no separate pass over o).
-      bool rescale = false;
-      for (int r = 0; r < mr; ++r) rescale |= alpha[r] != 1.0f;
-      dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n), keys,
-                      o_ + r0 * Dv_, Dv_, mr, rescale ? alpha : nullptr, Dv_, r0 == 0 ? &v_ahead : nullptr);
-    }
-    return;
+  if (dot && p_.softcap <= 0 && !p_.mask.dense.present()) return ConsumeTileDot(j0, n, cls, k_rows, v_rows);
+  RowScores(j0, n, cls, k_rows);
+  SoftmaxRows(j0, n, cls, dot, v_rows);
+  if (cls == TileClass::kFull && !dot) FullTilePv(j0, n, v_rows);
+}
+
+// Rows [t, t + count) of the tile, kPrefetchL2Keys keys ahead and clipped to the view: lines to
+// prefetch into L2 a few at a time while computing (by a dot-path micro-kernel, or by LineFeed
+// between the packed path's micro-tile calls), never in one burst.
+ops::PrefetchRows GroupTileKernel::RowsAhead(const HeadsView& view, int64_t j0, int64_t t, int64_t count) const {
+  ops::PrefetchRows pf;
+  const int64_t first = j0 + t + kPrefetchL2Keys;
+  pf.rows = std::clamp<int64_t>(view.seq - first, 0, count);
+  if (pf.rows > 0) {
+    pf.first = view.At(b_, g_, first);
+    const int64_t es = static_cast<int64_t>(DTypeSize(view.dtype));
+    pf.stride = view.stride_seq * es, pf.row_bytes = view.dim * es;
   }
-  if (dot) {
+  return pf;
+}
+
+// Scores on the bf16 dot product: 16-row q panel r0 against the K rows in place, key-major into
+// st_ (unscaled: q was rounded before the scale). Eight keys per call; with the first panel go,
+// for those keys, in decode the L2 prefetch of the K rows kPrefetchL2Keys ahead, issued by the
+// micro-kernel one line every few dot products (V's likewise in P.V): the same prefetches issued
+// in a burst before each call filled the miss queue and stalled the core (16q/1kv x 512 at 32k
+// keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs).
+void GroupTileKernel::PanelScores(int64_t r0, int64_t j0, int64_t n, const void* const* k_rows) {
+  const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
+  for (int64_t t0 = 0; t0 < n; t0 += 8) {
+    const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
+    const ops::PrefetchRows k_ahead = RowsAhead(p_.k, j0, t0, r0 == 0 && n_q_ == 1 ? nk : 0);
+    dot_->score_rows16(qw_ + r0 * pairs_, pairs_, k16 + t0, nk, st_ + t0 * 16, &k_ahead);
+  }
+}
+
+// A partly visible tile's mask on one panel's key-major scores: -inf where masked, NaN where a
+// visible key's score is not finite (softmax_panel16 then makes the row NaN). seen_by[t] gets the
+// panel rows that see key t (bit r); returns the keys some row sees.
+uint64_t GroupTileKernel::MaskPanel(int64_t r0, int mr, int64_t j0, int64_t n, uint16_t* seen_by) {
+  const MaskSpec& m = p_.mask;
+  const int64_t S_q = p_.q.seq, S_kv = p_.k.seq;
+  std::fill(seen_by, seen_by + n, uint16_t{0});
+  for (int r = 0; r < mr; ++r) {
+    const int64_t i = i0_ + (r0 + r) % n_q_;
+    const int32_t qp = m.q_pos[b_ * S_q + i], qb = m.q_block ? m.q_block[b_ * S_q + i] : -1;
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t j = j0 + t;
+      const int32_t kb = m.k_block ? m.k_block[b_ * S_kv + j] : -1;
+      float& s = st_[t * 16 + r];
+      if (j < valid_ && StructuredVisible(m, qp, qb, m.k_pos[b_ * S_kv + j], kb)) {
+        seen_by[t] = static_cast<uint16_t>(seen_by[t] | 1u << r);
+        if (NonFinite(s)) s = kNaN;
+      } else {
+        s = kNegInf;
+      }
+    }
+  }
+  uint64_t keys = 0;
+  for (int64_t t = 0; t < n; ++t) keys |= uint64_t{seen_by[t] != 0} << t;
+  return keys;
+}
+
+// On the bf16 dot product (no soft cap, no dense bias), one 16-row panel at a time: scores, the
+// mask of a partly visible tile applied to them (-inf), the online softmax step key-major on the
+// scores as they come (no transpose into rows; softmax_panel16 also rounds the weights to bf16
+// pairs), then P.V against V read in place, each pair of V rows interleaved in registers. Against
+// the row-major softmax and V packed into pair panels once per tile (64 KiB written and read back
+// through L2) with 8-row passes over them: 16q/1kv x 512 decode 142 -> 183 GFLOP/s single-threaded
+// from L3 (2026-11-30, in-process A/Bs; bench/BENCHMARKS.md), prefill faster too.
+void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows,
+                                     const void* const* v_rows) {
+  const ops::PrefetchRows v_ahead = RowsAhead(p_.v, j0, 0, n_q_ == 1 ? n : 0);
+  float alpha[16];
+  uint16_t seen_by[kTileK];
+  uint64_t v_checked = 0, v_bad = 0;  // keys whose V row was checked / holds a NaN or an inf
+  for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
+    const int mr = static_cast<int>(std::min<int64_t>(16, rows_ - r0));
+    PanelScores(r0, j0, n, k_rows);
+    uint64_t keys = ~uint64_t{0};  // the keys some row of the panel sees: P.V reads only those
+    uint64_t apart = 0;            // of those, keys added row by row (below)
+    if (cls == TileClass::kPartial) {
+      keys = MaskPanel(r0, mr, j0, n, seen_by);
+      // P.V multiplies every row's weight by each key's V, so a row's weight 0 for a key it cannot
+      // see would meet that key's V: 0 * inf or 0 * NaN is NaN. Keys seen by only part of the
+      // panel whose V is not finite go row by row instead (rare: checked in partial tiles only).
+      const uint32_t all = (1u << mr) - 1u;
+      uint64_t mixed = 0;
+      for (int64_t t = 0; t < n; ++t) mixed |= uint64_t{seen_by[t] != 0 && seen_by[t] != all} << t;
+      for (uint64_t todo = mixed & ~v_checked; todo; todo &= todo - 1) {
+        const int t = __builtin_ctzll(todo);
+        if (FirstNonFinite(DType::kBF16, v_rows[t], Dv_) >= 0) v_bad |= uint64_t{1} << t;
+      }
+      v_checked |= mixed;
+      apart = mixed & v_bad;
+    }
+    dot_->softmax_panel16(st_, static_cast<int>(n), p_.scale, m_ + r0, l_ + r0, mr, cls == TileClass::kFull, alpha,
+                          pw_);
+    // P.V also rescales the rows by alpha as it adds to them (no separate pass over o).
+    bool rescale = false;
+    for (int r = 0; r < mr; ++r) rescale |= alpha[r] != 1.0f;
+    dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n), keys & ~apart,
+                    o_ + r0 * Dv_, Dv_, mr, rescale ? alpha : nullptr, Dv_, r0 == 0 ? &v_ahead : nullptr);
+    for (; apart; apart &= apart - 1) {
+      const int t = __builtin_ctzll(apart);
+      for (int r = 0; r < mr; ++r) {
+        if (!(seen_by[t] >> r & 1u)) continue;
+        const uint32_t word = pw_[t / 2 * 16 + r];
+        const float w = Bf16ToF32(static_cast<uint16_t>(t % 2 ? word >> 16 : word & 0xffffu));
+        ops::Simd().Axpy(static_cast<int>(DType::kBF16), o_ + (r0 + r) * Dv_, w, v_rows[t], Dv_);
+      }
+    }
+  }
+}
+
+// Scores of every row into s_ (scaled), for the row-wise softmax below.
+void GroupTileKernel::RowScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows) {
+  const ops::SimdKernels& simd = ops::Simd();
+  const int dt = static_cast<int>(p_.k.dtype);
+  // The key `keys` past tile key t, clamped to the view (what the few-row path prefetches).
+  auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
+  if (dot_ && rows_ >= kPackedRows) {
     // A soft cap or a dense bias: scores transposed into s_ rows and scaled for the row-wise
     // softmax, mask and P.V below.
     for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
-      panel_scores(r0);
+      PanelScores(r0, j0, n, k_rows);
       dot_->scores_to_rows(st_, static_cast<int>(n), p_.scale, s_ + r0 * kTileK, kTileK,
                            static_cast<int>(std::min<int64_t>(16, rows_ - r0)));
     }
@@ -227,7 +284,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     // tile streams from DRAM once) the K rows kPrefetchL2Keys ahead are asked into L2 a few lines
     // per micro-tile call (and V's during P.V): 16q/1kv x 512 at 8k / 32k keys +17% / +21%
     // (in-process A/Bs, 7.1 -> 8.3 and 6.6 -> 8.0 GB/s). Prefill re-reads each tile from cache.
-    LineFeed feed(rows_ahead(p_.k, 0, n_q_ == 1 ? n : 0));
+    LineFeed feed(RowsAhead(p_.k, j0, 0, n_q_ == 1 ? n : 0));
     const int64_t calls = (rows_ + 5) / 6 * ((D_ + kScoreChunk - 1) / kScoreChunk) * ((n + 15) / 16);
     const int64_t per_call = (feed.lines() + calls - 1) / calls;
     for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
@@ -259,7 +316,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       Prefetch<1>(p_.k.At(b_, g_, far), k_bytes);
       if (cls != TileClass::kFull) Prefetch<1>(p_.v.At(b_, g_, far), v_bytes);
       Prefetch<3>(p_.k.At(b_, g_, ahead), k_bytes);
-      Prefetch<3>(v_rows[t], v_bytes);
+      Prefetch<3>(p_.v.At(b_, g_, j0 + t), v_bytes);
       int64_t r = 0;
       for (; r + 2 <= rows_; r += 2) {
         float two[2];
@@ -270,32 +327,85 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
       if (r < rows_) s_[r * kTileK + t] = simd.Dot(dt, q_ + r * D_, k_rows[t], D_);
     }
   }
+}
+
+// Readies row r's scores of the tile for the softmax: the soft cap, and in a partly visible tile
+// the mask (-inf) and the dense bias; *visible gets the keys the row sees (bit t). False when a
+// visible key's score is not finite (checked before the cap, which maps +-inf to +-cap).
+// (A full tile without a cap is checked by SoftmaxRows' max pass instead.)
+bool GroupTileKernel::PrepareRow(int64_t r, int64_t j0, int64_t n, TileClass cls, uint64_t* visible) {
+  float* s = s_ + r * kTileK;
   const float cap = p_.softcap;
-  for (int64_t r = 0; r < rows_; ++r) {
-    float* s = s_ + r * kTileK;
+  uint32_t bad = 0;
+  if (cls == TileClass::kFull) {
+    *visible = n < 64 ? (uint64_t{1} << n) - 1 : ~uint64_t{0};
     if (cap > 0)
-      for (int64_t t = 0; t < n; ++t) s[t] = cap * std::tanh(s[t] / cap);
-    if (cls == TileClass::kPartial) {
-      const int64_t h = g_ * group_ + r / n_q_, i = i0_ + r % n_q_;
-      const int64_t S_q = p_.q.seq, S_kv = p_.k.seq;
-      const int32_t qp = m.q_pos[b_ * S_q + i];
-      const int32_t qb = m.q_block ? m.q_block[b_ * S_q + i] : -1;
       for (int64_t t = 0; t < n; ++t) {
-        const int64_t j = j0 + t;
-        const int32_t kb = m.k_block ? m.k_block[b_ * S_kv + j] : -1;
-        if (j >= valid_ || !StructuredVisible(m, qp, qb, m.k_pos[b_ * S_kv + j], kb)) {
-          s[t] = kNegInf;
-        } else if (m.dense.present()) {
-          s[t] += DenseTerm(m.dense, b_, h, i, j);
-        }
+        bad |= NonFinite(s[t]);
+        s[t] = cap * std::tanh(s[t] / cap);
       }
-    }
-    float tile_max = kNegInf;
-    for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
-    if (tile_max == kNegInf) {  // nothing visible to this row in this tile
-      if (cls == TileClass::kFull) std::fill(s, s + n, 0.0f);  // (only -inf scores): no weight in P.V
+    return bad == 0;
+  }
+  const MaskSpec& m = p_.mask;
+  const int64_t h = g_ * group_ + r / n_q_, i = i0_ + r % n_q_;
+  const int64_t S_q = p_.q.seq, S_kv = p_.k.seq;
+  const int32_t qp = m.q_pos[b_ * S_q + i];
+  const int32_t qb = m.q_block ? m.q_block[b_ * S_q + i] : -1;
+  uint64_t vis = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t j = j0 + t;
+    const int32_t kb = m.k_block ? m.k_block[b_ * S_kv + j] : -1;
+    const bool seen = j < valid_ && StructuredVisible(m, qp, qb, m.k_pos[b_ * S_kv + j], kb);
+    const float bias = seen && m.dense.present() ? DenseTerm(m.dense, b_, h, i, j) : 0.0f;
+    if (!seen || bias == kNegInf) {
+      s[t] = kNegInf;
       continue;
     }
+    bad |= NonFinite(s[t]);  // (a NaN or +inf bias is refused by ValidateAttention)
+    if (cap > 0) s[t] = cap * std::tanh(s[t] / cap);
+    s[t] += bias;
+    vis |= uint64_t{1} << t;
+  }
+  *visible = vis;
+  return bad == 0;
+}
+
+// A row that met a non-finite score: NaN state (m_ NaN marks it), to which later tiles add nothing.
+void GroupTileKernel::PoisonRow(int64_t r) {
+  m_[r] = l_[r] = kNaN;
+  std::fill(o_ + r * Dv_, o_ + (r + 1) * Dv_, kNaN);
+}
+
+// The online softmax step of every row over its scores in s_, and P.V for rows whose keys are not
+// all visible (a fully visible tile's P.V runs for all rows at once in FullTilePv; so it does with
+// a soft cap or a dense bias on the dot path).
+void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot, const void* const* v_rows) {
+  const ops::SimdKernels& simd = ops::Simd();
+  const int dt = static_cast<int>(p_.v.dtype);
+  for (int64_t r = 0; r < rows_; ++r) {
+    float* s = s_ + r * kTileK;
+    uint64_t visible = 0;
+    if (std::isnan(m_[r]) || !PrepareRow(r, j0, n, cls, &visible)) {
+      if (!std::isnan(m_[r])) PoisonRow(r);
+      if (cls == TileClass::kFull) std::fill(s, s + n, 0.0f);  // (FullTilePv reads every row)
+      continue;
+    }
+    float tile_max = kNegInf;
+    if (cls == TileClass::kFull && p_.softcap <= 0) {  // the finiteness check rides on the max pass
+      uint32_t bad = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        tile_max = std::max(tile_max, s[t]);
+        bad |= NonFinite(s[t]);
+      }
+      if (bad) {
+        PoisonRow(r);
+        std::fill(s, s + n, 0.0f);
+        continue;
+      }
+    } else {
+      for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
+    }
+    if (tile_max == kNegInf) continue;  // nothing visible to this row in this tile (never a full tile)
     const float m_new = std::max(m_[r], tile_max);
     float* o = o_ + r * Dv_;
     if (m_[r] != m_new) {
@@ -309,16 +419,15 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum).
     if (bf16_)
       for (int64_t t = 0; t < n; ++t) s[t] = Bf16ToF32(F32ToBf16(s[t]));
-    // Every key visible: P.V runs below for all rows (the dot path, here only with a soft cap or a
-    // dense bias, takes this per-row P.V).
     if (cls == TileClass::kFull && !dot) continue;
-    // P.V over the keys with weight only (a masked key's V may hold anything, even NaN), four V
-    // rows per pass so the output row is loaded and stored once per four keys.
+    // P.V over the keys the row sees (a masked key's V may hold anything, even NaN; a visible one
+    // counts even at weight 0, where 0 * inf is NaN as in the reference), four V rows per pass so
+    // the output row is loaded and stored once per four keys.
     float w[kTileK];
     const void* vis[kTileK];
     int64_t nv = 0;
     for (int64_t t = 0; t < n; ++t) {
-      if (s[t] == 0.0f) continue;
+      if (!(visible >> t & 1u)) continue;
       w[nv] = s[t];
       vis[nv++] = v_rows[t];
     }
@@ -326,7 +435,12 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     for (; t4 + 4 <= nv; t4 += 4) simd.Axpy4(dt, o, w + t4, vis + t4, Dv_);
     for (; t4 < nv; ++t4) simd.Axpy(dt, o, w[t4], vis[t4], Dv_);
   }
-  if (cls != TileClass::kFull || dot) return;
+}
+
+void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_rows) {
+  const ops::SimdKernels& simd = ops::Simd();
+  const int dt = static_cast<int>(p_.v.dtype);
+  auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
   // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.
   // Many rows: V widened once into 16-dim panels (reading V in place re-fetches it per row group,
   // and its 1-2 KiB row stride maps a tile onto a few L1 sets). Few rows (one pass): V read in
@@ -337,7 +451,7 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   const bool packed = rows_ >= kPackedRows;
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);
   const int64_t col_blocks = (Dv_ + 15) / 16, v_share = (n + col_blocks - 1) / col_blocks;  // V rows per block
-  LineFeed feed(rows_ahead(p_.v, 0, packed && n_q_ == 1 ? n : 0));
+  LineFeed feed(RowsAhead(p_.v, j0, 0, packed && n_q_ == 1 ? n : 0));
   const int64_t calls = (rows_ + 5) / 6 * col_blocks, per_call = (feed.lines() + calls - 1) / calls;
   for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
     const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
@@ -363,7 +477,8 @@ void GroupTileKernel::WriteOutput() const {
     const int64_t h = g_ * group_ + r / n_q_, i = i0_ + r % n_q_;
     float* dst = p_.out.At(b_, h, i);
     const float* o = o_ + r * Dv_;
-    const float inv = l_[r] > 0 ? 1.0f / l_[r] : 0.0f;
+    // m_ -inf: no visible key, zeros; NaN: a poisoned row (l_ NaN too) stays NaN.
+    const float inv = m_[r] == kNegInf ? 0.0f : 1.0f / l_[r];
     for (int64_t d = 0; d < Dv_; ++d) dst[d] = o[d] * inv;
   }
 }
@@ -371,9 +486,13 @@ void GroupTileKernel::WriteOutput() const {
 void MergePartials(const float* const* o_parts, const float* m_parts, const float* l_parts, int n, int64_t Dv,
                    float* out) {
   float m_all = kNegInf;
-  for (int s = 0; s < n; ++s) m_all = std::max(m_all, m_parts[s]);
-  std::fill(out, out + Dv, 0.0f);
-  if (m_all == kNegInf) return;  // no split saw a visible key: zeros
+  bool poisoned = false;  // some split met a non-finite score: the row is NaN
+  for (int s = 0; s < n; ++s) {
+    poisoned |= std::isnan(m_parts[s]);
+    m_all = std::max(m_all, m_parts[s]);
+  }
+  std::fill(out, out + Dv, poisoned ? kNaN : 0.0f);
+  if (poisoned || m_all == kNegInf) return;  // (no split saw a visible key: zeros)
   float l_all = 0;
   for (int s = 0; s < n; ++s) {
     if (m_parts[s] == kNegInf) continue;

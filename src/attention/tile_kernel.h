@@ -14,6 +14,7 @@
 
 #include "attention/mask.h"
 #include "core/aligned_buffer.h"
+#include "ops/prefetch_rows.h"
 #include "tessera/attention.h"
 
 namespace tessera::ops {
@@ -40,15 +41,27 @@ class GroupTileKernel {
   void Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q);
   // Consumes keys [j0, j1) (a tile, j1 - j0 <= kTileK) with the given classification.
   void ConsumeTile(int64_t j0, int64_t j1, TileClass cls);
-  // Writes normalized rows to p.out (zeros for rows that saw no visible key).
+  // Writes normalized rows to p.out (zeros for rows that saw no visible key; NaN for rows that met
+  // a non-finite score, docs/reliability.md).
   void WriteOutput() const;
-  // Unnormalized state for a log-sum-exp merge: o [rows, Dv], m [rows], l [rows].
+  // Unnormalized state for a log-sum-exp merge: o [rows, Dv], m [rows], l [rows]; m is -inf for a
+  // row with no visible key yet and NaN (with l and o) for one that met a non-finite score.
   const float* o() const { return o_; }
   const float* m() const { return m_; }
   const float* l() const { return l_; }
   int64_t rows() const { return rows_; }
 
  private:
+  ops::PrefetchRows RowsAhead(const HeadsView& view, int64_t j0, int64_t t, int64_t count) const;
+  void PanelScores(int64_t r0, int64_t j0, int64_t n, const void* const* k_rows);
+  uint64_t MaskPanel(int64_t r0, int mr, int64_t j0, int64_t n, uint16_t* seen_by);
+  void ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows, const void* const* v_rows);
+  void RowScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows);
+  bool PrepareRow(int64_t r, int64_t j0, int64_t n, TileClass cls, uint64_t* visible);
+  void PoisonRow(int64_t r);
+  void SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot, const void* const* v_rows);
+  void FullTilePv(int64_t j0, int64_t n, const void* const* v_rows);
+
   const AttentionParams& p_;
   int64_t group_, D_, Dv_;
   int64_t b_ = 0, g_ = 0, i0_ = 0, n_q_ = 0, rows_ = 0, valid_ = 0;
@@ -69,6 +82,7 @@ class GroupTileKernel {
 };
 
 // Merges partial softmax states (from disjoint key ranges) of one row: o_s [n][Dv], m_s[n], l_s[n].
+// A NaN m (a split that met a non-finite score) makes the row NaN.
 void MergePartials(const float* const* o_parts, const float* m_parts, const float* l_parts, int n, int64_t Dv,
                    float* out);
 

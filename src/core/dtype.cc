@@ -116,4 +116,39 @@ void ConvertDType(DType from, const void* src, DType to, void* dst, size_t n) {
   }
 }
 
+namespace {
+
+// Whether any of x[0, n) has all exponent bits set (NaN or +-inf): an OR over the block, which
+// the compiler vectorizes; the exact index is searched only in a block that has one.
+template <typename T, T kExponent>
+bool AnyNonFinite(const T* x, int64_t n) {
+  T bad = 0;  // (as wide as an element: no widening in the vector loop)
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<T>((x[i] & kExponent) == kExponent);
+  return bad != 0;
+}
+
+template <typename T, T kExponent>
+int64_t FirstNonFiniteT(const void* data, int64_t n) {
+  constexpr int64_t kBlock = 4096;
+  const T* x = static_cast<const T*>(data);
+  for (int64_t i0 = 0; i0 < n; i0 += kBlock) {
+    const int64_t len = std::min(kBlock, n - i0);
+    if (!AnyNonFinite<T, kExponent>(x + i0, len)) continue;
+    for (int64_t i = i0; i < i0 + len; ++i)
+      if ((x[i] & kExponent) == kExponent) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t FirstNonFinite(DType t, const void* data, int64_t n) {
+  switch (t) {
+    case DType::kF32: return FirstNonFiniteT<uint32_t, 0x7f800000u>(data, n);
+    case DType::kBF16: return FirstNonFiniteT<uint16_t, 0x7f80u>(data, n);
+    case DType::kF16: return FirstNonFiniteT<uint16_t, 0x7c00u>(data, n);
+  }
+  return -1;
+}
+
 }  // namespace tessera

@@ -39,7 +39,7 @@ class Binder {
   enum class Use { kLookup, kLinear };
 
   Status Matrix(const std::string& name, int64_t out, int64_t in, ops::WeightView* view, Use use = Use::kLinear) {
-    return Bind(Tensor(name, {out, in}), out, in, view, use);
+    return Bind(name, Tensor(name, {out, in}), out, in, view, use);
   }
 
   // A matrix named by its full key (outside the language-model prefix, e.g. lm_head.weight).
@@ -48,10 +48,13 @@ class Binder {
     if (t.ok() && t.value().shape != std::vector<int64_t>{out, in})
       return InvalidArgument("LoadGemmaWeights: tensor " + key + " in " + ckpt_.path() + " has shape " +
                              ShapeString(t.value().shape) + ", expected " + ShapeString({out, in}));
-    return Bind(std::move(t), out, in, view, Use::kLinear);
+    return Bind(key, std::move(t), out, in, view, Use::kLinear);
   }
 
-  Status Bind(StatusOr<io::SafetensorsTensor> t, int64_t out, int64_t in, ops::WeightView* view, Use use) {
+  // Every element of a matrix is checked finite (docs/reliability.md) where a pass already reads
+  // it (the conversion, the packing), else after the prefault; on the pool.
+  Status Bind(const std::string& name, StatusOr<io::SafetensorsTensor> t, int64_t out, int64_t in,
+              ops::WeightView* view, Use use) {
     if (!t.ok()) return t.status();
     const io::SafetensorsTensor& v = t.value();
     const bool convert = opt_.convert_to && *opt_.convert_to != v.dtype;
@@ -59,15 +62,61 @@ class Binder {
     const Panels panels = use == Use::kLinear ? PanelsFor(dtype, convert) : Panels::kNone;
     if (convert) {
       w_.owned.emplace_back(static_cast<size_t>(out * in) * DTypeSize(dtype));
-      ConvertDType(v.dtype, v.data, dtype, w_.owned.back().data(), out * in);
       *view = {w_.owned.back().data(), dtype, out, in};
-    } else {
-      // A hint (the weights stay usable either way); a matrix to pack is read chunk by chunk below.
-      if (panels == Panels::kNone) io::MappedFile::Prefault(v.data, v.nbytes);
-      *view = {v.data, v.dtype, out, in};
+      // Converted in parts over the pool, each checked while it is still in cache.
+      const char* from = static_cast<const char*>(v.data);
+      char* to = static_cast<char*>(w_.owned.back().data());
+      const size_t es_from = DTypeSize(v.dtype), es_to = DTypeSize(dtype);
+      const int64_t bad = FirstBadInParts(out * in, [&](int64_t i0, int64_t len) {
+        ConvertDType(v.dtype, from + i0 * es_from, dtype, to + i0 * es_to, len);
+        return FirstNonFinite(dtype, to + i0 * es_to, len);
+      });
+      if (bad >= 0) return NonFiniteError(name, *view, bad, /*converted=*/true);
+      if (panels != Panels::kNone) return PackPanels(name, panels, view, /*mapped=*/false, /*checked=*/true);
+      return Status::Ok();
     }
-    if (panels != Panels::kNone) PackPanels(panels, view, /*mapped=*/!convert);
+    *view = {v.data, v.dtype, out, in};
+    // (A matrix to pack is read chunk by chunk there.)
+    if (panels != Panels::kNone) return PackPanels(name, panels, view, /*mapped=*/true, /*checked=*/false);
+    io::MappedFile::Prefault(v.data, v.nbytes);  // a hint: the weights stay usable either way
+    const char* data = static_cast<const char*>(view->data);
+    const size_t es = DTypeSize(view->dtype);
+    const int64_t bad =
+        FirstBadInParts(out * in, [&](int64_t i0, int64_t len) { return FirstNonFinite(view->dtype, data + i0 * es, len); });
+    if (bad >= 0) return NonFiniteError(name, *view, bad, /*converted=*/false);
     return Status::Ok();
+  }
+
+  // Runs part(i0, len) over [0, n) in runs of kCheckElems spread over the pool; part returns the
+  // index of a non-finite element within its run, or -1. Returns the lowest such index, or -1.
+  template <typename Part>
+  int64_t FirstBadInParts(int64_t n, Part part) {
+    constexpr int64_t kCheckElems = int64_t{1} << 16;
+    constexpr int64_t kMinParallelParts = 16;  // smaller matrices: less work than waking the threads
+    const int64_t parts = (n + kCheckElems - 1) / kCheckElems;
+    std::vector<int64_t> first(parts, -1);
+    auto run = [&](int64_t k, int) {
+      const int64_t i0 = k * kCheckElems, bad = part(i0, std::min(kCheckElems, n - i0));
+      if (bad >= 0) first[k] = i0 + bad;
+    };
+    if (opt_.pool && parts >= kMinParallelParts) {
+      opt_.pool->ParallelFor(parts, run);
+    } else {
+      for (int64_t k = 0; k < parts; ++k) run(k, 0);
+    }
+    for (int64_t f : first)
+      if (f >= 0) return f;
+    return -1;
+  }
+
+  // The error for the non-finite element `index` (row-major) of matrix `name` as held in `view`.
+  Status NonFiniteError(const std::string& name, const ops::WeightView& view, int64_t index, bool converted) const {
+    float x;
+    DecodeToF32(view.dtype, static_cast<const char*>(view.data) + index * DTypeSize(view.dtype), &x, 1);
+    return InvalidArgument("LoadGemmaWeights: tensor " + name + " in " + ckpt_.path() + " has a non-finite value (" +
+                           (std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") + ") at [" +
+                           std::to_string(index / view.in) + ", " + std::to_string(index % view.in) + "]" +
+                           (converted ? std::string(" after conversion to ") + DTypeName(view.dtype) : ""));
   }
 
   // The panels Linear reads at WeightLoadOptions::pack_panels_for, for a matrix held as dtype
@@ -86,8 +135,10 @@ class Binder {
 
   // Adds a matrix's panels (pair or f32, WeightLoadOptions::pack_panels_for), in chunks of 16-row
   // panels; a mapped original's pages are released chunk by chunk once packed, so loading holds
-  // the panels plus one chunk, not both copies.
-  void PackPanels(Panels kind, ops::WeightView* view, bool mapped) {
+  // the panels plus one chunk, not both copies. Each run of kCheckRows rows is checked finite just
+  // before it is packed, while it is in cache.
+  Status PackPanels(const std::string& name, Panels kind, ops::WeightView* view, bool mapped, bool checked) {
+    constexpr int64_t kCheckRows = 64;
     const bool pairs = kind == Panels::kPairs;
     // Elements (4 bytes: pair words or floats) of one 16-row panel.
     const int64_t panel_elems = 16 * (pairs ? (view->in + 1) / 2 : view->in);
@@ -107,17 +158,25 @@ class Binder {
       // The chunk's 16-row panels split over the threads.
       const int64_t blocks = (rows + 15) / 16, threads = opt_.pool ? opt_.pool->num_threads() : 1;
       const int64_t per = (blocks + threads - 1) / threads;
+      std::vector<int64_t> bad(threads, -1);  // per part: the first non-finite element, row-major
       auto pack = [&](int64_t part, int) {
         const int64_t b0 = part * per, b1 = std::min(blocks, b0 + per);
-        if (b0 >= b1) return;
-        const int64_t first = r0 + 16 * b0, n = std::min(rows - 16 * b0, 16 * (b1 - b0));
-        const ops::WeightView part_view{src + first * row_bytes, view->dtype, n, view->in};
-        const int64_t offset = first / 16 * panel_elems;
-        // (PackPairPanels cannot fail here: bf16 weights, the dot product present, PanelsFor.)
-        if (pairs) {
-          ops::PackPairPanels(part_view, panels.as<uint32_t>() + offset);
-        } else {
-          ops::PackF32Panels(part_view, panels.as<float>() + offset);
+        const int64_t end = std::min(r0 + rows, r0 + 16 * b1);
+        for (int64_t first = r0 + 16 * b0; first < end; first += kCheckRows) {
+          const int64_t n = std::min(kCheckRows, end - first);
+          const int64_t at = checked ? -1 : FirstNonFinite(view->dtype, src + first * row_bytes, n * view->in);
+          if (at >= 0) {
+            bad[part] = first * view->in + at;
+            return;
+          }
+          const ops::WeightView part_view{src + first * row_bytes, view->dtype, n, view->in};
+          const int64_t offset = first / 16 * panel_elems;
+          // (PackPairPanels cannot fail here: bf16 weights, the dot product present, PanelsFor.)
+          if (pairs) {
+            ops::PackPairPanels(part_view, panels.as<uint32_t>() + offset);
+          } else {
+            ops::PackF32Panels(part_view, panels.as<float>() + offset);
+          }
         }
       };
       if (opt_.pool) {
@@ -125,6 +184,8 @@ class Binder {
       } else {
         pack(0, 0);
       }
+      for (int64_t at : bad)
+        if (at >= 0) return NonFiniteError(name, *view, at, /*converted=*/false);
       if (mapped) io::MappedFile::Release(chunk, rows * row_bytes);
     }
     if (pairs) {
@@ -133,6 +194,7 @@ class Binder {
       view->panels = panels.as<float>();
     }
     w_.owned.push_back(std::move(panels));
+    return Status::Ok();
   }
 
   // A vector of n values as f32 (owned copy).

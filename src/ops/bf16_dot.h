@@ -28,16 +28,19 @@ struct Bf16DotKernels {
   // 2^-126 to a signed zero) as pair words: w[p] = (x[2p], x[2p + 1]), 0 past n.
   void (*pairs_from_f32)(const float* x, int64_t n, uint32_t* w);
   // The online softmax step of one 16-row panel over a tile of n <= 64 keys, key-major (masked
-  // keys hold -inf scores and get weight 0): for rows r < mr <= 16 with scores
+  // keys hold -inf scores and get weight 0; with all_visible, no key is masked and -inf is a
+  // non-finite score like NaN and +inf): for rows r < mr <= 16 with scores
   // s[t][r] = scale * st[t * 16 + r] (st 64-byte aligned),
   //   m_new[r] = max(m[r], max_t s[t][r]);  alpha[r] = m_new[r] == m[r] ? 1 : exp(m[r] - m_new[r])
   //   e[t][r] = exp(s[t][r] - m_new[r]) (0 while m_new[r] is -inf);  l[r] = l[r] alpha[r] + sum_t e[t][r]
   // writes m[r] = m_new[r] and l[r] for r < mr, alpha[0..16) (lanes past mr: don't care), and the
   // weights rounded to bf16 as pair words, key-major: w[p * 16 + r] = (e[2p][r], e[2p + 1][r]), 0 past
   // n, for p < ceil(n / 2) (64-byte aligned; lanes past mr: don't care). The caller scales each row's
-  // output by alpha[r] (pv_rows16 does, as it adds the tile's P.V).
-  void (*softmax_panel16)(const float* st, int n, float scale, float* m, float* l, int mr, float* alpha,
-                          uint32_t* w);
+  // output by alpha[r] (pv_rows16 does, as it adds the tile's P.V). A row with a non-finite score
+  // (NaN; with all_visible also +-inf) or a NaN m[r] gets m, l, alpha and weights NaN instead
+  // (docs/reliability.md: a visible non-finite score makes the row NaN).
+  void (*softmax_panel16)(const float* st, int n, float scale, float* m, float* l, int mr, bool all_visible,
+                          float* alpha, uint32_t* w);
   // Pair panels times token rows, up to 8 rows x 128 columns (Linear's GEMM: w = token rows of x
   // as pairs, vp = pack_weight_pairs16's panels): for r < mr, j < nr <= 128,
   //   c[r * cs + j] += sum_{p < pairs} dot2(w[r][p], vp[(j / 16) * vp_stride + p * 16 + j % 16])

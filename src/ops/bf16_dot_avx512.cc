@@ -225,7 +225,8 @@ void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t
 inline __m512 Exp16(__m512 x) {
   namespace e = exp_poly;
   const __mmask16 too_small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(e::kMin), _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(e::kMin)), _mm512_set1_ps(e::kMax));
+  // (maxps/minps return their second operand when either is NaN: a NaN x goes through as NaN.)
+  x = _mm512_min_ps(_mm512_set1_ps(e::kMax), _mm512_max_ps(_mm512_set1_ps(e::kMin), x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(e::kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Hi), x);
@@ -236,15 +237,26 @@ inline __m512 Exp16(__m512 x) {
   return _mm512_maskz_mul_ps(static_cast<__mmask16>(~too_small), p, _mm512_castsi512_ps(bits));
 }
 
-void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int mr, float* alpha, uint32_t* w) {
+void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int mr, bool all_visible, float* alpha,
+                    uint32_t* w) {
   const __mmask16 rows = mr >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << mr) - 1u);
   const __m512 vs = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(-__builtin_inff()), zero = _mm512_setzero_ps();
-  __m512 tile_max = neg_inf;
-  for (int t = 0; t < n; ++t) tile_max = _mm512_max_ps(tile_max, _mm512_mul_ps(_mm512_load_ps(st + t * 16), vs));
+  // check: NaN in a lane that met a non-finite score. All visible: the sum of x * 0 (0 * +-inf is
+  // NaN); else the sum of x, where masked keys' -inf give -inf and only a NaN gives NaN.
+  const __m512 factor = all_visible ? zero : _mm512_set1_ps(1.0f);
+  __m512 tile_max = neg_inf, check = zero;
+  for (int t = 0; t < n; ++t) {
+    const __m512 x = _mm512_mul_ps(_mm512_load_ps(st + t * 16), vs);
+    tile_max = _mm512_max_ps(tile_max, x);
+    check = _mm512_fmadd_ps(x, factor, check);
+  }
   const __m512 m_old = _mm512_mask_loadu_ps(neg_inf, rows, m);
-  const __m512 m_new = _mm512_max_ps(m_old, tile_max);
+  const __mmask16 poisoned = _mm512_cmp_ps_mask(check, check, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(m_old, m_old, _CMP_UNORD_Q);
+  const __m512 nan = _mm512_set1_ps(__builtin_nanf(""));
+  const __m512 m_new = _mm512_mask_blend_ps(poisoned, _mm512_max_ps(m_old, tile_max), nan);
   // A row whose max moved scales its state by exp(m_old - m_new) (0 from -inf); others by 1. A
-  // row with no finite score yet subtracts 0, so its -inf scores give weight 0, not NaN.
+  // row with no finite score yet subtracts 0, so its -inf scores give weight 0, not NaN. A
+  // poisoned row subtracts NaN: NaN weights, sum and alpha (Exp16 passes NaN through).
   const __mmask16 moved = _mm512_cmp_ps_mask(m_old, m_new, _CMP_NEQ_UQ);
   const __mmask16 dead = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_EQ_OQ);
   const __m512 a = _mm512_mask_blend_ps(moved, _mm512_set1_ps(1.0f), Exp16(_mm512_sub_ps(m_old, m_new)));

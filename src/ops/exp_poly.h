@@ -2,7 +2,7 @@
 // softmax step (bf16_dot_avx512.cc), so both compute the same function: x = n ln2 + r with
 // n = round(x log2 e) and |r| <= ln2/2 (ln2 split in two so n * kLn2Hi is exact), e^r by its
 // degree-7 Taylor polynomial (truncation error < 6e-9 relative), times 2^n built in the exponent
-// bits. Inputs below kMin (and -inf) give 0; inputs are clamped at kMax.
+// bits. Inputs below kMin (and -inf) give 0; inputs are clamped at kMax; NaN gives NaN.
 #pragma once
 
 namespace tessera::ops::exp_poly {

@@ -298,7 +298,8 @@ void PackRows16(int dtype, const void* src, int64_t st, int64_t rows, int64_t co
 inline __m256 Exp(__m256 x) {
   namespace e = exp_poly;
   const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(e::kMin), _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(e::kMin)), _mm256_set1_ps(e::kMax));
+  // (maxps/minps return their second operand when either is NaN: a NaN x goes through as NaN.)
+  x = _mm256_min_ps(_mm256_set1_ps(e::kMax), _mm256_max_ps(_mm256_set1_ps(e::kMin), x));
   const __m256 n =
       _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(e::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(e::kLn2Hi), x);

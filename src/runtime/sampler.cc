@@ -5,6 +5,8 @@
 #include <numeric>
 #include <string>
 
+#include "tessera/dtype.h"
+
 namespace tessera::runtime {
 
 Status ValidateSampling(const SamplingParams& p) {
@@ -19,7 +21,18 @@ Status ValidateSampling(const SamplingParams& p) {
 Sampler::Sampler(const SamplingParams& params, int64_t vocab)
     : p_(params), rng_(params.seed), order_(vocab), probs_(vocab) {}
 
-int32_t Sampler::Sample(const float* logits) {
+Status Sampler::Sample(const float* logits, int32_t* token) {
+  const int64_t V = static_cast<int64_t>(order_.size());
+  const int64_t bad = FirstNonFinite(DType::kF32, logits, V);
+  if (bad >= 0)
+    return InvalidArgument("Sampler: logit of token " + std::to_string(bad) + " is " +
+                           (std::isnan(logits[bad]) ? "nan" : logits[bad] > 0 ? "inf" : "-inf") +
+                           " (the model produced non-finite logits)");
+  *token = Pick(logits);
+  return Status::Ok();
+}
+
+int32_t Sampler::Pick(const float* logits) {
   const int64_t V = static_cast<int64_t>(order_.size());
   if (p_.temperature == 0.0f) {
     int64_t best = 0;

@@ -23,10 +23,17 @@ class Sampler {
  public:
   // `vocab` bounds the scratch it allocates once here.
   Sampler(const SamplingParams& params, int64_t vocab);
-  // Picks a token from logits [vocab] f32 (not modified).
-  int32_t Sample(const float* logits);
+  // Picks a token from logits [vocab] f32 (not modified) into *token. Logits holding a NaN or an
+  // infinity are an error naming the first such id: the model has failed, and no token is a fair
+  // answer (docs/reliability.md).
+  Status Sample(const float* logits, int32_t* token);
+  // The unchecked form, left for the command-line tools until they move to the one above: it
+  // picks from whatever the logits hold (a NaN row gives token 0).
+  int32_t Sample(const float* logits) { return Pick(logits); }
 
  private:
+  int32_t Pick(const float* logits);
+
   SamplingParams p_;
   std::mt19937_64 rng_;
   std::vector<int32_t> order_;  // [vocab] candidate ids

@@ -355,7 +355,10 @@ Status Session::Generate(const std::vector<Prompt>& prompts, int64_t max_new, co
     bool any = false;
     for (int64_t b = 0; b < B; ++b) {
       if (!active[b]) continue;
-      next[b] = sampler.Sample(logits.data() + b * V);
+      const Status st = sampler.Sample(logits.data() + b * V, &next[b]);
+      if (!st.ok())
+        return InvalidArgument("Session::Generate: step " + std::to_string(step) + ", row " + std::to_string(b) + ": " +
+                               st.message());
       (*out)[b].push_back(next[b]);
       if (Contains(stop_tokens, next[b]) || next_pos_[b] + 1 > opt_.max_context) active[b] = 0;
       any |= active[b];
