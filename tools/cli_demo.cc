@@ -164,7 +164,9 @@ int DemoCommand(int argc, char** argv) {
       const auto t1 = Clock::now();
       tokens.clear();
       for (int64_t i = 0; st.ok() && i < max_new.value(); ++i) {
-        int32_t tok = sampler.Sample(logits.data());
+        int32_t tok = 0;
+        st = sampler.Sample(logits.data(), &tok);
+        if (!st.ok()) break;
         tokens.push_back(tok);
         if (i + 1 < max_new.value()) st = s.value()->Decode(&tok, nullptr, logits.data());
       }

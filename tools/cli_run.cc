@@ -139,7 +139,9 @@ int RunCommand(int argc, char** argv) {
     for (int64_t e : loaded.value()->config().eos_token_ids) stop.push_back(static_cast<int32_t>(e));
   int64_t generated = 0;
   for (; generated < max_new.value(); ++generated) {
-    int32_t next = sampler.Sample(logits.data());
+    int32_t next = 0;
+    if (Status st = sampler.Sample(logits.data(), &next); !st.ok())
+      return Fail("step " + std::to_string(generated) + ": " + st.message());
     if (tok) {
       std::printf("%s", tok->Piece(next).c_str());
     } else {

@@ -27,9 +27,6 @@ class Sampler {
   // infinity are an error naming the first such id: the model has failed, and no token is a fair
   // answer (docs/reliability.md).
   Status Sample(const float* logits, int32_t* token);
-  // The unchecked form, left for the command-line tools until they move to the one above: it
-  // picks from whatever the logits hold (a NaN row gives token 0).
-  int32_t Sample(const float* logits) { return Pick(logits); }
 
  private:
   int32_t Pick(const float* logits);
