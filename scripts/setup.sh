@@ -71,5 +71,5 @@ echo "$root/python" > "$site/tessera-dev.pth"
 log "building (release preset)"
 cmake --preset release -DPython3_EXECUTABLE="$root/.venv/bin/python" \
   -Dpybind11_DIR="$(.venv/bin/python -m pybind11 --cmakedir)" >/dev/null
-cmake --build --preset release -- -j"$(nproc)" | grep -vE '^\[[0-9]+/[0-9]+\]' || true
+cmake --build --preset release -- -j"$(nproc)" 2>&1 | { grep -vE '^\[[0-9]+/[0-9]+\]' || true; }  # a failed build stops here
 test -x build/release/tessera

@@ -8,20 +8,17 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-if [ "${1:-}" = "--sanitize" ]; then
+# A sanitizer build of the C++ tests: $1 is its CMake preset (asan, tsan; the presets say which tests run).
+sanitizer_suite() {
   bash scripts/setup.sh
-  cmake --preset asan >/dev/null
-  cmake --build --preset asan -- -j"$(nproc)" | grep -vE '^\[[0-9]+/[0-9]+\]' || true
-  ctest --preset asan -j"$(nproc)"
-  exit 0
-fi
-if [ "${1:-}" = "--tsan" ]; then
-  bash scripts/setup.sh
-  cmake --preset tsan >/dev/null
-  cmake --build --preset tsan -- -j"$(nproc)" | grep -vE '^\[[0-9]+/[0-9]+\]' || true
-  ctest --preset tsan -j"$(nproc)"
-  exit 0
-fi
+  cmake --preset "$1" >/dev/null
+  cmake --build --preset "$1" -- -j"$(nproc)" 2>&1 | { grep -vE '^\[[0-9]+/[0-9]+\]' || true; }  # a failed build stops here
+  ctest --preset "$1" -j"$(nproc)"
+}
+case "${1:-}" in
+  --sanitize) sanitizer_suite asan; exit 0 ;;
+  --tsan) sanitizer_suite tsan; exit 0 ;;
+esac
 
 if [ "${TESSERA_SKIP_PEERS:-0}" = "1" ]; then bash scripts/setup.sh; else bash scripts/setup.sh --peers; fi
 ctest --preset release -j"$(nproc)"

@@ -278,35 +278,9 @@ TEST(Bf16Dot, ScoresToRowsAndPairsFromF32) {
   }
 }
 
-std::vector<float> RunAt(const Problem& problem, AttentionPrecision precision, AttentionKernel kernel, ThreadPool* pool) {
-  std::vector<float> out;
-  AttentionParams p = problem.Params(out);
-  p.precision = precision;
-  Arena scratch;
-  AttentionContext ctx{pool, &scratch};
-  const Status st = Attention(p, ctx, kernel);
-  EXPECT_TRUE(st.ok()) << st.message();
-  return out;
-}
-
-double MaxAbsV(const Problem& problem) {
-  std::vector<float> unused;
-  const AttentionParams p = problem.Params(unused);
-  double m = 0;
-  std::vector<float> row(p.v.dim);
-  for (int64_t b = 0; b < p.v.batch; ++b)
-    for (int64_t h = 0; h < p.v.heads; ++h)
-      for (int64_t j = 0; j < p.v.seq; ++j) {
-        DecodeToF32(p.v.dtype, p.v.At(b, h, j), row.data(), row.size());
-        for (float x : row)
-          if (std::isfinite(x)) m = std::max(m, double(std::fabs(x)));
-      }
-  return m;
-}
-
 void ExpectBf16Close(const Problem& problem, const std::vector<float>& ref, const std::vector<float>& out,
                      const char* what) {
-  const double weights = std::ldexp(MaxAbsV(problem), -7);
+  const double weights = std::ldexp(problem.MaxAbsFiniteV(), -7);
   for (size_t i = 0; i < ref.size(); ++i) {
     ASSERT_TRUE(std::isfinite(out[i])) << what << " non-finite at " << i;
     ASSERT_LE(std::fabs(double(out[i]) - ref[i]), 1e-4 + 1e-4 * std::fabs(ref[i]) + weights)
@@ -338,12 +312,12 @@ TEST(AttentionBf16, AllPathsMatchBf16Reference) {
       ProblemConfig cfg = testing::RandomMaskConfig(rng, 2, s.hq, s.hkv, s.s_q, s.s_kv, s.d, DType::kBF16);
       Problem problem(cfg, rng());
       SCOPED_TRACE(cfg.Describe());
-      const std::vector<float> ref = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
+      const std::vector<float> ref = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
       for (bool dot_on : {true, false}) {
         ops::EnableBf16Dot(dot_on);
         for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
           for (ThreadPool* p : {&pool, static_cast<ThreadPool*>(nullptr)}) {
-            const std::vector<float> out = RunAt(problem, AttentionPrecision::kBf16, k, p);
+            const std::vector<float> out = problem.Run(AttentionPrecision::kBf16, k, p);
             ExpectBf16Close(problem, ref, out, AttentionKernelName(k));
           }
       }
@@ -363,9 +337,9 @@ TEST(AttentionBf16, InvisibleKeysAreNeverRead) {
     Problem problem(c, rng());
     problem.PoisonInvisibleKeys();
     SCOPED_TRACE(c.Describe());
-    const std::vector<float> ref = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
+    const std::vector<float> ref = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
     for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
-      ExpectBf16Close(problem, ref, RunAt(problem, AttentionPrecision::kBf16, k, &pool), AttentionKernelName(k));
+      ExpectBf16Close(problem, ref, problem.Run(AttentionPrecision::kBf16, k, &pool), AttentionKernelName(k));
   }
 }
 
@@ -375,17 +349,17 @@ TEST(AttentionBf16, DiffersFromF32ByRoundingOnly) {
   ProblemConfig c;
   c.batch = 1, c.hq = 16, c.hkv = 1, c.s_q = 1, c.s_kv = 200, c.d = 256, c.dv = 256, c.kv_dtype = DType::kBF16;
   Problem problem(c, 9);
-  const std::vector<float> f32 = RunAt(problem, AttentionPrecision::kF32, AttentionKernel::kReference, nullptr);
-  const std::vector<float> bf = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
-  const std::vector<float> fast = RunAt(problem, AttentionPrecision::kBf16, AttentionKernel::kDecode, nullptr);
+  const std::vector<float> f32 = problem.Run(AttentionPrecision::kF32, AttentionKernel::kReference, nullptr);
+  const std::vector<float> bf = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
+  const std::vector<float> fast = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kDecode, nullptr);
   double ref_gap = 0, fast_gap = 0;
   for (size_t i = 0; i < f32.size(); ++i) {
     ref_gap = std::max(ref_gap, std::fabs(double(bf[i]) - f32[i]));
     fast_gap = std::max(fast_gap, std::fabs(double(fast[i]) - bf[i]));
   }
   EXPECT_GT(ref_gap, 1e-4);                      // rounding q and the weights is visible
-  EXPECT_LT(ref_gap, std::ldexp(MaxAbsV(problem), -5));  // and small
-  EXPECT_LT(fast_gap, std::ldexp(MaxAbsV(problem), -7) + 1e-4);
+  EXPECT_LT(ref_gap, std::ldexp(problem.MaxAbsFiniteV(), -5));  // and small
+  EXPECT_LT(fast_gap, std::ldexp(problem.MaxAbsFiniteV(), -7) + 1e-4);
 }
 
 // K/V rows at an odd element stride: the dot path reads K's bf16 pairs at 2-byte boundaries.

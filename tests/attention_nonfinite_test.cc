@@ -91,33 +91,6 @@ void ExpectPolicy(const Problem& problem, const std::vector<float>& ref) {
       }
 }
 
-std::vector<float> Run(const Problem& problem, AttentionPrecision precision, AttentionKernel kernel, ThreadPool* pool) {
-  std::vector<float> out;
-  AttentionParams p = problem.Params(out);
-  p.precision = precision;
-  Arena scratch;
-  AttentionContext ctx{pool, &scratch};
-  const Status st = Attention(p, ctx, kernel);
-  EXPECT_TRUE(st.ok()) << st.message();
-  return out;
-}
-
-// Largest finite |v| (the bf16 tolerance's scale, as in attention_bf16_test.cc).
-double MaxAbsFiniteV(const Problem& problem) {
-  std::vector<float> unused;
-  const AttentionParams p = problem.Params(unused);
-  std::vector<float> row(p.v.dim);
-  double mx = 0;
-  for (int64_t b = 0; b < p.v.batch; ++b)
-    for (int64_t h = 0; h < p.v.heads; ++h)
-      for (int64_t j = 0; j < p.v.seq; ++j) {
-        DecodeToF32(p.v.dtype, p.v.At(b, h, j), row.data(), row.size());
-        for (float x : row)
-          if (std::isfinite(x)) mx = std::max(mx, double(std::fabs(x)));
-      }
-  return mx;
-}
-
 // Same non-finite positions as the reference; finite values within the sweep tolerances
 // (attention_sweep_test.cc at f32, attention_bf16_test.cc at bf16); zero rows exactly zero.
 // `extra`: the bf16 allowance, 0 at f32.
@@ -144,18 +117,18 @@ void ExpectSameAsReference(const Problem& problem, double extra, const std::vect
 // products on and off) against the reference.
 void CheckAllKernels(const Problem& problem, AttentionPrecision precision, ThreadPool* pool) {
   SCOPED_TRACE(problem.config().Describe() + " precision " + AttentionPrecisionName(precision));
-  const std::vector<float> ref = Run(problem, precision, AttentionKernel::kReference, nullptr);
+  const std::vector<float> ref = problem.Run(precision, AttentionKernel::kReference, nullptr);
   ExpectPolicy(problem, ref);
   if (::testing::Test::HasFatalFailure()) return;
   const bool bf16 = precision == AttentionPrecision::kBf16;
-  const double extra = bf16 ? std::ldexp(MaxAbsFiniteV(problem), -7) : 0.0;
+  const double extra = bf16 ? std::ldexp(problem.MaxAbsFiniteV(), -7) : 0.0;
   for (bool dot_on : {true, false}) {
     if (!bf16 && !dot_on) continue;
     ops::EnableBf16Dot(dot_on);
     for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
       for (ThreadPool* tp : {pool, static_cast<ThreadPool*>(nullptr)}) {
         SCOPED_TRACE(std::string(AttentionKernelName(k)) + (tp ? " threaded" : " single") + (dot_on ? "" : " no-dot"));
-        ExpectSameAsReference(problem, extra, ref, Run(problem, precision, k, tp), AttentionKernelName(k));
+        ExpectSameAsReference(problem, extra, ref, problem.Run(precision, k, tp), AttentionKernelName(k));
         if (::testing::Test::HasFatalFailure()) break;
       }
   }

@@ -5,7 +5,10 @@
 #include <cstring>
 #include <sstream>
 
+#include <gtest/gtest.h>
+
 #include "attention/mask.h"
+#include "core/aligned_buffer.h"
 
 namespace tessera::testing {
 
@@ -221,6 +224,32 @@ void Problem::InjectNonFinite(std::mt19937& rng) {
   };
   for (int n = uniform(0, 3); n > 0; --n) poke(k_, c.d);
   for (int n = uniform(1, 4); n > 0; --n) poke(v_, c.dv);
+}
+
+std::vector<float> Problem::Run(AttentionPrecision precision, AttentionKernel kernel, ThreadPool* pool) const {
+  std::vector<float> out;
+  AttentionParams p = Params(out);
+  p.precision = precision;
+  Arena scratch;
+  AttentionContext ctx{pool, &scratch};
+  const Status st = Attention(p, ctx, kernel);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return out;
+}
+
+double Problem::MaxAbsFiniteV() const {
+  std::vector<float> unused;
+  const AttentionParams p = Params(unused);
+  std::vector<float> row(p.v.dim);
+  double mx = 0;
+  for (int64_t b = 0; b < p.v.batch; ++b)
+    for (int64_t h = 0; h < p.v.heads; ++h)
+      for (int64_t j = 0; j < p.v.seq; ++j) {
+        DecodeToF32(p.v.dtype, p.v.At(b, h, j), row.data(), row.size());
+        for (float x : row)
+          if (std::isfinite(x)) mx = std::max(mx, double(std::fabs(x)));
+      }
+  return mx;
 }
 
 }  // namespace tessera::testing

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tessera/attention.h"
+#include "tessera/thread_pool.h"
 
 namespace tessera::testing {
 
@@ -51,6 +52,11 @@ class Problem {
   void InjectNonFinite(std::mt19937& rng);
   // Sets element d of q row (b, h, t) (what 0), or of K (1) / V (2) slot t of KV head h, to x.
   void SetElement(int what, int64_t b, int64_t h, int64_t t, int64_t d, float x);
+  // Runs `kernel` at `precision` on a fresh arena (a failed Status fails the test) and returns the
+  // output [B, Hq, S_q, Dv].
+  std::vector<float> Run(AttentionPrecision precision, AttentionKernel kernel, ThreadPool* pool) const;
+  // Largest finite |v| over every V slot (the scale of the bf16 tolerances).
+  double MaxAbsFiniteV() const;
 
  private:
   ProblemConfig cfg_;

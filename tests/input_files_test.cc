@@ -23,6 +23,7 @@
 #include "model/config.h"
 #include "model/loaded_model.h"
 #include "runtime/session.h"
+#include "temp_dir.h"
 #include "tiny_model.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 
@@ -36,28 +37,9 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tessera_inputs_XXXXXX").string();
-    EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
+using testing::TempDir;
 
- private:
-  std::string path_;
-};
-
-void WriteText(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::WriteText;
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

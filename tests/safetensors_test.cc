@@ -20,6 +20,7 @@
 #include "io/mapped_file.h"
 #include "io/safetensors_checkpoint.h"
 #include "io/safetensors_writer.h"
+#include "temp_dir.h"
 
 namespace tessera::io {
 namespace {
@@ -54,29 +55,9 @@ std::string SmallFileImage() {
   return bytes.value();
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tessera_st_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
+using testing::TempDir;
 
- private:
-  std::string path_;
-};
-
-void WriteText(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::WriteText;
 
 TEST(SafetensorsTest, RoundTripThroughFileAndBytes) {
   TempDir dir;
