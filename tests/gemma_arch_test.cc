@@ -67,6 +67,24 @@ TEST(GemmaArchTest, WhichLayersTakeImageBlocks) {
   EXPECT_STREQ(MaskRuleName(u.layers[2]), "causal");
 }
 
+// transformers' Gemma4Model / Gemma4UnifiedModel embed every placeholder id (image, video, audio)
+// under the pad id -- main embedding and PLE identity -- even where no features replace it (a
+// placeholder the model generated): Tessera looks such a token up as pad. Gemma 3 and the text-only
+// Gemma 4 classes look every id up as itself.
+TEST(GemmaArchTest, PlaceholderWithoutEmbeddingIsLookedUpAsPad) {
+  for (const char* top : {"gemma4", "gemma4_unified"}) {
+    const std::string t = top;
+    const GemmaArch a = Arch(t, t == "gemma4" ? "gemma4_text" : "gemma4_unified_text", "vision");
+    EXPECT_TRUE(a.placeholder_as_pad) << top;
+    ASSERT_EQ(a.image_token_ids.size(), 3u) << top;  // image, video, audio (config defaults)
+    for (int32_t id : a.image_token_ids) EXPECT_EQ(a.LookupId(id), a.pad_token_id) << top << " " << id;
+    EXPECT_EQ(a.LookupId(5), 5) << top;
+  }
+  const GemmaArch g3 = Arch("gemma3", "gemma3_text", nullptr);
+  EXPECT_FALSE(g3.placeholder_as_pad);
+  for (int32_t id : g3.image_token_ids) EXPECT_EQ(g3.LookupId(id), id);
+}
+
 // Generation's rule for one layer: sliding AND(q - k < W, causal OR same block); full causal only
 // (Gemma 4) or causal OR same block (Gemma 3).
 bool Expected(bool sliding, bool blocks_on_full, int64_t W, int q, int k, const std::vector<int32_t>& blk) {

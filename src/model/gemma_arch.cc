@@ -1,5 +1,6 @@
 #include "model/gemma_arch.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/config.h"
@@ -25,6 +26,12 @@ void SetLayerMask(const LayerArch& la, bool causal, const int32_t* q_block, cons
     m->q_block = q_block;
     m->k_block = k_block;
   }
+}
+
+int32_t GemmaArch::LookupId(int32_t token) const {
+  if (placeholder_as_pad && std::find(image_token_ids.begin(), image_token_ids.end(), token) != image_token_ids.end())
+    return pad_token_id;
+  return token;
 }
 
 StatusOr<GemmaArch> BuildArch(const ModelConfig& c) {
@@ -53,6 +60,7 @@ StatusOr<GemmaArch> BuildArch(const ModelConfig& c) {
   // Placeholder ids may lie outside the vocabulary (they are replaced, never looked up).
   for (const std::optional<int64_t>& id : {c.image_token_id, c.video_token_id, c.audio_token_id})
     if (id && *id >= 0 && *id <= INT32_MAX) a.image_token_ids.push_back(static_cast<int32_t>(*id));
+  a.placeholder_as_pad = c.model_type == ModelType::kGemma4 || c.model_type == ModelType::kGemma4Unified;
   // Token types forming blocks: Gemma 3 token_type_ids 1 (image); Gemma 4 mm_token_type_ids 1
   // (image) and 2 (video); 0 text and 3 audio never do.
   a.block_token_types = g4 ? std::vector<int32_t>{1, 2} : std::vector<int32_t>{1};

@@ -43,10 +43,16 @@ struct GemmaArch {
   int64_t ple_dim = 0, ple_vocab = 0;  // Gemma 4 per-layer embeddings (0 = none)
   int32_t pad_token_id = 0;            // PLE token identity of soft (image/audio) tokens
   std::vector<int32_t> image_token_ids;  // placeholder ids replaced by image embeddings
+  // Gemma 4 multimodal (gemma4, gemma4_unified): transformers embeds every image/video/audio
+  // placeholder id under the pad id (main embedding and PLE identity), so a placeholder without an
+  // embedding -- one the model generated -- is looked up as pad. false: looked up as itself.
+  bool placeholder_as_pad = false;
   std::vector<int32_t> block_token_types;  // token types that form image blocks
   std::vector<LayerArch> layers;
 
   int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
+  // The row a token without an embedding is looked up under (see placeholder_as_pad).
+  int32_t LookupId(int32_t token) const;
   int64_t max_head_dim() const;
   int64_t max_intermediate() const;
 };

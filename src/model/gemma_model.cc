@@ -83,13 +83,14 @@ void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
       std::memcpy(row, in.embeds + t * H, H * sizeof(float));  // soft tokens are not scaled
       continue;
     }
+    const int32_t tok = arch_.LookupId(in.tokens[t]);
     // A tied embedding packed as the LM head: its mapped rows were released.
     if (weights_.embed.pairs) {
-      ops::PairPanelRowToF32(weights_.embed.pairs, H, in.tokens[t], row);
+      ops::PairPanelRowToF32(weights_.embed.pairs, H, tok, row);
     } else if (weights_.embed.panels) {
-      ops::F32PanelRowToF32(weights_.embed.panels, H, in.tokens[t], row);
+      ops::F32PanelRowToF32(weights_.embed.panels, H, tok, row);
     } else {
-      DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + in.tokens[t] * H * es, row, H);
+      DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + tok * H * es, row, H);
     }
     for (int64_t i = 0; i < H; ++i) row[i] *= weights_.embed_scale;
   }
@@ -106,8 +107,9 @@ void GemmaModel::PerLayerInputs(const ForwardBatch& in, Activations& act, Thread
   const size_t es = DTypeSize(weights_.ple_embed.dtype);
   float* ident = F(act.ple_tmp);  // [P] staging for one layer's slice of the token's PLE row
   for (int64_t t = 0; t < n; ++t) {
-    // transformers looks up soft (image/audio/video) tokens' identity under the pad id.
-    const int32_t tok = in.use_embed && in.use_embed[t] ? arch_.pad_token_id : in.tokens[t];
+    // transformers looks up soft (image/audio/video) tokens' identity under the pad id, and so a
+    // placeholder id without an embedding (a generated one) too.
+    const int32_t tok = in.use_embed && in.use_embed[t] ? arch_.pad_token_id : arch_.LookupId(in.tokens[t]);
     for (int64_t l = 0; l < L; ++l) {
       float* row = ple + t * LP + l * P;
       DecodeToF32(weights_.ple_embed.dtype, static_cast<const char*>(weights_.ple_embed.data) + (tok * LP + l * P) * es,
