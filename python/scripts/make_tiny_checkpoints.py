@@ -15,7 +15,7 @@ golden.npz keys (B = 2 rows, S = padded length, V = vocab, L = layers, H = hidde
   input_ids [B,S] int64  row 0 right-padded, row 1 left-padded (pad = pad_token_id)
   attention_mask [B,S]   1 = real token
   token_type_ids [B,S]   gemma3 multimodal only (1 = image soft token), as passed to the model
-  mm_token_type_ids      gemma4_unified only (1 = image soft token)
+  mm_token_type_ids      gemma4 and gemma4_unified (1 = image soft token)
   pixel_values, image_position_ids   multimodal only: what the model was called with
   image_embeds [N,H]     multimodal only: the exact rows written over the image placeholders, in order (row-major
                          over (batch, position)); computed by model.get_image_features(...).pooler_output; the
@@ -32,7 +32,8 @@ golden.npz keys (B = 2 rows, S = padded length, V = vocab, L = layers, H = hidde
   row0_attn_out [L,S,H]  batch row 0: self_attn output (after o_proj, before post_attention_layernorm)
   row0_layer_out [L,S,H] batch row 0: output of each decoder layer (pre final norm; Gemma 4: after layer_scalar)
   row0_final_norm [S,H]  batch row 0: after the final norm (input of the LM head)
-  row0_per_layer_inputs [S,L,P]  gemma4_text only: the PLE input each layer receives (after projection/combine)
+  row0_per_layer_inputs [S,L,P]  gemma4_text and gemma4 (the models with PLE): the PLE input each layer receives
+                         (after projection/combine; image rows: projection of the image row, pad token's PLE row)
   gen_prompt [1,P]       single-row prompt (no padding), gen_token_type_ids / gen_mm_token_type_ids /
                          gen_pixel_values / gen_image_position_ids / gen_image_embeds with it for multimodal models
   gen_tokens [32]        greedy tokens of model.generate(do_sample=False, max_new_tokens=32), eos disabled, with a
@@ -159,6 +160,31 @@ MODELS = {
         image_grid=(2, 4),   # (rows, cols) of patches -> 8 soft tokens
         image_tokens=8,
     ),
+    # (e) Gemma4ForConditionalGeneration, E2B/E4B style with images: per-layer embeddings (image placeholders take
+    # the pad token's PLE row), KV sharing (last 3 of 6 layers: S F S | F S F, the shared layers 3 (F), 4 (S),
+    # 5 (F) read layers 1 and 2, so a shared sliding layer attends to an image block bidirectionally with K/V it did
+    # not compute), sliding window 4 < image block 8, use_bidirectional_attention="vision". Gemma 4 vision tower:
+    # 2x2-pixel patches on a 4x8 patch grid, one encoder layer with 2-D axial RoPE, 2x2 average pooling -> 8 soft
+    # tokens per image (2x4), then embed_vision (scale-free RMSNorm + projection to the text width).
+    "gemma4": dict(
+        arch="Gemma4ForConditionalGeneration", seed=5005, gen_seed=10_008,
+        text=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=6,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, global_head_dim=64, sliding_window=4,
+                  layer_types=[S, F, S, F, S, F], hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
+                  num_kv_shared_layers=3, use_double_wide_mlp=False, attention_k_eq_v=False,
+                  use_bidirectional_attention="vision", final_logit_softcapping=5.0,
+                  rope_parameters={S: dict(rope_type="default", rope_theta=10_000.0),
+                                   F: dict(rope_type="proportional", partial_rotary_factor=0.25,
+                                           rope_theta=1_000_000.0)},
+                  pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS),
+        vision=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                    num_key_value_heads=2, head_dim=8, patch_size=2, pooling_kernel_size=2,
+                    position_embedding_size=16),
+        top=dict(image_token_id=IMAGE, video_token_id=VIDEO, audio_token_id=AUDIO, boi_token_id=BOI,
+                 eoi_token_id=EOI, boa_token_id=BOA),
+        image_grid=(2, 4),   # (rows, cols) of soft tokens; the patch grid is pooling_kernel_size times larger
+        image_tokens=8,
+    ),
 }
 
 
@@ -199,6 +225,9 @@ def build_config(spec):
                               vision_config=T.SiglipVisionConfig(**spec["vision"]), **spec["top"])
     if arch == "Gemma4ForCausalLM":
         return T.Gemma4TextConfig(**text)
+    if arch == "Gemma4ForConditionalGeneration":
+        return T.Gemma4Config(text_config=T.Gemma4TextConfig(**text), vision_config=T.Gemma4VisionConfig(**spec["vision"]),
+                              audio_config=None, **spec["top"])
     if arch == "Gemma4UnifiedForConditionalGeneration":
         from transformers.models.gemma4_unified import configuration_gemma4_unified as C
         return T.Gemma4UnifiedConfig(text_config=T.Gemma4UnifiedTextConfig(**text),
@@ -331,7 +360,11 @@ def make_inputs(name, model):
     else:
         vc = model.config.vision_config
         rows_, cols_ = spec["image_grid"]
-        patch_dim = (vc.patch_size * vc.pooling_kernel_size) ** 2 * 3
+        if arch == "Gemma4UnifiedForConditionalGeneration":    # one (k*patch)^2 pixel patch per soft token
+            patch_dim = (vc.patch_size * vc.pooling_kernel_size) ** 2 * 3
+        else:                                               # Gemma 4 tower: k x k patches pooled per soft token
+            patch_dim = vc.patch_size ** 2 * 3
+            rows_, cols_ = rows_ * vc.pooling_kernel_size, cols_ * vc.pooling_kernel_size
         pos = torch.tensor([[c, r] for r in range(rows_) for c in range(cols_)])   # (x, y)
         pix = torch.randn(2, rows_ * cols_, patch_dim, generator=g)
         gpix = torch.randn(1, rows_ * cols_, patch_dim, generator=g)
@@ -403,6 +436,7 @@ def golden_arrays(name, model):
     lm, layers = _decoder_layers(model)
     L = len(layers)
     arrays = {}
+    has_ple = bool(getattr(model.config.get_text_config(), "hidden_size_per_layer_input", 0))
     with torch.no_grad():
         # --- intermediate activations of a fresh forward (hooks), cross-checked with output_hidden_states
         rec = {"attn": [None] * L, "layer": [None] * L, "ple": [None] * L}
@@ -413,7 +447,7 @@ def golden_arrays(name, model):
             hooks.append(layer.register_forward_hook(
                 lambda m, a, o, i=i: rec["layer"].__setitem__(i, (o[0] if isinstance(o, tuple) else o)
                                                               .detach().clone())))
-            if spec["arch"] == "Gemma4ForCausalLM":
+            if has_ple:
                 def pre(m, a, kw, i=i):
                     pli = a[1] if len(a) > 1 else kw.get("per_layer_input")
                     rec["ple"][i] = pli.detach().clone()
@@ -503,7 +537,7 @@ def golden_arrays(name, model):
         gen_logits=glog.numpy().astype(np.float32),
         gen_min_margin=np.array(margin, dtype=np.float32),
     )
-    if spec["arch"] == "Gemma4ForCausalLM":
+    if has_ple:
         arrays["row0_per_layer_inputs"] = torch.stack([p[0] for p in rec["ple"]], dim=1).numpy().astype(np.float32)
     for k in ("token_type_ids", "mm_token_type_ids"):
         if k in batch:
