@@ -86,13 +86,21 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenIndex(const std::stri
   std::string text(static_cast<size_t>(size), '\0');
   if (size > 0 && !in.read(text.data(), size)) return InvalidArgument(where + ": read failed");
 
-  const Json index = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const std::string dir = Parent(index_path);
+  return FromIndexText(text, index_path,
+                       [&dir](const std::string& shard) { return SafetensorsFile::Open(Join(dir, shard)); });
+}
+
+StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::FromIndexText(std::string_view text,
+                                                                     const std::string& index_path,
+                                                                     const ShardOpener& open_shard) {
+  const std::string where = "SafetensorsCheckpoint::Open: index " + Quote(index_path);
+  const Json index = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded()) return InvalidArgument(where + ": not valid JSON");
   if (!index.is_object()) return InvalidArgument(where + ": must be a JSON object");
   auto wm = index.find("weight_map");
   if (wm == index.end() || !wm->is_object()) return InvalidArgument(where + ": missing or non-object \"weight_map\"");
 
-  const std::string dir = Parent(index_path);
   SafetensorsCheckpoint ckpt;
   ckpt.path_ = index_path;
   std::map<std::string, size_t> shard_of_file;
@@ -109,7 +117,7 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenIndex(const std::stri
     auto found = shard_of_file.find(shard);
     size_t shard_index;
     if (found == shard_of_file.end()) {
-      StatusOr<SafetensorsFile> f = SafetensorsFile::Open(Join(dir, shard));
+      StatusOr<SafetensorsFile> f = open_shard(shard);
       if (!f.ok())
         return Status(f.status().code(), where + ": shard " + Quote(shard) + " (first referenced by tensor " +
                                              Quote(tensor) + "): " + f.status().message());

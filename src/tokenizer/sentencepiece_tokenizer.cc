@@ -14,6 +14,15 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(c
   return t;
 }
 
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromSerializedModel(
+    const std::string& bytes, const std::string& name) {
+  std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
+  t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto st = t->sp_->LoadFromSerializedProto(bytes);
+  if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + st.ToString());
+  return t;
+}
+
 StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(const std::string& text, bool add_bos) const {
   std::vector<int> ids;
   const auto st = sp_->Encode(text, &ids);
