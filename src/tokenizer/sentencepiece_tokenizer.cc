@@ -2,6 +2,8 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
+
 namespace tessera::tokenizer {
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -16,11 +18,15 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(c
 
 StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromSerializedModel(
     const std::string& bytes, const std::string& name) {
-  std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
-  t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto st = t->sp_->LoadFromSerializedProto(bytes);
-  if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + st.ToString());
-  return t;
+  try {
+    std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
+    t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    const auto st = t->sp_->LoadFromSerializedProto(bytes);
+    if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + st.ToString());
+    return t;
+  } catch (const std::exception& e) {  // e.g. its trie builder throws on an empty piece
+    return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + e.what());
+  }
 }
 
 StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(const std::string& text, bool add_bos) const {
