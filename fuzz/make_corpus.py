@@ -116,7 +116,10 @@ def configs():
     base = {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
     put("model_config", "sparse_gemma3_text.json", json.dumps(base))
     put("model_config", "sparse_gemma3.json", json.dumps({"model_type": "gemma3", "text_config": base}))
-    put("model_config", "rope_linear.json", json.dumps(dict(base, rope_scaling={"rope_type": "linear", "factor": 8.0})))
+    put("model_config", "rope_linear.json", json.dumps(dict(base, num_hidden_layers=6,
+                                                            rope_scaling={"rope_type": "linear", "factor": 8.0})))
+    put("model_config", "rope_linear_tiny_factor.json", json.dumps(dict(base, num_hidden_layers=6, rope_scaling={
+        "rope_type": "linear", "factor": 1e-300})))
     g4 = dict(base, model_type="gemma4_text", num_kv_shared_layers=1, layer_types=["sliding_attention", "full_attention"],
               rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,

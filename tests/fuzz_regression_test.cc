@@ -5,6 +5,7 @@
 #include <string>
 
 #include "io/npy.h"
+#include "model/config.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 
 namespace tessera {
@@ -36,6 +37,19 @@ TEST(FuzzRegression, TokenizerPieceWithLeadingNulIsAnError) {
   auto t = tokenizer::SentencePieceTokenizer::FromSerializedModel(model, "nul_piece.model");
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("nul_piece.model"), std::string::npos) << t.status().message();
+}
+
+// A linear RoPE factor that is a positive double but 0 (or inf) as float32 was accepted, and the
+// full layers' inverse frequencies (divided by it in float32) became inf (or all zero).
+TEST(FuzzRegression, RopeFactorOutsideFloat32IsAnError) {
+  for (const char* factor : {"1e-300", "1e-40", "1e300"}) {
+    const std::string json = std::string(R"({"model_type": "gemma3_text", "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 6,
+        "rope_scaling": {"rope_type": "linear", "factor": )") + factor + "}}";
+    StatusOr<model::ModelConfig> c = model::ParseModelConfig(json);
+    ASSERT_FALSE(c.ok()) << factor;
+    EXPECT_NE(c.status().message().find("factor"), std::string::npos) << c.status().message();
+  }
 }
 
 }  // namespace
