@@ -17,7 +17,7 @@
 
 namespace tessera::fuzz {
 
-// TESSERA_FUZZ_TOLERATE_EXCEPTIONS=1 lets an escaping exception pass (counted, not fatal): only to
+// TESSERA_FUZZ_TOLERATE_EXCEPTIONS=1 passes over an escaping exception instead of aborting: only to
 // measure a parser whose exception leak is known and being fixed elsewhere. CI never sets it.
 inline bool TolerateExceptions() {
   static const bool tolerate = [] {
