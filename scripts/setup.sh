@@ -3,14 +3,17 @@
 # release preset. Idempotent and quick when nothing changed.
 #   scripts/setup.sh            Debian packages, .venv with python/requirements.txt, release build
 #   scripts/setup.sh --peers    also python/requirements-peers.txt (torch + transformers)
+#   scripts/setup.sh --fuzz     also clang and its libFuzzer runtime (scripts/fuzz.sh)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
 want_peers=0
+want_fuzz=0
 for arg in "$@"; do
   case "$arg" in
     --peers) want_peers=1 ;;
+    --fuzz) want_fuzz=1 ;;
     *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -20,6 +23,9 @@ log() { printf '[setup] %s\n' "$*"; }
 # --- Debian packages -----------------------------------------------------------------------------
 # (libdnnl-dev: oneDNN, the peer of bench/onednn_bench.cc; the engine itself does not use it.)
 debs=(cmake ninja-build g++ libgtest-dev python3-venv nlohmann-json3-dev libsentencepiece-dev sentencepiece libdnnl-dev)
+# Fuzzing only: Debian's clang, plus libclang-rt-dev for libFuzzer and the sanitizer runtimes (clang
+# merely recommends it). About 250 MB, so not part of the default set.
+if [ "$want_fuzz" -eq 1 ]; then debs+=(clang libclang-rt-dev); fi
 missing=()
 for p in "${debs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -100,7 +100,8 @@ StatusOr<NpyArray> ParseNpyUnchecked(const std::string& bytes, const std::string
     return InvalidArgument(who + "holds " + std::to_string(bytes.size() - data_off) + " data bytes, shape needs " +
                            std::to_string(n * 4));
   a.data.resize(n);
-  std::memcpy(a.data.data(), bytes.data() + data_off, n * 4);
+  // An empty vector's data() may be null, and memcpy from/to null is undefined even for 0 bytes.
+  if (n > 0) std::memcpy(a.data.data(), bytes.data() + data_off, n * 4);
   return a;
 }
 

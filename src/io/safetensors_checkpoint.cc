@@ -82,14 +82,22 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenIndex(const std::stri
   const std::string where = "SafetensorsCheckpoint::Open: index " + Quote(index_path);
   StatusOr<std::string> read = ReadInputFile(index_path, "index", kMaxIndexBytes);
   if (!read.ok()) return Status(read.status().code(), "SafetensorsCheckpoint::Open: " + read.status().message());
-  TESSERA_RETURN_IF_ERROR(CheckJsonNesting(read.value(), where));
-  const Json index = Json::parse(read.value(), nullptr, /*allow_exceptions=*/false);
+  const std::string dir = Parent(index_path);
+  return FromIndexText(read.value(), index_path,
+                       [&dir](const std::string& shard) { return SafetensorsFile::Open(Join(dir, shard)); });
+}
+
+StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::FromIndexText(std::string_view text,
+                                                                     const std::string& index_path,
+                                                                     const ShardOpener& open_shard) {
+  const std::string where = "SafetensorsCheckpoint::Open: index " + Quote(index_path);
+  TESSERA_RETURN_IF_ERROR(CheckJsonNesting(text, where));
+  const Json index = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (index.is_discarded()) return InvalidArgument(where + ": not valid JSON");
   if (!index.is_object()) return InvalidArgument(where + ": must be a JSON object");
   auto wm = index.find("weight_map");
   if (wm == index.end() || !wm->is_object()) return InvalidArgument(where + ": missing or non-object \"weight_map\"");
 
-  const std::string dir = Parent(index_path);
   SafetensorsCheckpoint ckpt;
   ckpt.path_ = index_path;
   std::map<std::string, size_t> shard_of_file;
@@ -106,7 +114,7 @@ StatusOr<SafetensorsCheckpoint> SafetensorsCheckpoint::OpenIndex(const std::stri
     auto found = shard_of_file.find(shard);
     size_t shard_index;
     if (found == shard_of_file.end()) {
-      StatusOr<SafetensorsFile> f = SafetensorsFile::Open(Join(dir, shard));
+      StatusOr<SafetensorsFile> f = open_shard(shard);
       if (!f.ok())
         return Status(f.status().code(), where + ": shard " + Quote(shard) + " (first referenced by tensor " +
                                              Quote(tensor) + "): " + f.status().message());

@@ -41,6 +41,12 @@ class SafetensorsCheckpoint {
   // `path`: a directory holding model.safetensors (preferred, as transformers does) or
   // model.safetensors.index.json; or a path to a .safetensors file; or a path to an index file.
   static StatusOr<SafetensorsCheckpoint> Open(const std::string& path);
+  // Opens one shard by its plain file name (never a path: the index is validated first).
+  using ShardOpener = std::function<StatusOr<SafetensorsFile>(const std::string& shard)>;
+  // The sharded form from an index's text; `index_path` names it in messages. Open() passes an
+  // opener reading the index's directory; tests and fuzzing pass in-memory shards.
+  static StatusOr<SafetensorsCheckpoint> FromIndexText(std::string_view text, const std::string& index_path,
+                                                       const ShardOpener& open_shard);
 
   SafetensorsCheckpoint(SafetensorsCheckpoint&&) noexcept = default;
   SafetensorsCheckpoint& operator=(SafetensorsCheckpoint&&) noexcept = default;

@@ -225,8 +225,10 @@ StatusOr<RopeConfig> ParseRope(const Json* entry, const std::string& field, cons
   if (rope.type == RopeType::kLinear && !f.HasValue("factor"))
     return Bad(field + ".factor", "is required for rope_type \"linear\" and is missing");
   CFG_ASSIGN(rope.factor, f.Num("factor", 1.0));
-  if (!(rope.factor > 0.0) || !std::isfinite(rope.factor))
-    return Bad(field + ".factor", "= " + Str(rope.factor) + " must be > 0");
+  // The frequencies are divided by the factor in float32: below the smallest normal float it would
+  // make them infinite, above the largest it would make them all zero.
+  if (!(rope.factor >= std::numeric_limits<float>::min() && rope.factor <= std::numeric_limits<float>::max()))
+    return Bad(field + ".factor", "= " + Str(rope.factor) + " must be > 0 and a normal float32 value");
 
   std::optional<double> prf;
   CFG_ASSIGN(prf, f.OptNum("partial_rotary_factor", prf_fallback));

@@ -19,14 +19,19 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(c
   // Read here, not by SentencePiece: it would block on a FIFO and throw on a directory.
   StatusOr<std::string> bytes = io::ReadInputFile(path, "tokenizer model", kMaxModelBytes);
   if (!bytes.ok()) return Status(bytes.status().code(), "SentencePieceTokenizer: " + bytes.status().message());
+  return FromSerializedModel(bytes.value(), path);
+}
+
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromSerializedModel(
+    const std::string& bytes, const std::string& name) {
   try {
     std::unique_ptr<SentencePieceTokenizer> t(new SentencePieceTokenizer());
     t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    const auto st = t->sp_->LoadFromSerializedProto(bytes.value());
-    if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + path + "': " + st.ToString());
+    const auto st = t->sp_->LoadFromSerializedProto(bytes);
+    if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + st.ToString());
     return t;
-  } catch (const std::exception& e) {  // the library's own failures must not cross the API
-    return InvalidArgument("SentencePieceTokenizer: cannot load '" + path + "': " + e.what());
+  } catch (const std::exception& e) {  // e.g. its trie builder throws on an empty piece
+    return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + e.what());
   }
 }
 

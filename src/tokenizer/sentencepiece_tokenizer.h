@@ -17,6 +17,9 @@ namespace tessera::tokenizer {
 class SentencePieceTokenizer {
  public:
   static StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::string& model_path);
+  // From the bytes of a tokenizer.model (`name` is used in messages). For tests and fuzzing.
+  static StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromSerializedModel(const std::string& bytes,
+                                                                               const std::string& name);
   ~SentencePieceTokenizer();
 
   // Ids of `text`, with the model's BOS first when add_bos.

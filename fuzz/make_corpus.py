@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpora under fuzz/corpus/ (valid files plus hand-made edge cases).
+
+Run from the repository root with the project's .venv (numpy). The tokenizer seeds are small
+SentencePiece models trained with Debian's spm_train on a few lines of text (identity
+normalization keeps them a few hundred bytes instead of ~240 KB of NFKC tables), e.g.
+  spm_train --input=text.txt --model_prefix=unigram --vocab_size=60 --model_type=unigram \
+            --normalization_rule_name=identity --character_coverage=1.0 --hard_vocab_limit=false
+and are written by hand into fuzz/corpus/tokenizer/.
+"""
+import io
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def npy_bytes(a, version=None):
+    b = io.BytesIO()
+    if version is None:
+        np.save(b, a)
+    else:
+        np.lib.format.write_array(b, a, version=version)
+    return b.getvalue()
+
+
+def npy_with_header(header, data=b""):
+    h = header.encode("latin1")
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(h)) + h + data
+
+
+def npy():
+    put("npy", "f32_2d.npy", npy_bytes(np.arange(12, dtype="<f4").reshape(3, 4)))
+    put("npy", "f32_1d.npy", npy_bytes(np.array([1.5, -2.0, np.inf], dtype="<f4")))
+    put("npy", "f32_empty_rows.npy", npy_bytes(np.zeros((0, 4), dtype="<f4")))
+    put("npy", "f32_v2.npy", npy_bytes(np.ones((2, 2), dtype="<f4"), version=(2, 0)))
+    put("npy", "f64.npy", npy_bytes(np.ones(3, dtype="<f8")))
+    put("npy", "fortran.npy", npy_bytes(np.asfortranarray(np.ones((2, 3), dtype="<f4"))))
+    put("npy", "rank3.npy", npy_bytes(np.ones((1, 2, 2), dtype="<f4")))
+    put("npy", "bad_dim.npy", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (abc, 4), }\n"))
+    put("npy", "short_data.npy", npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }\n",
+                                                b"\0" * 12))
+    put("npy", "huge_dims.npy", npy_with_header(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 1099511627776), }\n"))
+    put("npy", "bad_magic.npy", b"\x93NUMPX\x01\x00\x00\x00")
+
+
+def safetensors(tensors, metadata=None, pad=True):
+    """tensors: list of (name, dtype, shape, raw bytes)."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def st_header():
+    f32 = np.arange(6, dtype="<f4").tobytes()
+    put("safetensors_header", "valid_mixed.safetensors", safetensors(
+        [("w.f32", "F32", [2, 3], f32), ("w.bf16", "BF16", [4], b"\x80\x3f" * 4), ("w.f16", "F16", [2], b"\x00\x3c" * 2),
+         ("ids", "I64", [1], b"\x01" + b"\0" * 7), ("empty", "F32", [0, 5], b""), ("scalar", "F32", [], f32[:4])],
+        metadata={"format": "pt"}))
+    put("safetensors_header", "gemma_names.safetensors", safetensors(
+        [("model.language_model.embed_tokens.weight", "BF16", [4, 2], b"\x00\x3f" * 8),
+         ("model.language_model.norm.weight", "F32", [2], f32[:8])]))
+    put("safetensors_header", "empty_header.safetensors", safetensors([]))
+    put("safetensors_header", "overlap.safetensors", struct.pack("<Q", 96) + json.dumps(
+        {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+         "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode()[:96].ljust(96) + b"\0" * 16)
+    put("safetensors_header", "len_past_end.safetensors", struct.pack("<Q", 1 << 40) + b"{}")
+    put("safetensors_header", "misaligned.safetensors", safetensors([("x", "F32", [1], b"\0" * 4)], pad=False) + b"")
+
+
+def st_index():
+    shard = safetensors([("model.embed_tokens.weight", "F32", [2, 2], np.ones(4, dtype="<f4").tobytes()),
+                         ("model.norm.weight", "BF16", [2], b"\x80\x3f" * 2),
+                         ("lm_head.weight", "F16", [2, 2], b"\x00\x3c" * 4)])
+    sep = b"\n--shard--\n"
+    wm = {"model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+          "model.norm.weight": "model-00002-of-00002.safetensors",
+          "lm_head.weight": "model-00002-of-00002.safetensors"}
+    put("safetensors_index", "valid.txt", json.dumps({"metadata": {"total_size": 24}, "weight_map": wm}).encode()
+        + sep + shard)
+    put("safetensors_index", "missing_tensor.txt", json.dumps({"weight_map": {"absent": "a.safetensors"}}).encode()
+        + sep + shard)
+    put("safetensors_index", "traversal.txt", json.dumps({"weight_map": {"x": "../model.safetensors"}}))
+    put("safetensors_index", "subdir.txt", json.dumps({"weight_map": {"x": "sub/model.safetensors"}}))
+    put("safetensors_index", "non_string.txt", json.dumps({"weight_map": {"x": 3}}))
+    put("safetensors_index", "no_shard.txt", json.dumps({"weight_map": {"x": "a.safetensors"}}))
+    put("safetensors_index", "no_weight_map.txt", json.dumps({"metadata": {}}))
+
+
+def configs():
+    models = os.path.join(os.path.dirname(ROOT), "..", "tests", "testdata", "models")
+    for m in sorted(os.listdir(models)):
+        p = os.path.join(models, m, "config.json")
+        if os.path.exists(p):
+            with open(p, "rb") as f:
+                put("model_config", m + ".json", f.read())
+    base = {"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+    put("model_config", "sparse_gemma3_text.json", json.dumps(base))
+    put("model_config", "sparse_gemma3.json", json.dumps({"model_type": "gemma3", "text_config": base}))
+    put("model_config", "rope_linear.json", json.dumps(dict(base, num_hidden_layers=6,
+                                                            rope_scaling={"rope_type": "linear", "factor": 8.0})))
+    put("model_config", "rope_linear_tiny_factor.json", json.dumps(dict(base, num_hidden_layers=6, rope_scaling={
+        "rope_type": "linear", "factor": 1e-300})))
+    g4 = dict(base, model_type="gemma4_text", num_kv_shared_layers=1, layer_types=["sliding_attention", "full_attention"],
+              rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                               "full_attention": {"rope_type": "proportional", "rope_theta": 1e6,
+                                                  "partial_rotary_factor": 0.25}})
+    put("model_config", "gemma4_shared.json", json.dumps(g4))
+    put("model_config", "not_object.json", "[1, 2, 3]")
+    put("model_config", "bad_type.json", json.dumps(dict(base, hidden_size="64")))
+
+
+if __name__ == "__main__":
+    npy()
+    st_header()
+    st_index()
+    configs()
+    sys.exit(0)
