@@ -55,7 +55,8 @@ Status LoadInto(PyModel& pm, const std::string& path, model::WeightLoadOptions w
   StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(path, wo);
   if (!loaded.ok()) return loaded.status();
   pm.loaded = std::move(loaded.value());
-  StatusOr<runtime::SessionMemoryPlan> plan = runtime::PlanSession(pm.loaded->model(), pm.options, pm.pool->num_threads());
+  StatusOr<runtime::SessionMemoryPlan> plan =
+      runtime::PlanSession(pm.loaded->model(), pm.options, pm.pool->num_threads());
   if (!plan.ok()) return plan.status();
   return runtime::CheckSessionFits(plan.value(), pm.options);
 }
@@ -67,42 +68,46 @@ void CheckHidden(const PyModel& m, const std::vector<F32Array>& embeds) {
                             std::to_string(m.loaded->model().arch().hidden));
 }
 
+// tessera.Model's constructor: options parsed by name, the checkpoint loaded with the GIL released.
+std::unique_ptr<PyModel> MakeModel(const std::string& path, const std::string& dtype, int64_t max_batch,
+                                   int64_t max_context, int64_t max_chunk, const std::string& kv_dtype, int threads,
+                                   const std::string& mode, const std::string& attention_precision,
+                                   const std::string& matmul_precision, bool repack) {
+  auto pm = std::make_unique<PyModel>();
+  model::WeightLoadOptions wo;
+  if (dtype != "auto") {
+    DType d;
+    if (!ParseDType(dtype, &d)) throw py::value_error("unknown dtype '" + dtype + "'");
+    wo.convert_to = d;
+  }
+  runtime::SessionOptions& o = pm->options;
+  o.max_batch = max_batch;
+  o.max_context = max_context;
+  o.max_chunk = max_chunk;
+  if (!ParseDType(kv_dtype, &o.kv_dtype)) throw py::value_error("unknown kv_dtype '" + kv_dtype + "'");
+  if (!ParseAttentionPrecision(attention_precision, &o.attention_precision))
+    throw py::value_error("unknown attention_precision '" + attention_precision + "' (f32, bf16)");
+  if (!ops::ParseMatmulPrecision(matmul_precision, &o.matmul_precision))
+    throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
+  if (!runtime::ParseMode(mode, &o.mode))
+    throw py::value_error("unknown mode '" + mode + "' (unified, bias, split)");
+  if (repack) wo.pack_panels_for = o.matmul_precision;
+  pm->threads = threads;
+  Status st;
+  {
+    // Loading reads files and repacks on the shared pool: other Python threads go on.
+    py::gil_scoped_release release;
+    st = LoadInto(*pm, path, wo);
+  }
+  ThrowIfError(st);
+  return pm;
+}
+
 }  // namespace
 
 void BindModel(py::module_& m) {
   py::class_<PyModel>(m, "_Model")
-      .def(py::init([](const std::string& path, const std::string& dtype, int64_t max_batch, int64_t max_context,
-                       int64_t max_chunk, const std::string& kv_dtype, int threads, const std::string& mode,
-                       const std::string& attention_precision, const std::string& matmul_precision, bool repack) {
-             auto pm = std::make_unique<PyModel>();
-             model::WeightLoadOptions wo;
-             if (dtype != "auto") {
-               DType d;
-               if (!ParseDType(dtype, &d)) throw py::value_error("unknown dtype '" + dtype + "'");
-               wo.convert_to = d;
-             }
-             runtime::SessionOptions& o = pm->options;
-             o.max_batch = max_batch;
-             o.max_context = max_context;
-             o.max_chunk = max_chunk;
-             if (!ParseDType(kv_dtype, &o.kv_dtype)) throw py::value_error("unknown kv_dtype '" + kv_dtype + "'");
-             if (!ParseAttentionPrecision(attention_precision, &o.attention_precision))
-               throw py::value_error("unknown attention_precision '" + attention_precision + "' (f32, bf16)");
-             if (!ops::ParseMatmulPrecision(matmul_precision, &o.matmul_precision))
-               throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
-             if (!runtime::ParseMode(mode, &o.mode))
-               throw py::value_error("unknown mode '" + mode + "' (unified, bias, split)");
-             if (repack) wo.pack_panels_for = o.matmul_precision;
-             pm->threads = threads;
-             Status st;
-             {
-               // Loading reads files and repacks on the shared pool: other Python threads go on.
-               py::gil_scoped_release release;
-               st = LoadInto(*pm, path, wo);
-             }
-             ThrowIfError(st);
-             return pm;
-           }))
+      .def(py::init(&MakeModel))
       .def_property_readonly("vocab_size", [](const PyModel& m) { return m.loaded->model().arch().vocab; })
       .def_property_readonly("hidden_size", [](const PyModel& m) { return m.loaded->model().arch().hidden; })
       .def_property_readonly("repacked", [](const PyModel& m) { return m.loaded->model().weights().repacked(); })
