@@ -169,8 +169,8 @@ ops::PrefetchRows GroupTileKernel::RowsAhead(const HeadsView& view, int64_t j0, 
 // st_ (unscaled: q was rounded before the scale). Eight keys per call; with the first panel go,
 // for those keys, in decode the L2 prefetch of the K rows kPrefetchL2Keys ahead, issued by the
 // micro-kernel one line every few dot products (V's likewise in P.V): the same prefetches issued
-// in a burst before each call filled the miss queue and stalled the core (16q/1kv x 512 at 32k
-// keys: 16.2 vs 13.2 and 14.1 vs 11.6 GB/s, in-process A/Bs).
+// in a burst before each call filled the miss queue and stalled the core (bench/results/attention.md,
+// "Attention at precision bf16, and decode prefetch spread over the arithmetic").
 void GroupTileKernel::PanelScores(int64_t r0, int64_t j0, int64_t n, const void* const* k_rows) {
   const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
   for (int64_t t0 = 0; t0 < n; t0 += 8) {
@@ -212,8 +212,8 @@ uint64_t GroupTileKernel::MaskPanel(int64_t r0, int mr, int64_t j0, int64_t n, u
 // scores as they come (no transpose into rows; softmax_panel16 also rounds the weights to bf16
 // pairs), then P.V against V read in place, each pair of V rows interleaved in registers. Against
 // the row-major softmax and V packed into pair panels once per tile (64 KiB written and read back
-// through L2) with 8-row passes over them: 16q/1kv x 512 decode 142 -> 183 GFLOP/s single-threaded
-// from L3 (2026-11-30, in-process A/Bs; bench/BENCHMARKS.md), prefill faster too.
+// through L2) with 8-row passes over them, this is faster in decode and prefill
+// (bench/results/attention.md, "Attention bf16 decode: P·V on V in place, key-major softmax").
 void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows,
                                      const void* const* v_rows) {
   const ops::PrefetchRows v_ahead = RowsAhead(p_.v, j0, 0, n_q_ == 1 ? n : 0);
