@@ -1,5 +1,5 @@
 """Attention at Gemma shapes: Tessera vs onnxruntime CPU, measured in the same run beside this
-machine's roofline (DESIGN.md section 6, issue "CPU performance").
+machine's roofline (docs/architecture.md, "Performance").
 
   .venv/bin/python bench/attention_peers.py [--threads 2] [--reps 5] [--long] [--precision f32|bf16|both]
 

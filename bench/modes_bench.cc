@@ -1,4 +1,4 @@
-// Decode cost of the three runtime modes (DESIGN.md §5) as the context grows: the same model and
+// Decode cost of the three runtime modes (docs/runtime.md) as the context grows: the same model and
 // prompt (text with one 64-token image block) prefilled in `unified`, `bias` and `split` mode, then
 // 32 greedy decode steps. Prints prefill time, decode tokens/s and the unified/bias ratio.
 //

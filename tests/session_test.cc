@@ -218,7 +218,7 @@ TEST(Session, BadInput) {
 namespace tessera::runtime {
 namespace {
 
-// DESIGN.md §5: unified, bias and split modes produce the same tokens (and logits within f32
+// docs/runtime.md "Modes": unified, bias and split modes produce the same tokens (and logits within f32
 // rounding); bias/split refuse batches of unequal prompt lengths.
 TEST(SessionModes, AllModesAgree) {
   for (const testing::TinyModelOptions& opt : Variants()) {

@@ -1,6 +1,6 @@
 """Roofline of the end-to-end benchmark: measured read bandwidth and the bytes a decode step reads.
 
-Decode is memory-bound (DESIGN.md section 6): bytes per token = weights read (every text-decoder
+Decode is memory-bound (docs/architecture.md, "Performance"): bytes per token = weights read (every text-decoder
 weight, the tied embedding once as the LM head) + KV read, KV per layer = 2 * kv_heads * head_dim *
 L_eff * bytes with L_eff = min(context, window) on sliding layers. Roofline tok/s = bandwidth /
 bytes per token, with the best bandwidth this run measured.

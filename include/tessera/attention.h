@@ -1,4 +1,4 @@
-// Grouped-query attention whose mask is structured data (DESIGN.md §2).
+// Grouped-query attention whose mask is structured data (docs/attention.md).
 //
 // Visible(q, k) = valid(k) AND window(q_pos - k_pos)
 //                 AND ((k_pos <= q_pos if causal else true) OR (q_block >= 0 AND q_block == k_block))

@@ -1,7 +1,7 @@
 """Tessera: grouped-query attention whose mask is structured data.
 
 Shapes: q [B, Hq, S_q, D], k [B, Hkv, S_kv, D], v [B, Hkv, S_kv, Dv], float32 numpy arrays.
-Mask arguments (shared by `attention` and `attention_bias`), per DESIGN.md section 2:
+Mask arguments (shared by `attention` and `attention_bias`), per docs/attention.md:
   q_pos [B, S_q] / k_pos [B, S_kv] absolute positions (int32); defaults: k_pos = arange(S_kv),
       q_pos = kv_valid - S_q + arange(S_q) (bottom-right aligned);
   kv_valid [B]: key slots [0, kv_valid[b]) hold data (default S_kv);

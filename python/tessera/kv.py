@@ -1,4 +1,4 @@
-"""KV cache stores (DESIGN.md section 4) and attention over them.
+"""KV cache stores (docs/kv-cache.md) and attention over them.
 
 A store holds K [B, Hkv, slots, D] and V [B, Hkv, slots, Dv] plus, per slot, the token's absolute
 position and image-block id; slots [0, valid_len(b)) of row b hold data. Stores are allocated once

@@ -1,5 +1,5 @@
 """tessera.attention / attention_bias against an independent numpy implementation of the mask
-definition (DESIGN.md section 2), written here from the text, not from the C++."""
+definition (docs/attention.md), written here from the text, not from the C++."""
 import math
 
 import numpy as np

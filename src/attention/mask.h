@@ -1,5 +1,5 @@
 // Mask evaluation shared by every kernel: the per-element predicate (the normative definition of
-// DESIGN.md §2) and the tile classification that lets fast kernels skip or simplify tiles.
+// docs/attention.md) and the tile classification that lets fast kernels skip or simplify tiles.
 #pragma once
 
 #include <algorithm>

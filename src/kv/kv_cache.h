@@ -25,7 +25,7 @@ struct KvCacheConfig {
   int64_t max_context = 4096;  // tokens per row
   int64_t max_chunk = 256;     // most tokens per append (prefill chunk)
   DType dtype = DType::kBF16;
-  // The baseline of DESIGN.md §5 "bias" mode: every owning layer gets a ConcatStore
+  // The baseline of the "bias" mode (docs/runtime.md): every owning layer gets a ConcatStore
   // (past + new -> newly allocated present on each append). Memory grows with use.
   bool concat_baseline = false;
 };

@@ -116,7 +116,7 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;                                        // rms_norm_eps
   HiddenActivation hidden_activation = HiddenActivation::kGeluTanh;  // default "gelu_pytorch_tanh"
   // tie_word_embeddings: root value for multimodal configs, else the text value; default true.
-  // An "lm_head.weight" in the checkpoint still wins (DESIGN.md §3).
+  // An "lm_head.weight" in the checkpoint still wins (docs/gemma-numerics.md).
   bool tie_word_embeddings = true;
   int64_t max_position_embeddings = 0;  // default 131072 (gemma3, gemma4), 262144 (gemma4_unified)
 

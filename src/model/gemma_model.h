@@ -27,7 +27,7 @@ struct ForwardBatch {
   const float* embeds = nullptr;        // [B, S, hidden] soft-token embeddings (used where use_embed)
   const uint8_t* use_embed = nullptr;   // [B, S] 1: the token's embedding comes from `embeds`
   bool all_logits = false;              // every token [B, S, vocab], else each row's last real token [B, vocab]
-  // "bias" mode baseline (DESIGN.md §5): each layer's mask is materialized as a dense additive
+  // "bias" mode baseline (docs/runtime.md, "Modes"): each layer's mask is materialized as a dense additive
   // bias [B, 1, S, S_kv] in this buffer (resized per step: O(S x S_kv) by design) and the kernel
   // sees no structure. Null: structured masks (the engine's way).
   std::vector<float>* dense_bias = nullptr;

@@ -17,7 +17,7 @@
 
 namespace tessera::runtime {
 
-// DESIGN.md §5. All modes produce the same tokens; they differ in cost.
+// docs/runtime.md "Modes". All modes produce the same tokens; they differ in cost.
 enum class Mode {
   kUnified,  // structured masks, one in-place cache for prefill and decode (the engine's way)
   kBias,     // the exporter fallback: dense float bias + "past + new -> present" cache, every step
