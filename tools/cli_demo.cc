@@ -139,8 +139,8 @@ int DemoCommand(int argc, char** argv) {
   bool agree = true;
   // Each mode runs once untimed, then kRuns times, each in a fresh session, and reports its fastest
   // prefill and decode: a run takes milliseconds, so one scheduler hiccup on a shared machine, or a
-  // cold start charged to whichever mode went first (seen: 8.6 vs 5.4 ms best-of-3 without the
-  // warm-up), would otherwise decide the table.
+  // cold start charged to whichever mode went first (bench/results/kernel_choices.md, "The demo's
+  // warm-up run"), would otherwise decide the table.
   constexpr int kRuns = 3;
   std::printf("%-8s %10s %12s %12s   tokens   (times: fastest of %d runs after a warm-up)\n", "mode", "prefill ms",
               "prefill t/s", "decode t/s", kRuns);

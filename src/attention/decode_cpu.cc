@@ -11,8 +11,8 @@ namespace {
 
 constexpr int64_t kMaxSplits = 64;
 // Work items per thread where KV groups are few. Each split starts with its K/V prefetch cold and
-// adds a partial state to merge: 16q/1kv x 512 at bf16, 2 threads, 8k / 32k keys, 1-2 splits per
-// thread ran 1-10% faster than 4 (in-process A/Bs, 2026-11-30); 2 keeps some dynamic balance.
+// adds a partial state to merge, so few splits win; 2 keeps some dynamic balance
+// (bench/results/kernel_choices.md, "Decode splits per thread").
 constexpr int kSplitsPerThread = 2;
 
 // Splits per (batch row, KV group): kSplitsPerThread items per thread, never more than the key

@@ -279,11 +279,12 @@ void GroupTileKernel::RowScores(int64_t j0, int64_t n, TileClass cls, const void
     for (int64_t t = 0; t < n; t += 16)
       simd.pack_panel16(dt, k_rows[t], p_.k.stride_seq, static_cast<int>(std::min<int64_t>(16, n - t)), D_,
                         kp_ + t * D_);
-    // Each score sums kScoreChunk-long FMA chains: one chain over all of D (up to 512 terms)
-    // loses accuracy that the 16-lane dot products did not. In decode (one query position, the
-    // tile streams from DRAM once) the K rows kPrefetchL2Keys ahead are asked into L2 a few lines
-    // per micro-tile call (and V's during P.V): 16q/1kv x 512 at 8k / 32k keys +17% / +21%
-    // (in-process A/Bs, 7.1 -> 8.3 and 6.6 -> 8.0 GB/s). Prefill re-reads each tile from cache.
+    // Each score sums kScoreChunk-long FMA chains: one chain over all of D (up to 512 terms) loses
+    // accuracy that the 16-lane dot products did not. In decode (one query position, the tile
+    // streams from DRAM once) the K rows kPrefetchL2Keys ahead are asked into L2 a few lines per
+    // micro-tile call (and V's during P.V), so DRAM requests keep flowing
+    // (bench/results/kernel_choices.md, "Decode L2 prefetch in the packed score path"). Prefill
+    // re-reads each tile from cache.
     LineFeed feed(RowsAhead(p_.k, j0, 0, n_q_ == 1 ? n : 0));
     const int64_t calls = (rows_ + 5) / 6 * ((D_ + kScoreChunk - 1) / kScoreChunk) * ((n + 15) / 16);
     const int64_t per_call = (feed.lines() + calls - 1) / calls;
@@ -298,18 +299,15 @@ void GroupTileKernel::RowScores(int64_t j0, int64_t n, TileClass cls, const void
       }
     }
   } else {
-    // Few rows (decode with a small group): K and V read in place, each once from memory. With
-    // so little arithmetic per byte the core waits on DRAM unless loads are issued well ahead:
-    // the hardware prefetcher alone gave 13-15 GB/s of the 33 (16q/8kv x 256, 8k-32k keys), so
-    // each key's pass also prefetches the K row kPrefetchKeys ahead and this tile's V row (read
-    // by P.V below) into L1: 19-24 GB/s (16-64 keys ahead measured alike; four keys per pass via
-    // dot_rows4 measured slower). L1 prefetches hold one of the core's few L1 miss slots for a
-    // whole DRAM round trip, so the K and V rows kPrefetchL2Keys ahead are also asked into L2,
-    // whose larger miss queue keeps more lines in flight: +4-19% at 8k, +10-16% at 32k keys
-    // (64-256 keys ahead alike, 512 less; without the L1 V prefetch slower, without the L1 K one
-    // level). A full tile's P.V asks for its V rows ahead itself (below). Rows go in pairs that
-    // widen each K element once (dot2: +12% single-thread from cache; from DRAM level with
-    // per-row dots).
+    // Few rows (decode with a small group): K and V read in place, each once from memory. With so
+    // little arithmetic per byte the core waits on DRAM unless loads are issued well ahead (the
+    // hardware prefetcher alone leaves much of the bandwidth unused), so each key's pass also
+    // prefetches the K row kPrefetchKeys ahead and this tile's V row (read by P.V below) into L1.
+    // L1 prefetches hold one of the core's few L1 miss slots for a whole DRAM round trip, so the K
+    // and V rows kPrefetchL2Keys ahead are also asked into L2, whose larger miss queue keeps more
+    // lines in flight. A full tile's P.V asks for its V rows ahead itself (below). Rows go in pairs
+    // that widen each K element once (dot2). Measurements: bench/results/kernel_choices.md, "Decode
+    // prefetch in the in-place score path".
     const int64_t k_bytes = D_ * DTypeSize(p_.k.dtype), v_bytes = Dv_ * DTypeSize(p_.v.dtype);
     for (int64_t t = 0; t < n; ++t) {
       const int64_t ahead = key_ahead(t, kPrefetchKeys), far = key_ahead(t, kPrefetchL2Keys);
@@ -444,9 +442,9 @@ void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_row
   // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.
   // Many rows: V widened once into 16-dim panels (reading V in place re-fetches it per row group,
   // and its 1-2 KiB row stride maps a tile onto a few L1 sets). Few rows (one pass): V read in
-  // place, and each 16-column block asks for its share of the V rows kPrefetchL2Keys ahead into
-  // L2, so DRAM requests keep flowing while P.V computes instead of all leaving during the score
-  // pass: +9-15% at 32k keys, +1-17% at 8k (16q/8kv x 256, three in-process A/Bs).
+  // place, and each 16-column block asks for its share of the V rows kPrefetchL2Keys ahead into L2,
+  // so DRAM requests keep flowing while P.V computes instead of all leaving during the score pass
+  // (bench/results/kernel_choices.md, "P.V prefetch of a full tile").
   const size_t es = DTypeSize(p_.v.dtype);
   const bool packed = rows_ >= kPackedRows;
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);

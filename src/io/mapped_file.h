@@ -28,9 +28,9 @@ class MappedFile {
   const std::string& path() const { return path_; }
 
   // Maps the pages of [p, p + bytes), a range inside some MappedFile, into the page table now
-  // (reading them in if needed), so the first forward pass over the weights takes no page
-  // faults (3-4% of a first 512-token prefill in a profile). A hint: false where the kernel lacks
-  // MADV_POPULATE_READ (before Linux 5.14) or refused; nothing else changes.
+  // (reading them in if needed), so the first forward pass over the weights takes no page faults
+  // (bench/results/kernel_choices.md, "Prefaulting the weights"). A hint: false where the kernel
+  // lacks MADV_POPULATE_READ (before Linux 5.14) or refused; nothing else changes.
   static bool Prefault(const void* p, size_t bytes);
   // Drops the whole pages inside [p, p + bytes), a range inside some MappedFile, from this
   // process's memory (MADV_DONTNEED): the data stays readable, its pages are read back from the

@@ -144,10 +144,10 @@ class Binder {
     const int64_t panel_elems = 16 * (pairs ? (view->in + 1) / 2 : view->in);
     const int64_t row_bytes = view->in * static_cast<int64_t>(DTypeSize(view->dtype));
     const int64_t chunk_rows = std::max<int64_t>(16, kPackChunkBytes / row_bytes / 16 * 16);
-    // On huge pages: the first touch of fresh memory is the load's main cost, and in this VM it ran
-    // 2.2 GB/s on huge pages vs 0.7 on 4 KiB ones (one thread); decode also streams the panels as
-    // attention streams the KV cache.
-    // Every element is written below (both packers zero-fill past out and in), by the threads.
+    // On huge pages: the first touch of fresh memory is the load's main cost, and it is several
+    // times faster on huge pages (bench/results/kernel_choices.md, "Panels on huge pages"); decode
+    // also streams the panels as attention streams the KV cache. Every element is written below
+    // (both packers zero-fill past out and in), by the threads.
     AlignedBuffer panels = AlignedBuffer::Untouched(static_cast<size_t>((view->out + 15) / 16 * panel_elems) * 4,
                                                     AlignedBuffer::Pages::kHuge);
     const char* src = static_cast<const char*>(view->data);

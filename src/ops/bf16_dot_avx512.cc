@@ -26,8 +26,9 @@ inline __m512 Dot2(__m512 acc, __m512i a, const uint32_t* word) {
 class LineFeeder {
  public:
   LineFeeder(const PrefetchRows* pf, int64_t steps) : steps_(steps) {
-    // (Callers run a loop without Step() calls when active() is false: even a no-op Step() in
-    // the pair loop cost 13% of a bf16 prefill.)
+    // (Callers run a loop without Step() calls when active() is false: even a no-op Step() in the
+    // pair loop costs prefill measurably, bench/results/kernel_choices.md, "LineFeeder outside the
+    // pair loop".)
     if (pf == nullptr || pf->rows <= 0 || steps <= 0) return;
     row_ = static_cast<const char*>(pf->first);
     stride_ = pf->stride, row_bytes_ = pf->row_bytes;
@@ -195,9 +196,9 @@ void PvStrip(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_
   }
 }
 
-// Rows > 4: 8 x 2 panels; 3-4 rows: 4 x 4; 2: 2 x 8; 1: 1 x 8 (8 independent chains, which a
-// decode GEMV needs: one 8-row tile for a single token did 8x the dot products, L3-bound weights
-// ran at 51 GB/s). 16 accumulators at most.
+// Rows > 4: 8 x 2 panels; 3-4 rows: 4 x 4; 2: 2 x 8; 1: 1 x 8 (8 independent chains, which a decode
+// GEMV needs: one 8-row tile for a single token did 8x the dot products,
+// bench/results/kernel_choices.md, "Tile shapes of the bf16 P.V rows"). 16 accumulators at most.
 template <bool kFeed>
 void PvTileRows(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
                 int mr, int nr, LineFeeder& pf) {
@@ -297,15 +298,13 @@ inline void AddScaled(float* c, __mmask16 m, const float* alpha, __m512 acc) {
 
 // P.V with V read in place for kRows <= 8 rows, 32 columns per pass: the 32 columns of key rows 2p
 // and 2p + 1 (one cache line each) are interleaved into pairs by one unpacklo and one unpackhi,
-// which leave the columns in the lane order of kUnpackedLanes, put back once per pass at the
-// store. Each pair's weight broadcast feeds two dot products, so a 16-row panel runs as two 8-row
-// groups (V read twice from cache). The weights are key-major ([pair][16 rows], w at the group's first row),
-// so the broadcasts address from one pointer. Against 16 rows x 16 columns per pass (two 32-byte
-// loads, an insert and a word permute per pair, a broadcast per dot product, o rescaled in a pass
-// of its own): 16q/1kv x 512 bf16 decode from L3, single-threaded, 186 -> 191 GFLOP/s (medians of
-// three alternations, in-process, 2026-11-30); P.V now takes the time of the score kernel (43% /
-// 42% of it), where it took 47% / 43%. Neither the permute nor V's L1 misses were the cost (each
-// removed in a timing-only hack: level); halving the broadcasts was.
+// which leave the columns in the lane order of kUnpackedLanes, put back once per pass at the store.
+// Each pair's weight broadcast feeds two dot products, so a 16-row panel runs as two 8-row groups
+// (V read twice from cache). The weights are key-major ([pair][16 rows], w at the group's first
+// row), so the broadcasts address from one pointer. Against 16 rows x 16 columns per pass (two
+// 32-byte loads, an insert and a word permute per pair, a broadcast per dot product, o rescaled in
+// a pass of its own) this is faster, halving the broadcasts being what counts
+// (bench/results/kernel_choices.md, "bf16 P.V in 8 x 32 passes").
 template <int kRows, bool kFeed, bool kSomeKeys>
 void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, float* c, int64_t cs,
              int mr, const float* alpha, int64_t cols, LineFeeder& pf) {
@@ -351,8 +350,9 @@ void PvRowsT(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint
 
 #pragma GCC diagnostic pop
 
-// One group of up to kRows rows: every key read, or some. The per-key load masks cost 8% of a
-// decode where all are (in-process A/B), so they have their own instantiation.
+// One group of up to kRows rows: every key read, or some. The per-key load masks cost a decode
+// where all keys are read (bench/results/kernel_choices.md, "Per-key load masks"), so they have
+// their own instantiation.
 template <int kRows>
 void PvGroup(const uint32_t* w, const uint16_t* v, int64_t v_stride, int n, uint64_t keys, bool every_key,
              float* c, int64_t cs, int mr, const float* alpha, int64_t cols, LineFeeder& pf) {
@@ -414,8 +414,8 @@ inline void Transpose16x16(__m512i r[16]) {
 #pragma GCC diagnostic pop
 
 // 16 rows x 16 words per step: masked loads (an odd last column reads only its own element), one
-// in-register transpose, 16 aligned panel stores. (With a gather per panel vector instead, the
-// GEMM at 64-256 tokens ran 4-35% slower in a prototype, 2026-11-30.)
+// in-register transpose, 16 aligned panel stores. (A gather per panel vector was slower,
+// bench/results/kernel_choices.md, "Packing pair panels".)
 void PackWeightPairs16(const uint16_t* src, int64_t stride, int64_t rows, int64_t cols, uint32_t* dst) {
   const int64_t pairs = (cols + 1) / 2;
   for (int64_t c = 0; c * 16 < rows; ++c) {

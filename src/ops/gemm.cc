@@ -17,25 +17,23 @@ constexpr int64_t kNr = 16;     // output columns per f32 micro-tile (one packed
 constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 register tiles, 1-4 rows wider)
 // An f32 block is deep and narrow: kKcF32 x kNcF32 f32 = 128 KiB, L2-resident. Each 6 x 16 tile
 // call then runs 1024 FMA steps instead of 256 (the call and its C tile loads and stores were the
-// overhead): 256 x 128 -> 1024 x 32 was 1.04-1.16x at 256 tokens on the Gemma-4 MLP and q and Gemma-3-1B
-// MLP weights (in-process, prepacked panels, 2026-11-30; the output width made no difference).
+// overhead; bench/results/kernel_choices.md, "f32 block shape").
 constexpr int64_t kKcF32 = 1024;
 constexpr int64_t kNcF32 = 32;
 constexpr int64_t kNc = 128;    // output columns per packed bf16 pair block, at most
 // Depth of a packed bf16 pair block (even: pairs never straddle blocks): kKcDot x kNc bf16 is
-// 128 KiB. 512 was 6-14% faster than 256 at 256 tokens on the Gemma-4 MLP and q weights (in-process
-// A/B, 2026-11-30); 1024 gained 3-4% more but needs 256 KiB of stack. (Models loaded for matmul
-// precision bf16 skip this packing: their panels were packed at load.)
+// 128 KiB: deeper blocks run faster, and 1024 would need 256 KiB of stack
+// (bench/results/kernel_choices.md, "bf16 block depth"). (Models loaded for matmul precision bf16
+// skip this packing: their panels were packed at load.)
 constexpr int64_t kKcDot = 512;
 // Below this many x elements per call (decode), rounding x on the calling thread beats a hand-out.
 constexpr int64_t kParallelRoundFloats = 1 << 16;
 
 // Depth of the f32 k blocks: the fewest equal blocks of at most kKcF32, in multiples of 16. Equal
 // blocks give each block's tiles as long to prefetch the next one as it takes to read: in = 1152 as
-// 1024 + 128 left the 128-deep block's tiles a whole 1024-deep block to prefetch, and 576 + 576 ran
-// the Gemma-3-1B MLP up on panels 1.6x faster at 16 tokens (2.06 -> 1.28 ms, 124 -> 199 GFLOP/s;
-// 1.2-1.8x at 4-64 tokens, level at 1 and 256; 2026-11-30, 2 threads, medians of three). Depends on
-// `in` only, so a token's result does not depend on n or on the panels' source.
+// 1024 + 128 left the 128-deep block's tiles a whole 1024-deep block to prefetch; 576 + 576 is
+// faster (bench/results/kernel_choices.md, "Equal f32 k blocks"). Depends on `in` only, so a
+// token's result does not depend on n or on the panels' source.
 int64_t F32BlockDepth(int64_t in) {
   const int64_t blocks = (in + kKcF32 - 1) / kKcF32;
   return ((in + blocks - 1) / blocks + 15) / 16 * 16;
@@ -66,10 +64,9 @@ int64_t BlockColumns(int64_t out, int threads) {
 
 // Output columns per work item on f32 panels: a whole number of kNcF32 blocks, at most 1/8 of a
 // thread's share, choosing the widest whose items spread evenly over the threads. Wide items let a
-// tile prefetch the item's next columns and keep each thread's stream long: 8 items a thread
-// instead of 32-column ones ran 4-20% faster on the Gemma-4-width MLP up and q and Gemma-3-1B MLP
-// weights at 1-64 tokens (2026-11-30, 2 threads); the down projection's 3840 columns in 15 items of
-// 256 left one thread an item more than the other (3-8% slower), hence the even spread.
+// tile prefetch the item's next columns and keep each thread's stream long; items that do not
+// spread evenly leave one thread an item more than the other, hence the even spread
+// (bench/results/kernel_choices.md, "f32 work items").
 int64_t F32PanelItemColumns(int64_t out, int threads) {
   const int64_t blocks = (out + kNcF32 - 1) / kNcF32;
   const int64_t most = std::max<int64_t>(1, (blocks + 8 * threads - 1) / (8 * threads));
@@ -98,9 +95,9 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
   const int64_t tiles = std::max<int64_t>(1, (it.t_end - it.t_begin + kMr - 1) / kMr);
   // Prepacked panels, 2 tokens or more: each tile call prefetches its share of its panel in the
   // next block (a panel's k step is one 64-byte line), so that block streams in while this one is
-  // computed instead of stalling the block's first tile. Measured (2026-11-30, 2 threads,
-  // Gemma-4-width MLP and q weights): 4-64 tokens 1.1-1.45x, 256 level; one token (memory-bound,
-  // the hardware prefetcher keeps up) 6-10% slower with it.
+  // computed instead of stalling the block's first tile. Not for one token: memory-bound, the
+  // hardware prefetcher keeps up and the prefetches only cost (bench/results/kernel_choices.md,
+  // "f32 next-block prefetch").
   const bool prefetch = w.panels != nullptr && it.t_end - it.t_begin > 1;
   const int64_t depth = F32BlockDepth(w.in);
   for (int64_t c0 = it.o0; c0 < it.o0 + it.nc; c0 += kNcF32) {
@@ -149,10 +146,9 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
 int64_t PairsStride(int64_t in) { return ((in + 1) / 2 + 15) / 16 * 16; }
 
 // Pairs per k block on prepacked panels: all of them up to 2048 (4096 features), else the fewest
-// equal blocks of at most that many, in whole 64-byte lines. Measured (2026-11-30, 2 threads, bf16,
-// 16-256 tokens, Gemma-4-width MLP and Gemma-3-1B MLP weights): the whole depth or 2048 pairs ran
-// 2-10% faster than 512 (the x tile then streams from L2, but each C tile is loaded and stored
-// fewer times). Depends on `in` only, so a token's result does not depend on n.
+// equal blocks of at most that many, in whole 64-byte lines: the x tile then streams from L2, but
+// each C tile is loaded and stored fewer times, which wins (bench/results/kernel_choices.md, "bf16
+// panel k blocks"). Depends on `in` only, so a token's result does not depend on n.
 int64_t PanelBlockPairs(int64_t in) {
   const int64_t pairs = (in + 1) / 2, blocks = (pairs + 2047) / 2048;
   return ((pairs + blocks - 1) / blocks + 15) / 16 * 16;

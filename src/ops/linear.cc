@@ -13,11 +13,8 @@ namespace {
 constexpr int64_t kMinRowsPerItem = 16;  // output rows per work item, at least
 constexpr int64_t kItemsPerThread = 8;   // enough items to balance, few enough to hand out cheaply
 // From this many tokens on, packing weight blocks for the GEMM micro-tile pays for itself; below it
-// each weight row is streamed once through the row-dot path. Measured (2026-11-30, 2 threads,
-// bf16 and f32 weights of the Gemma-4-width and Gemma-3-1B MLPs and q projection, 4-24 tokens;
-// bench/BENCHMARKS.md): the f32 GEMM's 6-token tiles overtake the row-dot path at ~10 tokens on
-// the MLP weights (4-6 on the small q projection); at matmul precision bf16 the dot-product GEMM
-// (twice the rate) at 4-6.
+// each weight row is streamed once through the row-dot path; the bf16 dot-product GEMM (twice the
+// rate) overtakes it sooner (bench/results/kernel_choices.md, "Row-dot or GEMM").
 constexpr int64_t kGemmMinTokens = 10;
 constexpr int64_t kGemmMinTokensBf16 = 4;
 
@@ -38,8 +35,8 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
     const int64_t o0 = item * rows_per_item, o1 = std::min(w.out, o0 + rows_per_item);
     // The item's rows are cut into four quarters walked side by side: four weight rows per pass
     // share each load of a token row, and each quarter is one long sequential stream. (Four
-    // adjacent rows per pass measured 12-25% slower decode at hidden 1152: four short 4.6 KB
-    // streams jump every row and the hardware prefetcher restarts each time.)
+    // adjacent rows per pass are slower: four short streams jump every row and the hardware
+    // prefetcher restarts each time; bench/results/kernel_choices.md, "Row-dot quarters".)
     const int64_t quarter = (o1 - o0) / 4;
     const char* base = static_cast<const char*>(w.data);
     for (int64_t j = 0; j < quarter; ++j) {

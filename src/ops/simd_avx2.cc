@@ -153,9 +153,8 @@ void Axpy4(float* y, const float* w, const void* const* xv, int64_t n) {
 }
 
 // A call prefetching more than this many lines (16 KiB, half the L1) sends them to L2 (T1) instead
-// of L1, where they would evict the x rows and the panel being read. Measured (2026-11-30, f32
-// panels, 2 threads): with the GEMM's 8 tokens (two tiles, 512 lines a call) T1 ran 1.1-1.3x T0; at
-// 32-64 tokens (171 lines or fewer a call) T0 ran 2-6% ahead of T1.
+// of L1, where they would evict the x rows and the panel being read
+// (bench/results/kernel_choices.md, "L1 or L2 prefetch hint").
 constexpr int64_t kMaxL1PrefetchLines = 256;
 
 // MR (<= 6) rows x 16 columns in 2 MR accumulators: per k, two panel loads and MR broadcasts feed
