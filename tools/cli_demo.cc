@@ -128,8 +128,7 @@ int DemoCommand(int argc, char** argv) {
   for (float& x : image) x = nd(rng);
   runtime::Prompt prompt{p.tokens, p.types, image.data(), p.image_len};
 
-  StatusOr<std::unique_ptr<ThreadPool>> pool_or = ThreadPool::Create(static_cast<int>(std::min<int64_t>(
-      threads.value(), ThreadPool::kMaxThreads + 1)));
+  StatusOr<std::unique_ptr<ThreadPool>> pool_or = ThreadPool::Create(threads.value());
   if (!pool_or.ok()) {
     std::fprintf(stderr, "tessera demo: --threads: %s\n", pool_or.status().message().c_str());
     return 1;

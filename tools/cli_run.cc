@@ -78,8 +78,7 @@ int RunCommand(int argc, char** argv) {
   // in place (mapped), which loads faster and prefills slower (bench/BENCHMARKS.md "Repacking at load").
   if (!a.Has("no-repack")) load_options.pack_panels_for = opt.matmul_precision;
   // One pool for loading and the session; --threads was checked to be >= 1 above.
-  StatusOr<std::unique_ptr<ThreadPool>> pool_or = ThreadPool::Create(static_cast<int>(std::min<int64_t>(
-      threads.value(), ThreadPool::kMaxThreads + 1)));
+  StatusOr<std::unique_ptr<ThreadPool>> pool_or = ThreadPool::Create(threads.value());
   if (!pool_or.ok()) return Fail("--threads: " + pool_or.status().message());
   ThreadPool& pool = *pool_or.value();
   load_options.pool = &pool;

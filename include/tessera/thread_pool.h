@@ -26,7 +26,7 @@ class ThreadPool {
 
   // A pool of num_threads threads (the caller counts as one), or an error naming the thread
   // that could not be started (e.g. out of memory for its stack).
-  static StatusOr<std::unique_ptr<ThreadPool>> Create(int num_threads);
+  static StatusOr<std::unique_ptr<ThreadPool>> Create(int64_t num_threads);
 
   // num_threads counts the calling thread: ThreadPool(1) runs everything inline. Never fails:
   // when a thread cannot be started the pool keeps those it has and start_status() says why.

@@ -97,4 +97,4 @@ def test_cli_reports_thread_exhaustion_instead_of_aborting():
     assert "could not start thread" in r.stderr, r.stderr
     r = subprocess.run([CLI, "run", "--model", MODEL, "--ids", "2,40,41", "--threads", "5000"],
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1 and "1024" in r.stderr, (r.returncode, r.stderr)
+    assert r.returncode == 1 and "1024" in r.stderr and "5000" in r.stderr, (r.returncode, r.stderr)

@@ -33,11 +33,11 @@ struct RunningPool {
 
 int DefaultThreadCount() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int num_threads) {
+StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(int64_t num_threads) {
   if (num_threads < 1 || num_threads > kMaxThreads)
     return InvalidArgument("ThreadPool: threads must be in [1, " + std::to_string(kMaxThreads) + "], got " +
                            std::to_string(num_threads));
-  auto pool = std::make_unique<ThreadPool>(num_threads);
+  auto pool = std::make_unique<ThreadPool>(static_cast<int>(num_threads));
   if (!pool->start_status().ok()) return pool->start_status();
   return pool;
 }
