@@ -11,15 +11,34 @@
 #include <vector>
 
 #include "bench_args.h"
-#include "model/loaded_model.h"
-#include "runtime/session.h"
+#include "tessera/engine.h"
 
 #ifndef TESSERA_SOURCE_DIR
 #define TESSERA_SOURCE_DIR "."
 #endif
 
 using namespace tessera;
-using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// `ctx` tokens of text with a 64-token image block in the middle (when the model has image ids).
+Prompt MakePrompt(const ModelInfo& info, int64_t ctx, int64_t image, std::vector<float>& embeds) {
+  Prompt p;
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> text(16, static_cast<int32_t>(info.vocab - 1));
+  const int64_t start = ctx / 2;
+  for (int64_t i = 0; i < ctx; ++i) {
+    const bool img = i >= start && i < start + image && info.image_token_id;
+    p.tokens.push_back(img ? *info.image_token_id : text(rng));
+    p.token_types.push_back(img ? 1 : 0);
+  }
+  embeds.assign(image * info.hidden, 0.1f);
+  p.image_embeds = embeds.data();
+  p.image_rows = info.image_token_id ? image : 0;
+  return p;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv, " [--model DIR] [--contexts 1024,4096,8192] [--threads N]\n");
@@ -45,60 +64,42 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto loaded = model::LoadedModel::Load(dir);
+  LoadOptions load;
+  load.repack_for = std::nullopt;
+  load.threads = threads;
+  auto loaded = Model::Load(dir, load);
   if (!loaded.ok()) {
     std::fprintf(stderr, "%s\n", loaded.status().message().c_str());
     return 1;
   }
-  const model::ModelConfig& cfg = loaded.value()->config();
-  const model::GemmaModel& m = loaded.value()->model();
-  const int64_t V = m.arch().vocab, H = m.arch().hidden, decode_steps = 32, image = 64;
-  ThreadPool pool(threads);
-  std::printf("model %s (%lld layers, hidden %lld), %d threads, %lld decode steps, 64-token image block\n\n",
-              dir.c_str(), (long long)m.arch().num_layers(), (long long)H, threads, (long long)decode_steps);
+  const Model& m = *loaded.value();
+  const ModelInfo& info = m.info();
+  const int64_t decode_steps = 32, image = 64;
+  std::printf("model %s (%zu layers, hidden %lld), %d threads, %lld decode steps, 64-token image block\n\n",
+              dir.c_str(), info.layers.size(), (long long)info.hidden, threads, (long long)decode_steps);
   std::printf("%8s %-8s %12s %14s %16s\n", "context", "mode", "prefill s", "decode tok/s", "unified / mode");
+  GenerateOptions g;
+  g.max_new_tokens = decode_steps + 1;  // greedy, no stop tokens: exactly decode_steps decode steps
   for (int64_t ctx : contexts) {
-    runtime::Prompt p;
-    std::mt19937 rng(1);
-    std::uniform_int_distribution<int32_t> text(16, static_cast<int32_t>(V - 1));
-    const int64_t start = ctx / 2;
-    for (int64_t i = 0; i < ctx; ++i) {
-      const bool img = i >= start && i < start + image && cfg.image_token_id;
-      p.tokens.push_back(img ? static_cast<int32_t>(*cfg.image_token_id) : text(rng));
-      p.token_types.push_back(img ? 1 : 0);
-    }
-    std::vector<float> embeds(image * H, 0.1f);
-    p.image_embeds = embeds.data();
-    p.image_rows = cfg.image_token_id ? image : 0;
+    std::vector<float> embeds;
+    const Prompt p = MakePrompt(info, ctx, image, embeds);
     double unified_rate = 0;
-    for (runtime::Mode mode : {runtime::Mode::kUnified, runtime::Mode::kBias, runtime::Mode::kSplit}) {
-      runtime::SessionOptions o;
+    for (Mode mode : {Mode::kUnified, Mode::kBias, Mode::kSplit}) {
+      SessionOptions o;
       o.max_context = ctx + decode_steps + 1;
       o.max_chunk = 256;
       o.mode = mode;
-      auto s = runtime::Session::Create(m, o, &pool);
-      if (!s.ok()) {
-        std::fprintf(stderr, "%s\n", s.status().message().c_str());
-        return 1;
-      }
-      std::vector<float> logits(V);
-      const auto t0 = Clock::now();
-      Status st = s.value()->Prefill({p}, logits.data());
-      const auto t1 = Clock::now();
-      int32_t tok = 0;
-      for (int64_t i = 0; st.ok() && i < decode_steps; ++i) {
-        tok = 16 + static_cast<int32_t>(i);
-        st = s.value()->Decode(&tok, nullptr, logits.data());
-      }
-      const auto t2 = Clock::now();
+      auto s = m.NewSession(o);
+      GenerateOutput out;
+      const Status st = s.ok() ? s.value()->Generate({p}, g, &out) : s.status();
       if (!st.ok()) {
         std::fprintf(stderr, "%s\n", st.message().c_str());
         return 1;
       }
-      const double rate = decode_steps / std::chrono::duration<double>(t2 - t1).count();
-      if (mode == runtime::Mode::kUnified) unified_rate = rate;
-      std::printf("%8lld %-8s %12.2f %14.1f %16.2f\n", (long long)ctx, runtime::ModeName(mode),
-                  std::chrono::duration<double>(t1 - t0).count(), rate, unified_rate / rate);
+      const double rate = out.stats.decode_steps / out.stats.decode_seconds;
+      if (mode == Mode::kUnified) unified_rate = rate;
+      std::printf("%8lld %-8s %12.2f %14.1f %16.2f\n", (long long)ctx, ModeName(mode), out.stats.prefill_seconds, rate,
+                  unified_rate / rate);
     }
   }
   return 0;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "fuzz_check.h"
-#include "io/npy.h"
+#include "tessera/npy.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fuzz_check.h"
-#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tessera/tokenizer.h"
 
 namespace {
 

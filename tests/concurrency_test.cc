@@ -72,7 +72,7 @@ std::vector<int32_t> Generate(const model::GemmaModel& m, ThreadPool* pool, uint
   auto s = runtime::Session::Create(m, o, pool);
   EXPECT_TRUE(s.ok()) << s.status().message();
   std::vector<std::vector<int32_t>> out;
-  EXPECT_TRUE(s.value()->Generate({p}, 12, {}, {}, &out).ok());
+  EXPECT_TRUE(testing::GenerateTokens(*s.value(), {p}, 12, {}, {}, &out).ok());
   return out.empty() ? std::vector<int32_t>{} : out[0];
 }
 

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string>
 
-#include "io/npy.h"
+#include "tessera/npy.h"
 #include "model/config.h"
-#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tessera/tokenizer.h"
 
 namespace tessera {
 namespace {

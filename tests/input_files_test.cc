@@ -17,7 +17,7 @@
 #include <string>
 
 #include "io/json_nesting.h"
-#include "io/npy.h"
+#include "tessera/npy.h"
 #include "io/safetensors.h"
 #include "io/safetensors_checkpoint.h"
 #include "model/config.h"
@@ -25,7 +25,7 @@
 #include "runtime/session.h"
 #include "temp_dir.h"
 #include "tiny_model.h"
-#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tessera/tokenizer.h"
 
 #ifndef TESSERA_TESTDATA_DIR
 #define TESSERA_TESTDATA_DIR "tests/testdata"
@@ -265,7 +265,7 @@ TEST(Generate, NegativeMaxNewTokensIsAnError) {
   std::vector<std::vector<int32_t>> out;
   runtime::Prompt p;
   p.tokens = {1, 2, 3};
-  const Status st = s.value()->Generate({p}, -1, {}, {}, &out);
+  const Status st = testing::GenerateTokens(*s.value(), {p}, -1, {}, {}, &out);
   EXPECT_FALSE(st.ok());
   EXPECT_HAS(st.message(), "-1");
 }

@@ -152,17 +152,17 @@ TEST(Session, GenerateIsDeterministicAndStops) {
   o.max_batch = 2;
   auto s = std::move(Session::Create(*m, o, nullptr).value());
   std::vector<std::vector<int32_t>> out1, out2;
-  ASSERT_TRUE(s->Generate({p, p}, 12, {}, {}, &out1).ok());
+  ASSERT_TRUE(testing::GenerateTokens(*s, {p, p}, 12, {}, {}, &out1).ok());
   EXPECT_EQ(out1[0].size(), 12u);
   EXPECT_EQ(out1[0], out1[1]);  // identical rows, greedy
-  const Status gs = s->Generate({p}, 12, {}, {out1[0][3]}, &out2);
+  const Status gs = testing::GenerateTokens(*s, {p}, 12, {}, {out1[0][3]}, &out2);
   ASSERT_TRUE(gs.ok()) << gs.message();
   // Stops right after the first occurrence of the stop token.
   const auto first = std::find(out1[0].begin(), out1[0].end(), out1[0][3]);
   EXPECT_EQ(out2[0], std::vector<int32_t>(out1[0].begin(), first + 1));
   std::vector<std::vector<int32_t>> t1, t2;
-  ASSERT_TRUE(s->Generate({p}, 8, {0.8f, 10, 0.9f, 123}, {}, &t1).ok());
-  ASSERT_TRUE(s->Generate({p}, 8, {0.8f, 10, 0.9f, 123}, {}, &t2).ok());
+  ASSERT_TRUE(testing::GenerateTokens(*s, {p}, 8, {0.8f, 10, 0.9f, 123}, {}, &t1).ok());
+  ASSERT_TRUE(testing::GenerateTokens(*s, {p}, 8, {0.8f, 10, 0.9f, 123}, {}, &t2).ok());
   EXPECT_EQ(t1, t2);  // same seed, same tokens
 }
 
@@ -236,7 +236,7 @@ TEST(SessionModes, AllModesAgree) {
       o.mode = mode;
       auto s = std::move(Session::Create(*m, o, nullptr).value());
       std::vector<std::vector<int32_t>> got;
-      const Status st = s->Generate({a, b}, 20, {}, {}, &got);
+      const Status st = testing::GenerateTokens(*s, {a, b}, 20, {}, {}, &got);
       ASSERT_TRUE(st.ok()) << ModeName(mode) << ": " << st.message();
       if (mode == Mode::kUnified) {
         want = got;

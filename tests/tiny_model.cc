@@ -3,6 +3,8 @@
 #include <cmath>
 #include <random>
 
+#include "runtime/generator.h"
+
 namespace tessera::testing {
 namespace {
 
@@ -104,6 +106,24 @@ std::unique_ptr<model::GemmaModel> MakeTinyModel(const TinyModelOptions& opt) {
     w.layers.push_back(lw);
   }
   return std::make_unique<model::GemmaModel>(std::move(a), std::move(w));
+}
+
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+
+Status GenerateTokens(runtime::Session& s, const std::vector<Prompt>& prompts, int64_t max_new,
+                      const SamplingParams& sampling, const std::vector<int32_t>& stop,
+                      std::vector<std::vector<int32_t>>* out) {
+  GenerateOptions o;
+  o.max_new_tokens = max_new;
+  o.sampling = sampling;
+  o.stop_tokens = stop;
+  GenerateOutput g;
+  TESSERA_RETURN_IF_ERROR(runtime::Generate(s, prompts, o, &g));
+  out->clear();
+  for (const RowOutput& r : g.rows) out->push_back(r.tokens);
+  return Status::Ok();
 }
 
 }  // namespace tessera::testing

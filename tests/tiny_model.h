@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "model/gemma_model.h"
+#include "runtime/session.h"
 
 namespace tessera::testing {
 
@@ -20,5 +21,14 @@ struct TinyModelOptions {
 // 6 layers (sliding, sliding, full, sliding, sliding, full), hidden 32, 4 query heads; sliding
 // layers 2 KV heads x 16 with window 5, full layers 1 KV head x 32; vocab 97; image token 90.
 std::unique_ptr<model::GemmaModel> MakeTinyModel(const TinyModelOptions& opt);
+
+}  // namespace tessera::testing
+
+namespace tessera::testing {
+
+// runtime::Generate's tokens per row (the shape the tests compare).
+Status GenerateTokens(runtime::Session& s, const std::vector<Prompt>& prompts, int64_t max_new,
+                      const SamplingParams& sampling, const std::vector<int32_t>& stop,
+                      std::vector<std::vector<int32_t>>* out);
 
 }  // namespace tessera::testing

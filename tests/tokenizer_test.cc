@@ -2,7 +2,7 @@
 // python/scripts/make_tiny_tokenizer.sh). Expected ids were produced by Debian's spm_encode.
 #include <gtest/gtest.h>
 
-#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tessera/tokenizer.h"
 
 #ifndef TESSERA_TESTDATA_DIR
 #define TESSERA_TESTDATA_DIR "tests/testdata"

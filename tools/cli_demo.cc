@@ -10,8 +10,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "model/loaded_model.h"
-#include "runtime/session.h"
+#include "tessera/engine.h"
 
 #ifndef TESSERA_SOURCE_DIR
 #define TESSERA_SOURCE_DIR "."
@@ -28,18 +27,18 @@ struct Layout {
 };
 
 // BOS, text, BOI, image placeholders (one block), EOI, text. Text ids avoid the special ids.
-StatusOr<Layout> MakePrompt(const model::ModelConfig& c, int64_t before, int64_t image, int64_t after) {
+StatusOr<Layout> MakePrompt(const ModelInfo& c, int64_t before, int64_t image, int64_t after) {
   if (!c.image_token_id || !c.boi_token_id || !c.eoi_token_id)
     return InvalidArgument("demo: the model config has no image/boi/eoi token ids");
-  std::vector<int64_t> special;
-  for (const std::optional<int64_t>& id : {c.image_token_id, c.boi_token_id, c.eoi_token_id, c.bos_token_id,
+  std::vector<int32_t> special;
+  for (const std::optional<int32_t>& id : {c.image_token_id, c.boi_token_id, c.eoi_token_id, c.bos_token_id,
                                            c.video_token_id, c.audio_token_id, c.boa_token_id, c.eoa_token_id,
                                            c.pad_token_id})
     if (id) special.push_back(*id);
-  for (int64_t e : c.eos_token_ids) special.push_back(e);
-  if (c.vocab_size < 64) return InvalidArgument("demo: vocabulary too small for a demo prompt");
+  for (int32_t e : c.eos_token_ids) special.push_back(e);
+  if (c.vocab < 64) return InvalidArgument("demo: vocabulary too small for a demo prompt");
   std::mt19937 rng(2026);
-  std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab - 1));
   auto text = [&](std::mt19937& r) {
     for (;;) {
       const int32_t t = draw(r);
@@ -60,130 +59,111 @@ StatusOr<Layout> MakePrompt(const model::ModelConfig& c, int64_t before, int64_t
 }
 
 // The tile structure each layer's prefill attention sees for this prompt (no data needed).
-void PrintMaskStructure(const model::GemmaArch& a, const Layout& p) {
-  const int64_t S = static_cast<int64_t>(p.tokens.size());
-  std::vector<int32_t> pos(S), blk(S, -1);
-  for (int64_t i = 0; i < S; ++i) pos[i] = static_cast<int32_t>(i);
-  for (int64_t i = p.image_start; i < p.image_start + p.image_len; ++i) blk[i] = 0;
-  std::printf("per-layer mask (prefill of %lld tokens, image block at %lld..%lld; tiles of 64 keys):\n",
-              (long long)S, (long long)p.image_start, (long long)(p.image_start + p.image_len - 1));
+Status PrintMaskStructure(const Model& m, const Layout& p) {
+  const ModelInfo& a = m.info();
+  StatusOr<std::vector<TileCensus>> tiles = m.PrefillTiles({p.tokens, p.types, nullptr, 0});
+  if (!tiles.ok()) return tiles.status();
+  std::printf("per-layer mask (prefill of %zu tokens, image block at %lld..%lld; tiles of 64 keys):\n", p.tokens.size(),
+              (long long)p.image_start, (long long)(p.image_start + p.image_len - 1));
   std::printf("  layer  kind     heads(q/kv x dim)  window  mask                        tiles empty/full/partial\n");
-  for (int64_t l = 0; l < a.num_layers(); ++l) {
-    const model::LayerArch& la = a.layers[l];
-    AttentionParams q;
-    q.q = {nullptr, DType::kF32, 1, a.q_heads, S, la.head_dim, 0, 0, 0};
-    q.k = {nullptr, DType::kF32, 1, la.kv_heads, S, la.head_dim, 0, 0, 0};
-    q.mask.q_pos = q.mask.k_pos = pos.data();
-    model::SetLayerMask(la, /*causal=*/true, blk.data(), blk.data(), &q.mask);
-    const TileCensus t = CensusPrefillTiles(q);
-    std::printf("  %5lld  %-7s  %3lld/%lld x %-3lld          %6lld  %-26s  %lld/%lld/%lld%s\n", (long long)l,
-                kv::LayerKindName(la.kind), (long long)a.q_heads, (long long)la.kv_heads, (long long)la.head_dim,
-                (long long)la.window, model::MaskRuleName(la), (long long)t.empty, (long long)t.full, (long long)t.partial,
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const LayerInfo& la = a.layers[l];
+    const TileCensus& t = tiles.value()[l];
+    std::printf("  %5zu  %-7s  %3lld/%lld x %-3lld          %6lld  %-26s  %lld/%lld/%lld%s\n", l, la.kind.c_str(),
+                (long long)a.q_heads, (long long)la.kv_heads, (long long)la.head_dim, (long long)la.window,
+                la.mask.c_str(), (long long)t.empty, (long long)t.full, (long long)t.partial,
                 la.shared_kv ? "  (KV shared)" : "");
   }
   std::printf("  decode steps: one query per row, plain causal (+ window), same in-place cache\n\n");
+  return Status::Ok();
+}
+
+struct ModeRun {
+  double prefill_s = 1e30, decode_s = 1e30;  // fastest of the timed runs
+  std::vector<int32_t> tokens;
+};
+
+// Each mode runs once untimed, then kRuns times, each in a fresh session, and reports its fastest
+// prefill and decode: a run takes milliseconds, so one scheduler hiccup on a shared machine, or a
+// cold start charged to whichever mode went first (bench/results/kernel_choices.md, "The demo's
+// warm-up run"), would otherwise decide the table.
+constexpr int kRuns = 3;
+
+StatusOr<ModeRun> RunMode(const Model& m, Mode mode, const Prompt& prompt, int64_t max_new) {
+  SessionOptions o;
+  o.max_context = 512;
+  o.max_chunk = 64;  // the prompt is prefilled in chunks; the image block is never split
+  o.mode = mode;
+  GenerateOptions g;
+  g.max_new_tokens = max_new;  // greedy, no stop tokens: every mode makes max_new tokens
+  ModeRun best;
+  for (int run = 0; run <= kRuns; ++run) {  // run 0: warm-up
+    StatusOr<std::unique_ptr<Session>> s = m.NewSession(o);
+    if (!s.ok()) return s.status();
+    GenerateOutput out;
+    TESSERA_RETURN_IF_ERROR(s.value()->Generate({prompt}, g, &out));
+    best.tokens = out.rows[0].tokens;
+    if (run == 0) continue;
+    best.prefill_s = std::min(best.prefill_s, out.stats.prefill_seconds);
+    best.decode_s = std::min(best.decode_s, out.stats.decode_seconds);
+  }
+  return best;
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "tessera demo: %s\n", s.message().c_str());
+  return 1;
 }
 
 }  // namespace
 
 int DemoCommand(int argc, char** argv) {
   StatusOr<Args> parsed = Args::Parse(argc, argv, {"model", "max-new-tokens", "threads"}, {});
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "tessera demo: %s\n", parsed.status().message().c_str());
-    return 2;
-  }
+  if (!parsed.ok()) return Fail(parsed.status()) + 1;
   const Args& args = parsed.value();
   const char* env = std::getenv("TESSERA_DEMO_MODEL");
   const std::string dir = args.Get("model", env ? env : TESSERA_SOURCE_DIR "/models/demo-gemma4-unified");
   StatusOr<int64_t> max_new = args.Int("max-new-tokens", 24), threads = args.Int("threads", DefaultThreadCount());
-  if (!max_new.ok() || !threads.ok()) {
-    std::fprintf(stderr, "tessera demo: %s\n", (max_new.ok() ? threads.status() : max_new.status()).message().c_str());
-    return 2;
-  }
+  if (!max_new.ok() || !threads.ok()) return Fail(max_new.ok() ? threads.status() : max_new.status()) + 1;
   std::printf("Tessera demo: Gemma-4-unified multimodal generation (random weights: the tokens are noise,\n"
               "the machinery is real).\nmodel: %s\n", dir.c_str());
   const auto t_load = Clock::now();
-  StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(dir);
-  if (!loaded.ok()) {
-    std::fprintf(stderr, "tessera demo: %s\n", loaded.status().message().c_str());
-    return 1;
-  }
-  const model::GemmaModel& m = loaded.value()->model();
-  const model::GemmaArch& a = m.arch();
-  std::printf("loaded %s in %.1f ms: %lld layers, hidden %lld, vocab %lld\n\n", a.model_type.c_str(),
-              std::chrono::duration<double, std::milli>(Clock::now() - t_load).count(), (long long)a.num_layers(),
+  LoadOptions load;
+  load.repack_for = std::nullopt;  // a tiny model: read as stored
+  load.threads = threads.value();
+  StatusOr<std::unique_ptr<Model>> loaded = Model::Load(dir, load);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const Model& m = *loaded.value();
+  const ModelInfo& a = m.info();
+  std::printf("loaded %s in %.1f ms: %zu layers, hidden %lld, vocab %lld\n\n", a.model_type.c_str(),
+              std::chrono::duration<double, std::milli>(Clock::now() - t_load).count(), a.layers.size(),
               (long long)a.hidden, (long long)a.vocab);
-  StatusOr<Layout> layout = MakePrompt(loaded.value()->config(), 40, 48, 40);
-  if (!layout.ok()) {
-    std::fprintf(stderr, "tessera demo: %s\n", layout.status().message().c_str());
-    return 1;
-  }
+  StatusOr<Layout> layout = MakePrompt(a, 40, 48, 40);
+  if (!layout.ok()) return Fail(layout.status());
   const Layout& p = layout.value();
-  PrintMaskStructure(a, p);
+  if (Status st = PrintMaskStructure(m, p); !st.ok()) return Fail(st);
 
   // Image soft-token embeddings (what a vision tower would produce): fixed random rows.
   std::vector<float> image(p.image_len * a.hidden);
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   for (float& x : image) x = nd(rng);
-  runtime::Prompt prompt{p.tokens, p.types, image.data(), p.image_len};
+  const Prompt prompt{p.tokens, p.types, image.data(), p.image_len};
 
-  StatusOr<std::unique_ptr<ThreadPool>> pool_or = ThreadPool::Create(threads.value());
-  if (!pool_or.ok()) {
-    std::fprintf(stderr, "tessera demo: --threads: %s\n", pool_or.status().message().c_str());
-    return 1;
-  }
-  ThreadPool& pool = *pool_or.value();
   std::vector<int32_t> reference;
   bool agree = true;
-  // Each mode runs once untimed, then kRuns times, each in a fresh session, and reports its fastest
-  // prefill and decode: a run takes milliseconds, so one scheduler hiccup on a shared machine, or a
-  // cold start charged to whichever mode went first (bench/results/kernel_choices.md, "The demo's
-  // warm-up run"), would otherwise decide the table.
-  constexpr int kRuns = 3;
   std::printf("%-8s %10s %12s %12s   tokens   (times: fastest of %d runs after a warm-up)\n", "mode", "prefill ms",
               "prefill t/s", "decode t/s", kRuns);
-  for (runtime::Mode mode : {runtime::Mode::kUnified, runtime::Mode::kBias, runtime::Mode::kSplit}) {
-    runtime::SessionOptions o;
-    o.max_context = 512;
-    o.max_chunk = 64;  // the prompt is prefilled in chunks; the image block is never split
-    o.mode = mode;
-    double pre = 1e30, dec = 1e30;
-    std::vector<int32_t> tokens;
-    for (int run = 0; run <= kRuns; ++run) {  // run 0: warm-up
-      StatusOr<std::unique_ptr<runtime::Session>> s = runtime::Session::Create(m, o, &pool);
-      if (!s.ok()) {
-        std::fprintf(stderr, "tessera demo: %s\n", s.status().message().c_str());
-        return 1;
-      }
-      std::vector<float> logits(a.vocab);
-      runtime::Sampler sampler({}, a.vocab);
-      const auto t0 = Clock::now();
-      Status st = s.value()->Prefill({prompt}, logits.data());
-      const auto t1 = Clock::now();
-      tokens.clear();
-      for (int64_t i = 0; st.ok() && i < max_new.value(); ++i) {
-        int32_t tok = 0;
-        st = sampler.Sample(logits.data(), &tok);
-        if (!st.ok()) break;
-        tokens.push_back(tok);
-        if (i + 1 < max_new.value()) st = s.value()->Decode(&tok, nullptr, logits.data());
-      }
-      const auto t2 = Clock::now();
-      if (!st.ok()) {
-        std::fprintf(stderr, "tessera demo: %s\n", st.message().c_str());
-        return 1;
-      }
-      if (run == 0) continue;
-      pre = std::min(pre, std::chrono::duration<double>(t1 - t0).count());
-      dec = std::min(dec, std::chrono::duration<double>(t2 - t1).count());
-    }
-    std::printf("%-8s %10.2f %12.0f %12.0f  ", runtime::ModeName(mode), pre * 1e3, p.tokens.size() / pre,
-                (tokens.size() - 1) / dec);
-    for (int32_t t : tokens) std::printf(" %d", t);
+  for (Mode mode : {Mode::kUnified, Mode::kBias, Mode::kSplit}) {
+    StatusOr<ModeRun> r = RunMode(m, mode, prompt, max_new.value());
+    if (!r.ok()) return Fail(r.status());
+    const ModeRun& run = r.value();
+    std::printf("%-8s %10.2f %12.0f %12.0f  ", ModeName(mode), run.prefill_s * 1e3, p.tokens.size() / run.prefill_s,
+                (run.tokens.size() - 1) / run.decode_s);
+    for (int32_t t : run.tokens) std::printf(" %d", t);
     std::printf("\n");
-    if (mode == runtime::Mode::kUnified) reference = tokens;
-    agree &= tokens == reference;
+    if (mode == Mode::kUnified) reference = run.tokens;
+    agree &= run.tokens == reference;
   }
   std::printf("\n%s\n", agree ? "all three modes produced the same tokens"
                               : "MODES DISAGREE: this is a bug (all modes must produce the same tokens)");

@@ -4,10 +4,7 @@
 #include <cstdlib>
 
 #include "cli.h"
-#include "kv/kv_cache.h"
-#include "kv/reference_configs.h"
-#include "model/loaded_model.h"
-#include "runtime/session.h"
+#include "tessera/engine.h"
 
 namespace tessera::cli {
 int InspectCommand(int argc, char** argv) {
@@ -17,39 +14,40 @@ int InspectCommand(int argc, char** argv) {
     return 1;
   }
   StatusOr<int64_t> chunk = parsed.value().Int("max-chunk", 256);
-  StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(parsed.value().Get("model"));
+  LoadOptions load;
+  load.repack_for = std::nullopt;  // only the shapes are read
+  load.threads = 1;
+  StatusOr<std::unique_ptr<Model>> loaded = Model::Load(parsed.value().Get("model"), load);
   if (!loaded.ok() || !chunk.ok()) {
     std::fprintf(stderr, "tessera inspect: %s\n", (loaded.ok() ? chunk.status() : loaded.status()).message().c_str());
     return 1;
   }
-  const model::GemmaArch& a = loaded.value()->model().arch();
-  std::printf("%s: vocab %lld, hidden %lld, %lld query heads, %lld layers%s\n", a.model_type.c_str(),
-              (long long)a.vocab, (long long)a.hidden, (long long)a.q_heads, (long long)a.num_layers(),
+  const ModelInfo& a = loaded.value()->info();
+  std::printf("%s: vocab %lld, hidden %lld, %lld query heads, %zu layers%s\n", a.model_type.c_str(), (long long)a.vocab,
+              (long long)a.hidden, (long long)a.q_heads, a.layers.size(),
               a.ple_dim ? (", per-layer embeddings " + std::to_string(a.ple_dim)).c_str() : "");
   std::printf("layer  kind     kv_heads  head_dim  window  v_proj  kv        rotary_pairs  mask\n");
-  for (int64_t l = 0; l < a.num_layers(); ++l) {
-    const model::LayerArch& la = a.layers[l];
-    int64_t rotary = 0;
-    for (float f : la.inv_freq) rotary += f != 0.0f;
-    std::printf("%5lld  %-7s  %8lld  %8lld  %6lld  %-6s  %-8s  %12lld  %s\n", (long long)l, kv::LayerKindName(la.kind),
-                (long long)la.kv_heads, (long long)la.head_dim, (long long)la.window, la.shared_kv ? "-" : la.has_v_proj ? "yes" : "k=v",
-                la.shared_kv ? "shared" : "own", (long long)rotary, model::MaskRuleName(la));
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const LayerInfo& la = a.layers[l];
+    std::printf("%5zu  %-7s  %8lld  %8lld  %6lld  %-6s  %-8s  %12lld  %s\n", l, la.kind.c_str(), (long long)la.kv_heads,
+                (long long)la.head_dim, (long long)la.window, la.shared_kv ? "-" : la.has_v_proj ? "yes" : "k=v",
+                la.shared_kv ? "shared" : "own", (long long)la.rotary_pairs, la.mask.c_str());
   }
   std::printf("\nKV cache (batch 1, max_chunk %lld):\n%10s %10s %10s %10s\n", (long long)chunk.value(), "context",
               "f32 MiB", "bf16 MiB", "per token");
   for (int64_t ctx : {1024, 4096, 8192, 32768, 131072}) {
     double mib[2];
     for (int i = 0; i < 2; ++i) {
-      runtime::SessionOptions o;
+      SessionOptions o;
       o.max_context = ctx;
       o.max_chunk = std::min(chunk.value(), ctx);
       o.kv_dtype = i == 0 ? DType::kF32 : DType::kBF16;
-      StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(runtime::KvCacheConfigFor(a, o));
-      if (!plan.ok()) {
-        std::fprintf(stderr, "tessera inspect: %s\n", plan.status().message().c_str());
+      StatusOr<size_t> bytes = loaded.value()->KvCacheBytes(o);
+      if (!bytes.ok()) {
+        std::fprintf(stderr, "tessera inspect: %s\n", bytes.status().message().c_str());
         return 1;
       }
-      mib[i] = plan.value().total_bytes / 1048576.0;
+      mib[i] = bytes.value() / 1048576.0;
     }
     std::printf("%10lld %10.1f %10.1f %8.1f KiB\n", (long long)ctx, mib[0], mib[1], mib[1] * 1024 / ctx);
   }
@@ -85,17 +83,16 @@ int KvMemoryCommand(int argc, char** argv) {
   for (int64_t ctx : contexts) {
     for (int m = 0; m < 2; ++m) {
       const int64_t c = std::min(max_chunk.value(), ctx);
-      const kv::KvCacheConfig cfg = m == 0 ? kv::Gemma4_12BCache(ctx, c) : kv::Gemma3_12BCache(ctx, c);
-      StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(cfg);
+      StatusOr<KvMemoryReport> plan =
+          ReferenceKvMemory(m == 0 ? ReferenceShape::kGemma4_12B : ReferenceShape::kGemma3_12B, ctx, c);
       if (!plan.ok()) {
         std::fprintf(stderr, "tessera kv-memory: %s\n", plan.status().message().c_str());
         return 1;
       }
       std::printf("%-34s %10lld %12.1f %12.3f\n",
                   m == 0 ? "Gemma-4-12B (40 ring + 8 global)" : "Gemma-3-12B (40 ring + 8 global)",
-                  static_cast<long long>(ctx), plan.value().total_bytes / 1048576.0,
-                  plan.value().total_bytes / 1073741824.0);
-      if (args.Has("per-layer")) std::printf("%s\n", plan.value().Format().c_str());
+                  static_cast<long long>(ctx), plan.value().bytes / 1048576.0, plan.value().bytes / 1073741824.0);
+      if (args.Has("per-layer")) std::printf("%s\n", plan.value().per_layer.c_str());
     }
   }
   return 0;

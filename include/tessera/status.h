@@ -9,7 +9,7 @@
 
 namespace tessera {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kOutOfRange, kUnimplemented, kInternal, kResourceExhausted };
+enum class StatusCode { kOk = 0, kInvalidArgument, kOutOfRange, kUnimplemented, kInternal, kResourceExhausted, kCancelled };
 
 class [[nodiscard]] Status {
  public:
@@ -31,6 +31,8 @@ Status OutOfRange(std::string message);
 Status Unimplemented(std::string message);
 // Memory, threads or another resource of the machine ran out (or would: a plan that cannot fit).
 Status ResourceExhausted(std::string message);
+// The caller asked to stop (a cancel flag); what was done so far stays valid.
+Status Cancelled(std::string message);
 
 template <typename T>
 class [[nodiscard]] StatusOr {
@@ -42,13 +44,18 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() {
+  T& value() & {
     TESSERA_CHECK(ok(), status_.message().c_str());
     return *value_;
   }
-  const T& value() const {
+  const T& value() const& {
     TESSERA_CHECK(ok(), status_.message().c_str());
     return *value_;
+  }
+  // From a temporary: the value moves out (`auto m = Model::Load(dir).value();`).
+  T&& value() && {
+    TESSERA_CHECK(ok(), status_.message().c_str());
+    return std::move(*value_);
   }
 
  private:

@@ -1,6 +1,9 @@
 """tessera.Model: run a Hugging Face Gemma 3 / Gemma 4 checkpoint (config.json + safetensors)."""
 from __future__ import annotations
 
+import queue
+import threading
+
 import numpy as np
 
 from . import _tessera
@@ -45,7 +48,7 @@ class Model:
         checkpoint).
         repack: False reads the weights as stored (mapped, or as converted) instead of repacking
         them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
-        blocks per call; 9-16% fewer tokens/s at 512 tokens in bench/BENCHMARKS.md). `Model.repacked` tells which was done.
+        blocks per call; bench/BENCHMARKS.md "Repacking at load"). `Model.repacked` tells which was done.
         A weight holding NaN or inf (or overflowing the dtype it is converted to) raises ValueError
         naming the tensor and element."""
         max_batch = int_arg("max_batch", max_batch, 1, INT64[1])
@@ -127,17 +130,58 @@ class Model:
 
     def generate(self, input_ids, max_new_tokens, attention_mask=None, token_type_ids=None,
                  mm_token_type_ids=None, image_embeds=None, temperature=0.0, top_k=0, top_p=1.0, seed=0,
-                 stop_tokens=None):
+                 stop_tokens=None, on_token=None, stream=False, return_finish_reasons=False):
         """Generates up to max_new_tokens per row (greedy when temperature == 0); stops after an
         end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
-        token-id lists, one per row. Logits holding NaN or inf (from NaN image_embeds, say) raise
-        ValueError naming the step and row rather than yield a token (docs/reliability.md)."""
+        token-id lists, one per row (with return_finish_reasons, also a list of "stop", "length",
+        "context" or "cancelled"). Each row samples with its own generator seeded by `seed`, so a
+        row's tokens do not depend on the rows beside it.
+
+        Streaming: on_token(row, token) is called as each token is chosen; returning False stops
+        that row, an exception stops every row and is raised here. stream=True instead returns an
+        iterator of (row, token) pairs as they are produced; closing it early (break) stops the
+        generation. Logits holding NaN or inf (from NaN image_embeds, say) raise ValueError naming
+        the step and row rather than yield a token (docs/reliability.md)."""
         types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
         max_new_tokens = int_arg("max_new_tokens", max_new_tokens, 0, INT64[1])
         top_k = int_arg("top_k", top_k, 0, INT64[1])
         seed = int_arg("seed", seed, *UINT64)
         stop = (list(self._impl.eos_token_ids) if stop_tokens is None
                 else [int_arg("stop_tokens", t, *INT32) for t in stop_tokens])
+        if on_token is not None and not callable(on_token):
+            raise TypeError(f"on_token must be callable, got {type(on_token).__name__}")
+        if stream and on_token is not None:
+            raise ValueError("give on_token or stream=True, not both")
         _, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
-        return self._impl._generate(tokens, type_rows, embeds, max_new_tokens, float(temperature), top_k,
-                                    float(top_p), seed, stop)
+        args = (tokens, type_rows, embeds, max_new_tokens, float(temperature), top_k, float(top_p), seed, stop)
+        if stream:
+            return self._stream(args)
+        rows, reasons = self._impl._generate(*args, on_token=on_token)
+        return (rows, reasons) if return_finish_reasons else rows
+
+    def _stream(self, args):
+        # The C++ loop runs on a helper thread (GIL released while it computes) and hands each token
+        # to this generator through a queue; closing the generator sets the cancel flag.
+        q = queue.SimpleQueue()
+        cancel = _tessera._Cancel()
+        end = object()
+        result = {}
+
+        def run():
+            try:
+                self._impl._generate(*args, on_token=lambda row, tok: q.put((row, tok)), cancel=cancel)
+            except BaseException as e:  # noqa: BLE001 -- re-raised in the consumer's thread
+                result["error"] = e
+            finally:
+                q.put(end)
+
+        worker = threading.Thread(target=run, name="tessera-generate", daemon=True)
+        worker.start()
+        try:
+            while (item := q.get()) is not end:
+                yield item
+        finally:
+            cancel.set()
+            worker.join()
+        if "error" in result:
+            raise result["error"]

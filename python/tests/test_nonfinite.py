@@ -101,6 +101,6 @@ def test_nan_activations_reach_the_logits_and_stop_generate():
         assert np.isnan(logits[b, first:][real[first:]]).all(), b
         assert np.isfinite(logits[b, :first][real[:first]]).all(), b
     # generate() refuses to pick a token from NaN logits.
-    with pytest.raises(ValueError, match=r"Session::Generate: step 0, row 0: Sampler: logit of token \d+ is nan"):
+    with pytest.raises(ValueError, match=r"Generate: step 0, row 0: Sampler: logit of token \d+ is nan"):
         model.generate(z["gen_prompt"], 4, mm_token_type_ids=z["gen_mm_token_type_ids"],
                        image_embeds=np.full_like(z["gen_image_embeds"], np.nan), stop_tokens=[])

@@ -16,6 +16,8 @@ Status ResourceExhausted(std::string message) {
   return Status(StatusCode::kResourceExhausted, std::move(message));
 }
 
+Status Cancelled(std::string message) { return Status(StatusCode::kCancelled, std::move(message)); }
+
 namespace detail {
 void CheckFailed(const char* file, int line, const char* cond, const char* msg) {
   std::fprintf(stderr, "tessera: CHECK failed at %s:%d: %s (%s)\n", file, line, cond, msg ? msg : "");

@@ -1,4 +1,4 @@
-#include "io/npy.h"
+#include "tessera/npy.h"
 
 #include <cstring>
 #include <exception>

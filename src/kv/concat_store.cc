@@ -68,6 +68,10 @@ void ConcatStore::Clear() {
   std::fill(last_pos_.begin(), last_pos_.end(), std::numeric_limits<int32_t>::min());
 }
 
+Status ConcatStore::ClearRow(int64_t b) {
+  return Unimplemented("ConcatStore::ClearRow: the concat baseline has one length for every row");
+}
+
 Status ConcatStore::CanRewind(int64_t b, int64_t n) const {
   return Unimplemented("ConcatStore::Rewind: the concat baseline does not support rewind");
 }

@@ -20,6 +20,7 @@ class ConcatStore final : public KvStore {
   Status Rewind(int64_t b, int64_t n) override;
   KvView View() const override;
   void Clear() override;
+  Status ClearRow(int64_t b) override;
 
   int64_t capacity() const override { return len_; }
   int64_t write_pos(int64_t) const override { return len_; }

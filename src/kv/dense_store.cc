@@ -37,6 +37,14 @@ void DenseStore::Clear() {
   std::fill(last_pos_.begin(), last_pos_.end(), kNone);
 }
 
+Status DenseStore::ClearRow(int64_t b) {
+  if (b < 0 || b >= buf_.geometry().batch) return InvalidArgument("DenseStore::ClearRow: row " + std::to_string(b) + " out of range");
+  for (int64_t t = 0; t < valid_[b]; ++t) buf_.Clear(b, t);
+  valid_[b] = 0;
+  last_pos_[b] = kNone;
+  return Status::Ok();
+}
+
 Status DenseStore::CanRewind(int64_t b, int64_t n) const {
   if (b < 0 || b >= buf_.geometry().batch) return InvalidArgument("DenseStore::Rewind: row " + std::to_string(b) + " out of range");
   if (n < 0 || n > valid_[b])

@@ -63,6 +63,11 @@ void ExternalStore::Clear() {
   std::fill(last_pos_.begin(), last_pos_.end(), std::numeric_limits<int32_t>::min());
 }
 
+Status ExternalStore::ClearRow(int64_t b) {
+  if (b < 0 || b >= g_.batch) return InvalidArgument("ExternalStore::ClearRow: row " + std::to_string(b) + " out of range");
+  return Rewind(b, nonpad_[b]);
+}
+
 Status ExternalStore::CanRewind(int64_t b, int64_t n) const {
   if (b < 0 || b >= g_.batch) return InvalidArgument("ExternalStore::Rewind: row " + std::to_string(b) + " out of range");
   if (n < 0 || n > nonpad_[b])

@@ -22,6 +22,7 @@ class ExternalStore final : public KvStore {
   Status Rewind(int64_t b, int64_t n) override;
   KvView View() const override;
   void Clear() override;
+  Status ClearRow(int64_t b) override;
 
   int64_t capacity() const override { return max_seq_; }
   int64_t write_pos(int64_t b) const override { return nonpad_[b]; }

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <new>
 
-#include "kv/concat_store.h"
 #include "kv/dense_store.h"
 #include "kv/ring_store.h"
 #include "kv/slot_buffer.h"
@@ -16,7 +15,7 @@ const char* StoreKindName(StoreKind k) {
     case StoreKind::kDense: return "dense";
     case StoreKind::kRing: return "ring";
     case StoreKind::kShared: return "shared";
-    case StoreKind::kConcat: return "concat";
+    case StoreKind::kCustom: return "custom";
   }
   return "?";
 }
@@ -57,7 +56,7 @@ Status ValidateConfig(const KvCacheConfig& c) {
 
 }  // namespace
 
-StatusOr<KvMemoryPlan> KvCache::Plan(const KvCacheConfig& c) {
+StatusOr<KvMemoryPlan> KvCache::Plan(const KvCacheConfig& c, bool custom_stores) {
   TESSERA_RETURN_IF_ERROR(ValidateConfig(c));
   std::vector<LayerKind> kinds;
   for (const KvLayerSpec& s : c.layers) kinds.push_back(s.kind);
@@ -80,7 +79,7 @@ StatusOr<KvMemoryPlan> KvCache::Plan(const KvCacheConfig& c) {
       lp.store = ring ? StoreKind::kRing : StoreKind::kDense;
       lp.slots = ring ? RingStore::Capacity(s.window, c.max_chunk) : c.max_context;
       lp.bytes = SlotBuffer::Bytes(Geometry(c, s), lp.slots);
-      if (c.concat_baseline) lp.store = StoreKind::kConcat, lp.slots = 0, lp.bytes = 0;  // grows on use
+      if (custom_stores) lp.store = StoreKind::kCustom, lp.slots = 0, lp.bytes = 0;  // grows on use
     }
     plan.total_bytes += lp.bytes;
     plan.layers.push_back(lp);
@@ -88,15 +87,15 @@ StatusOr<KvMemoryPlan> KvCache::Plan(const KvCacheConfig& c) {
   return plan;
 }
 
-StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
-  StatusOr<KvMemoryPlan> plan = Plan(c);
+StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c, const StoreFactory& factory) {
+  StatusOr<KvMemoryPlan> plan = Plan(c, static_cast<bool>(factory));
   if (!plan.ok()) return plan.status();
   std::vector<LayerKind> kinds;
   for (const KvLayerSpec& s : c.layers) kinds.push_back(s.kind);
   LayerMap map = LayerMap::Build(kinds, c.num_kv_shared_layers).value();
   std::unique_ptr<KvCache> cache(new KvCache(c, std::move(map), std::move(plan.value())));
   try {
-    cache->CreateStores();
+    cache->CreateStores(factory);
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("KvCache: out of memory allocating " + std::to_string(cache->plan_.total_bytes) +
                              " bytes for " + std::to_string(c.layers.size()) + " layers");
@@ -104,7 +103,7 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& c) {
   return cache;
 }
 
-void KvCache::CreateStores() {
+void KvCache::CreateStores(const StoreFactory& factory) {
   const KvCacheConfig& c = config_;
   for (size_t i = 0; i < c.layers.size(); ++i) {
     const KvLayerPlan& lp = plan_.layers[i];
@@ -113,8 +112,8 @@ void KvCache::CreateStores() {
       stores_.push_back(std::make_unique<DenseStore>(g, lp.slots));
     } else if (lp.store == StoreKind::kRing) {
       stores_.push_back(std::make_unique<RingStore>(g, c.layers[i].window, c.max_chunk));
-    } else if (lp.store == StoreKind::kConcat) {
-      stores_.push_back(std::make_unique<ConcatStore>(g));
+    } else if (lp.store == StoreKind::kCustom) {
+      stores_.push_back(factory(g));
     } else {
       stores_.push_back(nullptr);
     }
@@ -136,13 +135,30 @@ void KvCache::Reset() {
 }
 
 Status KvCache::Rewind(int64_t b, int64_t n) {
-  if (b < 0 || b >= config_.batch) return InvalidArgument("KvCache::Rewind: row " + std::to_string(b) + " out of range");
-  // Check every store first so a refusal leaves the cache untouched.
-  for (const auto& s : stores_)
-    if (s) TESSERA_RETURN_IF_ERROR(s->CanRewind(b, n));
+  TESSERA_RETURN_IF_ERROR(CanRewind(b, n));  // every store first, so a refusal leaves the cache untouched
   for (auto& s : stores_)
     if (s) TESSERA_RETURN_IF_ERROR(s->Rewind(b, n));
   return Status::Ok();
+}
+
+Status KvCache::CanRewind(int64_t b, int64_t n) const {
+  if (b < 0 || b >= config_.batch) return InvalidArgument("KvCache::Rewind: row " + std::to_string(b) + " out of range");
+  for (const auto& s : stores_)
+    if (s) TESSERA_RETURN_IF_ERROR(s->CanRewind(b, n));
+  return Status::Ok();
+}
+
+Status KvCache::ClearRow(int64_t b) {
+  if (b < 0 || b >= config_.batch) return InvalidArgument("KvCache::ClearRow: row " + std::to_string(b) + " out of range");
+  for (auto& s : stores_)
+    if (s) TESSERA_RETURN_IF_ERROR(s->ClearRow(b));
+  return Status::Ok();
+}
+
+int64_t KvCache::row_tokens(int64_t b) const {
+  for (const auto& s : stores_)
+    if (s) return s->write_pos(b);
+  return 0;
 }
 
 size_t KvCache::bytes() const {

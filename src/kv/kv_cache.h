@@ -3,6 +3,7 @@
 // allocated in Create(); Append/Rewind/View never allocate.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,12 +26,14 @@ struct KvCacheConfig {
   int64_t max_context = 4096;  // tokens per row
   int64_t max_chunk = 256;     // most tokens per append (prefill chunk)
   DType dtype = DType::kBF16;
-  // The baseline of the "bias" mode (docs/runtime.md): every owning layer gets a ConcatStore
-  // (past + new -> newly allocated present on each append). Memory grows with use.
-  bool concat_baseline = false;
 };
 
-enum class StoreKind { kDense, kRing, kShared, kConcat };
+// Makes the store of an owning layer, instead of the planned dense or ring store. Callers that
+// measure other cache designs use it (the bias mode's concat baseline, runtime/baseline_mode.h).
+using StoreFactory = std::function<std::unique_ptr<KvStore>(const KvGeometry&)>;
+
+// kCustom: a store made by a StoreFactory; it allocates as it grows (the plan counts 0 bytes).
+enum class StoreKind { kDense, kRing, kShared, kCustom };
 const char* StoreKindName(StoreKind k);
 
 struct KvLayerPlan {
@@ -50,8 +53,9 @@ struct KvMemoryPlan {
 class KvCache {
  public:
   // Validates the config and computes what Create() would allocate, without allocating.
-  static StatusOr<KvMemoryPlan> Plan(const KvCacheConfig& config);
-  static StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheConfig& config);
+  // With a factory, every owning layer's store is the factory's (StoreKind::kCustom).
+  static StatusOr<KvMemoryPlan> Plan(const KvCacheConfig& config, bool custom_stores = false);
+  static StatusOr<std::unique_ptr<KvCache>> Create(const KvCacheConfig& config, const StoreFactory& factory = {});
 
   // Writes new K/V of an owning layer; a shared (consumer) layer is refused.
   Status Append(int64_t layer, const KvAppend& in);
@@ -59,6 +63,12 @@ class KvCache {
   void Reset();
   // Drops the last n tokens of row b in every store (all or nothing).
   Status Rewind(int64_t b, int64_t n);
+  // Whether Rewind(b, n) would succeed (and why not), changing nothing.
+  Status CanRewind(int64_t b, int64_t n) const;
+  // Empties row b in every store; the other rows keep their tokens.
+  Status ClearRow(int64_t b);
+  // Tokens row b holds (the first owning layer's count; every store holds the same).
+  int64_t row_tokens(int64_t b) const;
   // What layer `layer` attends over (its owner's store for shared layers).
   KvView View(int64_t layer) const { return stores_[map_.owner(layer)]->View(); }
   const KvStore& store(int64_t layer) const { return *stores_[map_.owner(layer)]; }
@@ -70,7 +80,7 @@ class KvCache {
  private:
   KvCache(KvCacheConfig config, LayerMap map, KvMemoryPlan plan)
       : config_(std::move(config)), map_(std::move(map)), plan_(std::move(plan)) {}
-  void CreateStores();  // one store per owning layer, as planned (throws std::bad_alloc)
+  void CreateStores(const StoreFactory& factory);  // one per owning layer, as planned (throws std::bad_alloc)
   KvCacheConfig config_;
   LayerMap map_;
   KvMemoryPlan plan_;

@@ -48,6 +48,8 @@ class KvStore {
   virtual KvView View() const = 0;
   // Empties every row (no allocation; the next Append starts a new sequence).
   virtual void Clear() = 0;
+  // Empties row b only (a request leaving its slot); other rows are untouched.
+  virtual Status ClearRow(int64_t b) = 0;
 
   virtual int64_t capacity() const = 0;          // slots per row
   virtual int64_t write_pos(int64_t b) const = 0;  // tokens ever appended to row b (minus rewinds)

@@ -46,6 +46,15 @@ void RingStore::Clear() {
   std::fill(last_pos_.begin(), last_pos_.end(), kNone);
 }
 
+Status RingStore::ClearRow(int64_t b) {
+  if (b < 0 || b >= buf_.geometry().batch) return InvalidArgument("RingStore::ClearRow: row " + std::to_string(b) + " out of range");
+  for (int64_t t = 0; t < valid_[b]; ++t) buf_.Clear(b, t);
+  written_[b] = 0;
+  valid_[b] = 0;
+  last_pos_[b] = kNone;
+  return Status::Ok();
+}
+
 Status RingStore::CanRewind(int64_t b, int64_t n) const {
   if (b < 0 || b >= buf_.geometry().batch) return InvalidArgument("RingStore::Rewind: row " + std::to_string(b) + " out of range");
   if (n < 0 || n > written_[b])

@@ -24,6 +24,7 @@ class RingStore final : public KvStore {
   Status Rewind(int64_t b, int64_t n) override;
   KvView View() const override { return buf_.View(valid_.data()); }
   void Clear() override;
+  Status ClearRow(int64_t b) override;
 
   int64_t capacity() const override { return buf_.slots(); }
   int64_t write_pos(int64_t b) const override { return written_[b]; }

@@ -33,19 +33,25 @@ Status GemmaModel::ValidateBatch(const ForwardBatch& in) const {
       return InvalidArgument("GemmaModel::Forward: count[" + std::to_string(b) + "] = " + std::to_string(in.count[b]) +
                              " outside [0, " + std::to_string(in.seq) + "]");
     for (int64_t i = 0; i < in.seq; ++i) {
-      const int32_t t = in.tokens[b * in.seq + i];
-      // Soft (image) tokens are replaced by their embedding: their id may lie outside the
-      // vocabulary (Gemma 3 configs allow it), it is never looked up.
-      if (in.use_embed && in.use_embed[b * in.seq + i]) continue;
-      if (t < 0 || t >= arch_.vocab)
-        return OutOfRange("GemmaModel::Forward: token id " + std::to_string(t) + " at [" + std::to_string(b) + ", " +
-                          std::to_string(i) + "] is outside the vocabulary [0, " + std::to_string(arch_.vocab) + ")");
-      if (arch_.ple_dim > 0 && t >= arch_.ple_vocab && (!in.use_embed || !in.use_embed[b * in.seq + i]))
-        return OutOfRange("GemmaModel::Forward: token id " + std::to_string(t) +
-                          " is outside the per-layer-embedding vocabulary " + std::to_string(arch_.ple_vocab));
+      const bool embedded = in.use_embed && in.use_embed[b * in.seq + i];
+      const std::string at = " at [" + std::to_string(b) + ", " + std::to_string(i) + "]";
+      TESSERA_RETURN_IF_ERROR(CheckToken(in.tokens[b * in.seq + i], embedded, "GemmaModel::Forward: ", at));
     }
   }
   if (in.use_embed && !in.embeds) return InvalidArgument("GemmaModel::Forward: use_embed given without embeds");
+  return Status::Ok();
+}
+
+Status GemmaModel::CheckToken(int32_t t, bool embedded, const std::string& who, const std::string& at) const {
+  // Soft (image) tokens are replaced by their embedding: their id may lie outside the
+  // vocabulary (Gemma 3 configs allow it), it is never looked up.
+  if (embedded) return Status::Ok();
+  if (t < 0 || t >= arch_.vocab)
+    return OutOfRange(who + "token id " + std::to_string(t) + at + " is outside the vocabulary [0, " +
+                      std::to_string(arch_.vocab) + ")");
+  if (arch_.ple_dim > 0 && t >= arch_.ple_vocab)
+    return OutOfRange(who + "token id " + std::to_string(t) + at + " is outside the per-layer-embedding vocabulary " +
+                      std::to_string(arch_.ple_vocab));
   return Status::Ok();
 }
 
@@ -163,25 +169,8 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   p.scale = arch_.attn_scale;
   p.softcap = arch_.attn_softcap;
   p.precision = in.attention_precision;
-  if (in.dense_bias) {
-    const int64_t S_kv = p.k.seq;
-    try {
-      in.dense_bias->resize(B * S * S_kv);
-    } catch (const std::bad_alloc&) {
-      return ResourceExhausted("GemmaModel::Forward: out of memory for the dense mask of " + std::to_string(B) + " x " +
-                               std::to_string(S) + " x " + std::to_string(S_kv));
-    }
-    TESSERA_RETURN_IF_ERROR(AttentionBias(p.mask, B, S, S_kv, -std::numeric_limits<float>::infinity(),
-                                          in.dense_bias->data()));
-    MaskSpec dense;
-    dense.q_pos = p.mask.q_pos;
-    dense.k_pos = p.mask.k_pos;
-    dense.causal = false;
-    dense.dense = {DenseMask::Kind::kAdditive, in.dense_bias->data(), S * S_kv, 0, S_kv, 1};
-    p.mask = dense;
-  }
   AttentionContext ctx{pool, &attn_scratch};
-  TESSERA_RETURN_IF_ERROR(tessera::Attention(p, ctx));
+  TESSERA_RETURN_IF_ERROR(in.attention ? in.attention->Attend(p, ctx) : tessera::Attention(p, ctx));
   ops::Linear(w.o_proj, F(act.attn), n, Hq * D, x, arch_.hidden, pool, in.matmul_precision, XPairs(act));
   return Status::Ok();
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -18,6 +19,15 @@
 
 namespace tessera::model {
 
+// How a layer's attention is evaluated once its inputs and structured mask are set. The engine
+// calls the structured kernels directly; the bias/split baselines (runtime/baseline_mode.h) pass
+// one that materializes the mask as a dense bias first, to measure what that costs.
+class AttentionHook {
+ public:
+  virtual ~AttentionHook() = default;
+  virtual Status Attend(AttentionParams& params, AttentionContext& ctx) = 0;
+};
+
 struct ForwardBatch {
   int64_t batch = 1, seq = 0;           // tokens laid out [batch, seq]
   const int32_t* tokens = nullptr;      // [B, S] token ids (padding slots: any valid id)
@@ -27,10 +37,7 @@ struct ForwardBatch {
   const float* embeds = nullptr;        // [B, S, hidden] soft-token embeddings (used where use_embed)
   const uint8_t* use_embed = nullptr;   // [B, S] 1: the token's embedding comes from `embeds`
   bool all_logits = false;              // every token [B, S, vocab], else each row's last real token [B, vocab]
-  // "bias" mode baseline (docs/runtime.md, "Modes"): each layer's mask is materialized as a dense additive
-  // bias [B, 1, S, S_kv] in this buffer (resized per step: O(S x S_kv) by design) and the kernel
-  // sees no structure. Null: structured masks (the engine's way).
-  std::vector<float>* dense_bias = nullptr;
+  AttentionHook* attention = nullptr;  // null: the structured kernels (the engine's way)
   AttentionPrecision attention_precision = AttentionPrecision::kF32;  // bf16 needs a bf16 cache
   ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;  // bf16 needs bf16 Linear weights
 };
@@ -49,6 +56,9 @@ class GemmaModel {
 
   // Checks token ids, counts and the block/embedding inputs of a step (bad input -> Status).
   Status ValidateBatch(const ForwardBatch& in) const;
+  // Whether token id t can be embedded (`embedded`: it takes a soft-token row instead). Errors
+  // read "<who>token id <t><at> is outside ...".
+  Status CheckToken(int32_t t, bool embedded, const std::string& who, const std::string& at) const;
 
   // Runs one step. `logits`: [B, S, vocab] or [B, vocab] f32 per in.all_logits.
   Status Forward(const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool, Arena& attn_scratch,

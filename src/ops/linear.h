@@ -6,17 +6,11 @@
 #include <string_view>
 
 #include "tessera/dtype.h"
+#include "tessera/precision.h"
 #include "tessera/thread_pool.h"
 
 namespace tessera::ops {
 
-// kBf16: each x element is rounded to bf16 (nearest, ties to even) before its products, as a bf16
-// model's matmul inputs are; the weights must be bf16. Products are then exact in f32 and sums run
-// in f32. On CPUs with AVX-512-BF16 the prefill GEMM runs on its dot product (twice the FMA rate);
-// elsewhere the same rounded values go through the f32 kernels.
-enum class MatmulPrecision { kF32, kBf16 };
-// "f32"/"float32" or "bf16"/"bfloat16"; false for anything else.
-bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out);
 // The most x elements (tokens x in) one row-dot call at precision bf16 rounds at once, on the
 // calling thread's stack (192 KiB: the 3 tokens Linear sends it at up to 16384 features); larger
 // calls are rounded in groups of tokens, each group streaming the weights once, so only

@@ -7,7 +7,7 @@
 
 #include "tessera/dtype.h"
 
-namespace tessera::runtime {
+namespace tessera {
 
 Status ValidateSampling(const SamplingParams& p) {
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
@@ -17,6 +17,10 @@ Status ValidateSampling(const SamplingParams& p) {
     return InvalidArgument("Sampler: top_p " + std::to_string(p.top_p) + " must be in (0, 1]");
   return Status::Ok();
 }
+
+}  // namespace tessera
+
+namespace tessera::runtime {
 
 Sampler::Sampler(const SamplingParams& params, int64_t vocab)
     : p_(params), rng_(params.seed), order_(vocab), probs_(vocab) {}

@@ -6,18 +6,13 @@
 #include <random>
 #include <vector>
 
+#include "tessera/sampling.h"
 #include "tessera/status.h"
 
 namespace tessera::runtime {
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy (argmax, lowest id on ties)
-  int64_t top_k = 0;         // 0 = off
-  float top_p = 1.0f;        // 1 = off; keep the smallest set whose probability reaches top_p
-  uint64_t seed = 0;
-};
-
-Status ValidateSampling(const SamplingParams& p);
+using tessera::SamplingParams;
+using tessera::ValidateSampling;
 
 class Sampler {
  public:

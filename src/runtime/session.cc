@@ -12,7 +12,8 @@ namespace {
 
 bool Contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// Block ids of one prompt: each maximal run of block-forming token types gets its own id.
+}  // namespace
+
 void BlockIds(const Prompt& p, const std::vector<int32_t>& block_types, std::vector<int32_t>& ids) {
   ids.assign(p.tokens.size(), -1);
   if (p.token_types.empty()) return;
@@ -24,6 +25,8 @@ void BlockIds(const Prompt& p, const std::vector<int32_t>& block_types, std::vec
     ids[i] = next - 1;
   }
 }
+
+namespace {
 
 // The chunk end at or before `end` that does not cut an image block of row b (tokens [done, end)).
 StatusOr<int64_t> ChunkEnd(const std::vector<int32_t>& blk, int64_t done, int64_t end, int64_t b) {
@@ -53,23 +56,6 @@ kv::KvCacheConfig KvCacheConfigFor(const model::GemmaArch& a, const SessionOptio
   c.max_chunk = o.max_chunk;
   c.dtype = o.kv_dtype;
   return c;
-}
-
-const char* ModeName(Mode m) {
-  switch (m) {
-    case Mode::kUnified: return "unified";
-    case Mode::kBias: return "bias";
-    case Mode::kSplit: return "split";
-  }
-  return "?";
-}
-
-bool ParseMode(const std::string& name, Mode* out) {
-  if (name == "unified") *out = Mode::kUnified;
-  else if (name == "bias") *out = Mode::kBias;
-  else if (name == "split") *out = Mode::kSplit;
-  else return false;
-  return true;
 }
 
 Status CheckMatmulPrecision(const model::GemmaModel& model, ops::MatmulPrecision precision) {
@@ -106,6 +92,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& mode
   if (!plan.ok()) return plan.status();
   TESSERA_RETURN_IF_ERROR(CheckSessionFits(plan.value(), o));
   std::unique_ptr<Session> s(new Session(model, o, pool));
+  s->planned_bytes_ = plan.value().total();
   try {
     TESSERA_RETURN_IF_ERROR(s->Allocate(plan.value()));
   } catch (const std::bad_alloc&) {  // the plan fit, but the memory went elsewhere meanwhile
@@ -120,6 +107,8 @@ Status Session::Allocate(const SessionMemoryPlan& plan) {
   StatusOr<std::unique_ptr<kv::KvCache>> cache = kv::KvCache::Create(KvCacheConfigFor(a, o));
   if (!cache.ok()) return cache.status();
   cache_ = std::move(cache.value());
+  live_ = cache_.get();
+  if (o.mode != Mode::kUnified) baseline_ = std::make_unique<BaselineMode>(o.mode, KvCacheConfigFor(a, o));
   const int64_t n = o.max_batch * o.max_chunk;
   act_.Allocate(a, n, o.all_logits ? n : o.max_batch);
   attn_scratch_.Reserve(plan.scratch_bytes);
@@ -130,6 +119,7 @@ Status Session::Allocate(const SessionMemoryPlan& plan) {
   count_.resize(o.max_batch);
   use_embed_.resize(n);
   embeds_.resize(n * a.hidden);
+  chunks_.resize(o.max_batch);
   return Status::Ok();
 }
 
@@ -156,18 +146,83 @@ Status Session::ValidatePrompts(const std::vector<Prompt>& prompts) const {
     if (p.image_rows > 0 && p.image_embeds == nullptr)
       return InvalidArgument("Session::Prefill: " + row + " has no image embeddings");
   }
+  if (opt_.mode != Mode::kUnified)
+    for (const Prompt& p : prompts)
+      if (p.tokens.size() != prompts[0].tokens.size())
+        return InvalidArgument(std::string("Session::Prefill: mode ") + ModeName(opt_.mode) +
+                               " needs prompts of equal length (its concat cache has one length per batch)");
+  return Status::Ok();
+}
+
+Status Session::NextChunk(const std::vector<Prompt>& prompts, const std::vector<std::vector<int32_t>>& blocks,
+                          const std::vector<int64_t>& done) {
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = static_cast<int64_t>(prompts[b].tokens.size());
+    StatusOr<int64_t> end = ChunkEnd(blocks[b], done[b], std::min(len, done[b] + opt_.max_chunk), b);
+    if (!end.ok()) return end.status();
+    count_[b] = static_cast<int32_t>(end.value() - done[b]);
+  }
+  if (opt_.mode == Mode::kUnified) return Status::Ok();
+  // One common boundary: shrink it until no row's block straddles it.
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int64_t b = 0; b < B; ++b) {
+      StatusOr<int64_t> end = ChunkEnd(blocks[b], done[b], done[b] + count_[0], b);
+      if (!end.ok()) return end.status();
+      if (end.value() - done[b] < count_[0]) count_[0] = static_cast<int32_t>(end.value() - done[b]), moved = true;
+    }
+  }
+  std::fill(count_.begin(), count_.begin() + B, count_[0]);
+  return Status::Ok();
+}
+
+int64_t Session::Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq) {
+  const model::GemmaArch& a = model_.arch();
+  const int64_t H = a.hidden;
+  int64_t S = min_seq;
+  for (int64_t b = 0; b < rows; ++b) S = std::max(S, chunks[b].count);
+  staged_blocks_ = false;
+  for (int64_t b = 0; b < rows; ++b) {
+    const RowChunk& c = chunks[b];
+    int64_t embed_row = 0;
+    count_[b] = static_cast<int32_t>(c.count);
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t t = b * S + i;
+      const bool real = i < c.count;
+      tokens_[t] = real ? c.tokens[i] : 0;
+      pos_[t] = static_cast<int32_t>(next_pos_[b] + i);
+      block_[t] = real && c.block ? c.block[i] : -1;
+      staged_blocks_ |= block_[t] >= 0;
+      use_embed_[t] = real && c.embeds && Contains(a.image_token_ids, tokens_[t]);
+      if (use_embed_[t]) std::memcpy(embeds_.data() + t * H, c.embeds + embed_row++ * H, H * sizeof(float));
+    }
+  }
+  return S;
+}
+
+Status Session::RunStep(int64_t B, int64_t S, bool all_logits, const model::ActivationTap* tap) {
+  model::ForwardBatch in;
+  in.batch = B;
+  in.seq = S;
+  in.tokens = tokens_.data();
+  in.count = count_.data();
+  in.pos = pos_.data();
+  in.block = staged_blocks_ ? block_.data() : nullptr;
+  in.embeds = embeds_.data();
+  in.use_embed = use_embed_.data();
+  in.all_logits = all_logits;
+  in.attention = baseline_ && live_ != cache_.get() ? baseline_.get() : nullptr;
+  in.attention_precision = opt_.attention_precision;
+  in.matmul_precision = opt_.matmul_precision;
+  TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, act_.logits.as<float>(), tap));
+  for (int64_t b = 0; b < B; ++b) next_pos_[b] += count_[b];
   return Status::Ok();
 }
 
 Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, float* all_logits,
                         const model::ActivationTap* tap) {
   TESSERA_RETURN_IF_ERROR(ValidatePrompts(prompts));
-  const bool baseline = opt_.mode != Mode::kUnified;
-  if (baseline)
-    for (const Prompt& p : prompts)
-      if (p.tokens.size() != prompts[0].tokens.size())
-        return InvalidArgument(std::string("Session::Prefill: mode ") + ModeName(opt_.mode) +
-                               " needs prompts of equal length (its concat cache has one length per batch)");
   if (tap)
     for (const Prompt& p : prompts)
       if (static_cast<int64_t>(p.tokens.size()) > opt_.max_chunk)
@@ -177,80 +232,34 @@ Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, 
     return InvalidArgument("Session::Prefill: all_logits needs SessionOptions.all_logits");
   const model::GemmaArch& a = model_.arch();
   const int64_t B = static_cast<int64_t>(prompts.size()), H = a.hidden, V = a.vocab;
-  // A fresh cache for this batch.
-  cache_->Reset();
+  cache_->Reset();  // a fresh cache for this batch
   live_ = cache_.get();
-  if (baseline) {
-    kv::KvCacheConfig cc = KvCacheConfigFor(a, opt_);
-    cc.batch = B;
-    cc.concat_baseline = true;
-    StatusOr<std::unique_ptr<kv::KvCache>> concat = kv::KvCache::Create(cc);
+  if (baseline_) {
+    StatusOr<kv::KvCache*> concat = baseline_->Begin(B);
     if (!concat.ok()) return concat.status();
-    concat_cache_ = std::move(concat.value());
-    live_ = concat_cache_.get();
+    live_ = concat.value();
   }
   std::fill(next_pos_.begin(), next_pos_.end(), 0);
   batch_ = B;
   std::vector<std::vector<int32_t>> blocks(B);  // small, per call: prompts are caller data
   for (int64_t b = 0; b < B; ++b) BlockIds(prompts[b], a.block_token_types, blocks[b]);
   std::vector<int64_t> done(B, 0), image_row(B, 0);
-  int64_t s_max = 0;
-  for (const Prompt& p : prompts) s_max = std::max<int64_t>(s_max, p.tokens.size());
-  for (;;) {
-    // Next chunk: each row takes up to max_chunk tokens, ending before (not inside) an image
-    // block. The baselines' concat cache needs one common boundary: shrink it until no row's
-    // block straddles it.
-    int64_t S = 0;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t len = static_cast<int64_t>(prompts[b].tokens.size());
-      StatusOr<int64_t> end = ChunkEnd(blocks[b], done[b], std::min(len, done[b] + opt_.max_chunk), b);
-      if (!end.ok()) return end.status();
-      count_[b] = static_cast<int32_t>(end.value() - done[b]);
-    }
-    if (baseline) {
-      for (bool moved = true; moved;) {
-        moved = false;
-        for (int64_t b = 0; b < B; ++b) {
-          StatusOr<int64_t> end = ChunkEnd(blocks[b], done[b], done[b] + count_[0], b);
-          if (!end.ok()) return end.status();
-          if (end.value() - done[b] < count_[0]) count_[0] = static_cast<int32_t>(end.value() - done[b]), moved = true;
-        }
-      }
-      std::fill(count_.begin(), count_.begin() + B, count_[0]);
-    }
-    for (int64_t b = 0; b < B; ++b) S = std::max<int64_t>(S, count_[b]);
-    if (S == 0) break;
+  int64_t s_max = 0, total = 0;
+  for (const Prompt& p : prompts) s_max = std::max<int64_t>(s_max, p.tokens.size()), total += p.tokens.size();
+  for (int64_t sum = 0; sum < total;) {
+    if (cancel_ && cancel_->load())
+      return Cancelled("Session::Prefill: cancelled after " + std::to_string(sum) + " of " + std::to_string(total) +
+                       " prompt tokens");
+    TESSERA_RETURN_IF_ERROR(NextChunk(prompts, blocks, done));
     for (int64_t b = 0; b < B; ++b) {
       const Prompt& p = prompts[b];
-      for (int64_t i = 0; i < S; ++i) {
-        const int64_t t = b * S + i;
-        const bool real = i < count_[b];
-        const int64_t src = done[b] + i;
-        tokens_[t] = real ? p.tokens[src] : 0;
-        pos_[t] = static_cast<int32_t>(next_pos_[b] + i);
-        block_[t] = real ? blocks[b][src] : -1;
-        use_embed_[t] = real && Contains(a.image_token_ids, p.tokens[src]);
-        if (use_embed_[t]) {
-          std::memcpy(embeds_.data() + t * H, p.image_embeds + image_row[b] * H, H * sizeof(float));
-          ++image_row[b];
-        }
-      }
+      chunks_[b] = {p.tokens.data() + done[b], blocks[b].data() + done[b],
+                    p.image_embeds ? p.image_embeds + image_row[b] * H : nullptr, count_[b]};
+      for (int64_t i = 0; i < count_[b]; ++i) image_row[b] += Contains(a.image_token_ids, p.tokens[done[b] + i]);
     }
-    model::ForwardBatch in;
-    in.batch = B;
-    in.seq = S;
-    in.tokens = tokens_.data();
-    in.count = count_.data();
-    in.pos = pos_.data();
-    in.block = block_.data();
-    in.embeds = embeds_.data();
-    in.use_embed = use_embed_.data();
-    in.all_logits = all_logits != nullptr;
-    in.dense_bias = baseline ? &dense_bias_ : nullptr;
-    in.attention_precision = opt_.attention_precision;
-    in.matmul_precision = opt_.matmul_precision;
-    float* out = act_.logits.as<float>();
-    TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, out, tap));
+    const int64_t S = Stage(chunks_.data(), B, 0);
+    TESSERA_RETURN_IF_ERROR(RunStep(B, S, all_logits != nullptr, tap));
+    const float* out = act_.logits.as<float>();
     for (int64_t b = 0; b < B; ++b) {
       if (count_[b] == 0) continue;
       if (all_logits) {
@@ -261,47 +270,12 @@ Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, 
         std::memcpy(last_logits + b * V, row, V * sizeof(float));
       }
       done[b] += count_[b];
-      next_pos_[b] += count_[b];
+      sum += count_[b];
     }
-    if (progress_) {
-      int64_t sum = 0, total = 0;
-      for (int64_t b = 0; b < B; ++b) sum += done[b], total += static_cast<int64_t>(prompts[b].tokens.size());
-      progress_(sum, total);
-    }
+    if (progress_) progress_(sum, total);
   }
-  if (opt_.mode == Mode::kSplit) return HandOver();
-  return Status::Ok();
-}
-
-Status Session::HandOver() {
-  // Every row has the same length here (checked in Prefill). Tokens move in chunks of at most
-  // max_chunk, which rings accept; a ring keeps only its last W - 1 + max_chunk tokens.
-  const int64_t B = batch_, len = next_pos_[0];
-  std::vector<int32_t> pos, blk;
-  for (int64_t l = 0; l < model_.arch().num_layers(); ++l) {
-    if (model_.arch().layers[l].shared_kv) continue;
-    const kv::KvView src = concat_cache_->View(l);
-    for (int64_t j0 = 0; j0 < len; j0 += opt_.max_chunk) {
-      const int64_t n = std::min(opt_.max_chunk, len - j0);
-      pos.resize(B * n);
-      blk.resize(B * n);
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = 0; i < n; ++i) {
-          pos[b * n + i] = src.k_pos[b * len + j0 + i];
-          blk[b * n + i] = src.k_block[b * len + j0 + i];
-        }
-      kv::KvAppend in;
-      in.k = src.k;
-      in.v = src.v;
-      in.k.data = src.k.At(0, 0, j0);
-      in.v.data = src.v.At(0, 0, j0);
-      in.k.seq = in.v.seq = n;
-      in.pos = pos.data();
-      in.block = blk.data();
-      TESSERA_RETURN_IF_ERROR(cache_->Append(l, in));
-    }
-  }
-  concat_cache_.reset();
+  if (opt_.mode != Mode::kSplit) return Status::Ok();
+  TESSERA_RETURN_IF_ERROR(baseline_->HandOver(a, next_pos_[0], *cache_));  // every row has this length
   live_ = cache_.get();
   return Status::Ok();
 }
@@ -311,63 +285,57 @@ Status Session::Decode(const int32_t* tokens, const uint8_t* active, float* logi
   if (opt_.mode == Mode::kBias && active)
     for (int64_t b = 0; b < batch_; ++b)
       if (!active[b]) return InvalidArgument("Session::Decode: mode bias decodes every row (one concat length)");
-  const int64_t V = model_.arch().vocab;
   for (int64_t b = 0; b < batch_; ++b) {
     const bool on = !active || active[b];
     if (on && next_pos_[b] + 1 > opt_.max_context)
       return OutOfRange("Session::Decode: row " + std::to_string(b) + " is at max_context " +
                         std::to_string(opt_.max_context));
-    tokens_[b] = on ? tokens[b] : 0;
-    count_[b] = on ? 1 : 0;
-    pos_[b] = static_cast<int32_t>(next_pos_[b]);
-    block_[b] = -1;
-    use_embed_[b] = 0;
+    chunks_[b] = {tokens + b, nullptr, nullptr, on ? 1 : 0};
   }
-  model::ForwardBatch in;
-  in.batch = batch_;
-  in.seq = 1;
-  in.tokens = tokens_.data();
-  in.count = count_.data();
-  in.pos = pos_.data();
-  in.dense_bias = live_ == concat_cache_.get() ? &dense_bias_ : nullptr;
-  in.attention_precision = opt_.attention_precision;
-  in.matmul_precision = opt_.matmul_precision;
-  float* out = act_.logits.as<float>();
-  TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, out));
-  for (int64_t b = 0; b < batch_; ++b) next_pos_[b] += count_[b];
-  std::memcpy(logits, out, batch_ * V * sizeof(float));
+  Stage(chunks_.data(), batch_, 1);
+  TESSERA_RETURN_IF_ERROR(RunStep(batch_, 1, false, nullptr));
+  std::memcpy(logits, act_.logits.as<float>(), batch_ * model_.arch().vocab * sizeof(float));
   return Status::Ok();
 }
 
-Status Session::Generate(const std::vector<Prompt>& prompts, int64_t max_new, const SamplingParams& sampling,
-                         const std::vector<int32_t>& stop_tokens, std::vector<std::vector<int32_t>>* out) {
-  TESSERA_RETURN_IF_ERROR(ValidateSampling(sampling));
-  if (max_new < 0)
-    return InvalidArgument("Session::Generate: max_new_tokens = " + std::to_string(max_new) + " must be >= 0");
-  const int64_t B = static_cast<int64_t>(prompts.size()), V = model_.arch().vocab;
-  std::vector<float> logits(B * V);
-  TESSERA_RETURN_IF_ERROR(Prefill(prompts, logits.data()));
-  Sampler sampler(sampling, V);
-  out->assign(B, {});
-  std::vector<int32_t> next(B);
-  std::vector<uint8_t> active(B, 1);
-  for (int64_t step = 0; step < max_new; ++step) {
-    bool any = false;
-    for (int64_t b = 0; b < B; ++b) {
-      if (!active[b]) continue;
-      const Status st = sampler.Sample(logits.data() + b * V, &next[b]);
-      if (!st.ok())
-        return InvalidArgument("Session::Generate: step " + std::to_string(step) + ", row " + std::to_string(b) + ": " +
-                               st.message());
-      (*out)[b].push_back(next[b]);
-      if (Contains(stop_tokens, next[b]) || next_pos_[b] + 1 > opt_.max_context) active[b] = 0;
-      any |= active[b];
-    }
-    if (!any || step + 1 == max_new) break;
-    // The bias baseline keeps one cache length for the batch: finished rows decode on (their
-    // outputs are dropped) instead of pausing.
-    TESSERA_RETURN_IF_ERROR(Decode(next.data(), opt_.mode == Mode::kBias ? nullptr : active.data(), logits.data()));
+Status Session::Step(const RowChunk* chunks, int64_t rows, float* last_logits) {
+  if (opt_.mode != Mode::kUnified)
+    return InvalidArgument(std::string("Session::Step: rows at their own positions need mode unified, not ") +
+                           ModeName(opt_.mode));
+  const int64_t B = rows;
+  if (B <= 0 || B > opt_.max_batch)
+    return InvalidArgument("Session::Step: " + std::to_string(B) + " rows, max_batch is " + std::to_string(opt_.max_batch));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = chunks[b].count;
+    if (n < 0 || n > opt_.max_chunk)
+      return InvalidArgument("Session::Step: row " + std::to_string(b) + " appends " + std::to_string(n) +
+                             " tokens; a step takes 0 to max_chunk " + std::to_string(opt_.max_chunk));
+    if (n > 0 && chunks[b].tokens == nullptr)
+      return InvalidArgument("Session::Step: row " + std::to_string(b) + " has no tokens");
+    if (next_pos_[b] + n > opt_.max_context)
+      return OutOfRange("Session::Step: row " + std::to_string(b) + " holds " + std::to_string(next_pos_[b]) +
+                        " tokens; " + std::to_string(n) + " more exceed max_context " + std::to_string(opt_.max_context));
   }
+  live_ = cache_.get();
+  batch_ = B;
+  const int64_t S = Stage(chunks, B, 1);
+  TESSERA_RETURN_IF_ERROR(RunStep(B, S, false, nullptr));
+  std::memcpy(last_logits, act_.logits.as<float>(), B * model_.arch().vocab * sizeof(float));
+  return Status::Ok();
+}
+
+Status Session::ClearRow(int64_t b) {
+  if (b < 0 || b >= opt_.max_batch) return InvalidArgument("Session::ClearRow: row " + std::to_string(b) + " out of range");
+  TESSERA_RETURN_IF_ERROR(cache_->ClearRow(b));
+  next_pos_[b] = 0;
+  return Status::Ok();
+}
+
+Status Session::CanRewindRow(int64_t b, int64_t n) const { return cache_->CanRewind(b, n); }
+
+Status Session::RewindRow(int64_t b, int64_t n) {
+  TESSERA_RETURN_IF_ERROR(cache_->Rewind(b, n));
+  next_pos_[b] -= n;
   return Status::Ok();
 }
 

@@ -3,6 +3,7 @@
 // the same in-place cache.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,44 +14,28 @@
 #include "kv/kv_cache.h"
 #include "model/activations.h"
 #include "model/gemma_model.h"
+#include "runtime/baseline_mode.h"
 #include "runtime/sampler.h"
+#include "tessera/engine.h"
 
 namespace tessera::runtime {
 
-// docs/runtime.md "Modes". All modes produce the same tokens; they differ in cost.
-enum class Mode {
-  kUnified,  // structured masks, one in-place cache for prefill and decode (the engine's way)
-  kBias,     // the exporter fallback: dense float bias + "past + new -> present" cache, every step
-  kSplit,    // prefill as kBias, hand the KV over to the in-place cache once, decode as kUnified
-};
-const char* ModeName(Mode m);
-bool ParseMode(const std::string& name, Mode* out);
+using tessera::Mode;
+using tessera::ModeName;
+using tessera::ParseMode;
+using tessera::Prompt;
+using tessera::SessionOptions;
 
-struct SessionOptions {
-  int64_t max_batch = 1;
-  int64_t max_context = 4096;  // tokens per row (prompt + generated)
-  int64_t max_chunk = 256;     // prefill chunk; also sizes the sliding-window rings
-  DType kv_dtype = DType::kF32;
-  // bf16: attention rounds q and the softmax weights to bf16 (AttentionPrecision; needs kv_dtype
-  // bf16): twice the arithmetic rate on CPUs with AVX-512-BF16, a bf16 model's rounding.
-  AttentionPrecision attention_precision = AttentionPrecision::kF32;
-  // bf16: every Linear rounds its input to bf16 (ops::MatmulPrecision; needs bf16 weights, as
-  // real Gemma checkpoints store them): prefill's GEMM at twice the FMA rate on AVX-512-BF16.
-  ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;
-  Mode mode = Mode::kUnified;  // kBias / kSplit need prompts of equal length (one concat length)
-  bool all_logits = false;     // Prefill may return logits for every prompt token (sizes a
-                               // [max_batch * max_chunk, vocab] buffer; off for generation)
+// One row's share of a step (Session::Step): `count` tokens appended at the row's next position.
+struct RowChunk {
+  const int32_t* tokens = nullptr;  // [count]
+  const int32_t* block = nullptr;   // [count] image block ids (-1 = none), or null
+  const float* embeds = nullptr;    // [placeholders in the chunk, hidden] rows for image placeholder ids
+  int64_t count = 0;                // 0: the row sits this step out
 };
 
-// One row's prompt. Token types (HF token_type_ids / mm_token_type_ids) mark image tokens; each
-// maximal run of block-forming types is one image block. Tokens whose id is one of the model's
-// image placeholder ids take the next row of image_embeds instead of their embedding.
-struct Prompt {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> token_types;  // empty, or one per token
-  const float* image_embeds = nullptr;  // [image_rows, hidden] f32
-  int64_t image_rows = 0;
-};
+// Block ids of one prompt: each maximal run of block-forming token types gets its own id (-1: none).
+void BlockIds(const Prompt& p, const std::vector<int32_t>& block_types, std::vector<int32_t>& ids);
 
 // Matmul precision bf16 rounds each Linear's input to bf16 so that bf16 x bf16 products are exact:
 // every Linear weight the forward pass uses must be bf16 (and have at most
@@ -76,17 +61,30 @@ class Session {
                  const model::ActivationTap* tap = nullptr);
   // One token per row (rows with active[b] == 0 append nothing); logits: [B, vocab].
   Status Decode(const int32_t* tokens, const uint8_t* active, float* logits);
-  // Prefill, then sample up to max_new tokens per row until a stop token. out[b]: generated ids.
-  Status Generate(const std::vector<Prompt>& prompts, int64_t max_new, const SamplingParams& sampling,
-                  const std::vector<int32_t>& stop_tokens, std::vector<std::vector<int32_t>>* out);
+
+  // The request runtime's step (tessera/requests.h): rows [0, rows) each append their
+  // chunk at their own next position, on top of what their rows already hold; rows not in the
+  // step and rows with count 0 are untouched. Unified mode only. last_logits: [rows, vocab], each
+  // row's last token of the step (rows with count 0: unspecified).
+  Status Step(const RowChunk* chunks, int64_t rows, float* last_logits);
+  // Empties row b (a request left its slot), or drops its last n tokens (prefix reuse: refused,
+  // changing nothing, where a ring no longer holds what the shorter row needs).
+  Status ClearRow(int64_t b);
+  Status RewindRow(int64_t b, int64_t n);
+  Status CanRewindRow(int64_t b, int64_t n) const;
 
   // Called after each prefill chunk with (tokens done, tokens total) summed over rows.
   void set_progress(std::function<void(int64_t, int64_t)> fn) { progress_ = std::move(fn); }
+  // Checked between prefill chunks: when set, Prefill stops with a Cancelled status.
+  void set_cancel(const std::atomic<bool>* flag) { cancel_ = flag; }
 
   int64_t batch() const { return batch_; }
+  const model::GemmaModel& model() const { return model_; }
   int64_t position(int64_t b) const { return next_pos_[b]; }
+  int64_t max_batch() const { return opt_.max_batch; }
   const kv::KvCache& cache() const { return *cache_; }
   size_t activation_bytes() const { return act_.bytes(); }
+  size_t planned_bytes() const { return planned_bytes_; }  // everything Create() planned
   const SessionOptions& options() const { return opt_; }
 
  private:
@@ -95,25 +93,35 @@ class Session {
   // Every buffer of the session, sized by its plan (throws std::bad_alloc; Create catches it).
   Status Allocate(const SessionMemoryPlan& plan);
   Status ValidatePrompts(const std::vector<Prompt>& prompts) const;
-  // Split mode: copies the prefilled concat caches into the in-place cache (once per prompt).
-  Status HandOver();
+  // Prefill's next chunk per row (count_), ending before (not inside) an image block; the
+  // baselines' concat cache needs one common boundary for every row.
+  Status NextChunk(const std::vector<Prompt>& prompts, const std::vector<std::vector<int32_t>>& blocks,
+                   const std::vector<int64_t>& done);
+  // Fills the step staging from rows [0, rows) of `chunks`: S = the longest chunk (at least
+  // min_seq); counts in count_. Returns S.
+  int64_t Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq);
+  // Runs the staged step [B, S] on the live cache and advances each row's position.
+  Status RunStep(int64_t B, int64_t S, bool all_logits, const model::ActivationTap* tap);
 
   const model::GemmaModel& model_;
   SessionOptions opt_;
   ThreadPool* pool_;
-  std::unique_ptr<kv::KvCache> cache_;         // in-place cache (unified; split after the hand-over)
-  std::unique_ptr<kv::KvCache> concat_cache_;  // bias baseline (bias; split during prefill)
-  kv::KvCache* live_ = nullptr;                // the cache the next step uses
-  std::vector<float> dense_bias_;              // bias baseline's per-layer [B, 1, S, S_kv] mask
+  std::unique_ptr<kv::KvCache> cache_;      // the in-place cache
+  std::unique_ptr<BaselineMode> baseline_;  // bias / split modes only
+  kv::KvCache* live_ = nullptr;             // the cache the next step uses
   std::function<void(int64_t, int64_t)> progress_;
+  const std::atomic<bool>* cancel_ = nullptr;
   model::Activations act_;
   Arena attn_scratch_;
+  size_t planned_bytes_ = 0;
   int64_t batch_ = 0;
   std::vector<int64_t> next_pos_;  // [max_batch] next position per row
   // Step staging, sized [max_batch * max_chunk] (embeds: x hidden) in Create().
   std::vector<int32_t> tokens_, pos_, block_, count_;
   std::vector<uint8_t> use_embed_;
   std::vector<float> embeds_;
+  bool staged_blocks_ = false;     // some staged token is in an image block
+  std::vector<RowChunk> chunks_;   // [max_batch] Prefill's and Decode's rows
 };
 
 }  // namespace tessera::runtime

@@ -1,4 +1,4 @@
-#include "tokenizer/sentencepiece_tokenizer.h"
+#include "tessera/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 
