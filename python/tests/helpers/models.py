@@ -11,6 +11,8 @@ import struct
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# The C++ build whose binaries (tessera CLI, benchmarks) the subprocess tests run.
+BUILD_DIR = os.environ.get("TESSERA_BUILD_DIR", os.path.join(REPO, "build", "release"))
 MODELS_DIR = os.path.join(REPO, "tests", "testdata", "models")
 NAMES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified"]
 
