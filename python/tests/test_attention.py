@@ -1,61 +1,14 @@
 """tessera.attention / attention_bias against an independent numpy implementation of the mask
-definition (docs/attention.md), written here from the text, not from the C++."""
+definition (docs/attention.md; helpers/reference.py, written from the text, not from the C++)."""
 import math
 
 import numpy as np
 import pytest
 
 import tessera
-
-
-def numpy_visible(B, S_q, S_kv, q_pos, k_pos, kv_valid, causal, window, q_block, k_block):
-    vis = np.zeros((B, S_q, S_kv), dtype=bool)
-    left, right = window
-    for b in range(B):
-        for i in range(S_q):
-            for j in range(S_kv):
-                if j >= kv_valid[b]:
-                    continue
-                d = int(q_pos[b, i]) - int(k_pos[b, j])
-                if left >= 0 and d > left:
-                    continue
-                if right >= 0 and -d > right:
-                    continue
-                in_block = q_block is not None and q_block[b, i] >= 0 and q_block[b, i] == k_block[b, j]
-                if causal and d < 0 and not in_block:
-                    continue
-                vis[b, i, j] = True
-    return vis
-
-
-def numpy_attention(q, k, v, vis, scale, softcap=0.0, bias=None):
-    B, Hq, S_q, D = q.shape
-    Hkv = k.shape[1]
-    group = Hq // Hkv
-    kk = np.repeat(k.astype(np.float64), group, axis=1)
-    vv = np.repeat(v.astype(np.float64), group, axis=1)
-    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), kk) * scale
-    if softcap > 0:
-        s = softcap * np.tanh(s / softcap)
-    if bias is not None:
-        s = s + np.broadcast_to(bias, s.shape)
-    mask = np.broadcast_to(vis[:, None], s.shape)
-    if bias is not None:
-        mask = mask & np.isfinite(np.broadcast_to(bias, s.shape))
-    s = np.where(mask, s, -np.inf)
-    m = np.max(s, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    w = np.where(mask, np.exp(s - m), 0.0)
-    denom = w.sum(-1, keepdims=True)
-    out = np.einsum("bhqk,bhkd->bhqd", w, vv) / np.where(denom > 0, denom, 1.0)
-    return out.astype(np.float32)
-
-
-def random_case(rng, B=2, Hq=4, Hkv=2, S_q=7, S_kv=40, D=16, Dv=12):
-    q = rng.standard_normal((B, Hq, S_q, D)).astype(np.float32)
-    k = rng.standard_normal((B, Hkv, S_kv, D)).astype(np.float32)
-    v = rng.standard_normal((B, Hkv, S_kv, Dv)).astype(np.float32)
-    return q, k, v
+from helpers import reference
+from helpers.inputs import qkv
+from helpers.tolerances import BF16_ULP
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -63,7 +16,7 @@ def random_case(rng, B=2, Hq=4, Hkv=2, S_q=7, S_kv=40, D=16, Dv=12):
 def test_matches_numpy(seed, kernel):
     rng = np.random.default_rng(seed)
     B, S_q, S_kv = 2, int(rng.integers(1, 9)), int(rng.integers(9, 150))
-    q, k, v = random_case(rng, B=B, S_q=S_q, S_kv=S_kv)
+    q, k, v = qkv(rng, B=B, S_q=S_q, S_kv=S_kv)
     kv_valid = np.array([rng.integers(S_q, S_kv + 1), S_kv], dtype=np.int32)
     k_pos = np.tile(np.arange(S_kv, dtype=np.int32), (B, 1))
     q_pos = kv_valid[:, None] - S_q + np.arange(S_q)[None, :]
@@ -77,8 +30,8 @@ def test_matches_numpy(seed, kernel):
     scale = 1.0 if seed % 4 == 0 else None
     got = tessera.attention(q, k, v, kv_valid=kv_valid, causal=causal, window=window, q_block=q_block,
                             k_block=k_block, softcap=softcap, scale=scale, kernel=kernel)
-    vis = numpy_visible(B, S_q, S_kv, q_pos, k_pos, kv_valid, causal, window, q_block, k_block)
-    want = numpy_attention(q, k, v, vis, 1.0 if scale else 1 / math.sqrt(q.shape[-1]), softcap)
+    vis = reference.visible(B, S_q, S_kv, q_pos, k_pos, kv_valid, causal, window, q_block, k_block)
+    want = reference.attention(q, k, v, vis, 1.0 if scale else 1 / math.sqrt(q.shape[-1]), softcap)
     # f32 kernels vs a float64 reference on values of magnitude ~1: see tests/attention_sweep_test.cc.
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
     bias = tessera.attention_bias(B, S_q, S_kv, kv_valid=kv_valid, causal=causal, window=window,
@@ -89,11 +42,11 @@ def test_matches_numpy(seed, kernel):
 
 def test_defaults_are_bottom_right_causal():
     rng = np.random.default_rng(0)
-    q, k, v = random_case(rng, B=1, S_q=3, S_kv=10)
+    q, k, v = qkv(rng, B=1, S_q=3, S_kv=10)
     got = tessera.attention(q, k, v)
     q_pos = np.array([[7, 8, 9]])
-    vis = numpy_visible(1, 3, 10, q_pos, np.arange(10)[None], [10], True, (-1, -1), None, None)
-    np.testing.assert_allclose(got, numpy_attention(q, k, v, vis, 1 / 4.0), atol=1e-5, rtol=1e-5)
+    vis = reference.visible(1, 3, 10, q_pos, np.arange(10)[None], [10], True, (-1, -1), None, None)
+    np.testing.assert_allclose(got, reference.attention(q, k, v, vis, 1 / 4.0), atol=1e-5, rtol=1e-5)
 
 
 def test_hf_sliding_window_convention():
@@ -107,7 +60,7 @@ def test_hf_sliding_window_convention():
 @pytest.mark.parametrize("kind", ["float", "bool"])
 def test_dense_bias_broadcast(kind):
     rng = np.random.default_rng(3)
-    q, k, v = random_case(rng, B=2, Hq=4, Hkv=1, S_q=5, S_kv=9)
+    q, k, v = qkv(rng, B=2, Hq=4, Hkv=1, S_q=5, S_kv=9)
     if kind == "float":
         bias = rng.uniform(-2, 2, (1, 4, 5, 9)).astype(np.float32)
         bias[0, 1, 2, :4] = -np.inf
@@ -117,13 +70,13 @@ def test_dense_bias_broadcast(kind):
         dense = np.where(bias, 0.0, -np.inf)
     got = tessera.attention(q, k, v, causal=False, bias=bias)
     vis = np.ones((2, 5, 9), dtype=bool)
-    want = numpy_attention(q, k, v, vis, 1 / math.sqrt(16), bias=dense)
+    want = reference.attention(q, k, v, vis, 1 / math.sqrt(16), bias=dense)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_fully_masked_rows_are_zero():
     rng = np.random.default_rng(1)
-    q, k, v = random_case(rng, B=2, S_q=4, S_kv=8)
+    q, k, v = qkv(rng, B=2, S_q=4, S_kv=8)
     out = tessera.attention(q, k, v, kv_valid=[0, 8], q_pos=np.zeros((2, 4), np.int32))
     assert np.all(out[0] == 0)
     assert np.all(np.isfinite(out))
@@ -144,36 +97,27 @@ def test_kv_dtype_rounds_like_numpy(kv_dtype):
         got = tessera._tessera._f32_to_bf16_bits(x)
     np.testing.assert_array_equal(got, want)
     # And attention with rounded K/V equals attention on the pre-rounded f32 values.
-    q, k, v = random_case(rng, S_kv=33)
+    q, k, v = qkv(rng, S_kv=33)
     cast = (lambda a: a.astype(np.float16).astype(np.float32)) if kv_dtype == "f16" else \
         (lambda a: a.astype(ml_dtypes.bfloat16).astype(np.float32))
     np.testing.assert_allclose(tessera.attention(q, k, v, kv_dtype=kv_dtype),
                                tessera.attention(q, cast(k), cast(v)), atol=1e-6, rtol=1e-6)
 
 
-def bf16(a):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    return np.asarray(a, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
-
-
 @pytest.mark.parametrize("hq, hkv, s_q, d", [(16, 1, 1, 256), (16, 1, 5, 64), (8, 2, 70, 32), (2, 2, 1, 16)])
 @pytest.mark.parametrize("kernel", ["auto", "reference", "prefill", "decode"])
 def test_bf16_precision_matches_numpy(hq, hkv, s_q, d, kernel):
     # precision="bf16": q and the normalized softmax weights rounded to bf16 (K/V are bf16 already),
-    # products exact, sums in float64 here. The kernels round the running numerators of each tile
-    # instead of the normalized weights: both are within 2^-8 of the exact weight, so outputs may
-    # differ by 2 * 2^-8 * max|v| beyond the f32 tolerance.
+    # products exact, sums in float64 in the reference. The kernels round the running numerators of
+    # each tile instead of the normalized weights: both are within 2^-8 of the exact weight, so
+    # outputs may differ by 2 * 2^-8 * max|v| beyond the f32 tolerance.
     rng = np.random.default_rng(hq + s_q + d)
     s_kv = 300
-    q, k, v = random_case(rng, B=1, Hq=hq, Hkv=hkv, S_q=s_q, S_kv=s_kv, D=d, Dv=d)
+    q, k, v = qkv(rng, B=1, Hq=hq, Hkv=hkv, S_q=s_q, S_kv=s_kv, D=d, Dv=d)
     got = tessera.attention(q, k, v, kv_dtype="bf16", precision="bf16", kernel=kernel)
-    kb, vb = np.repeat(bf16(k), hq // hkv, axis=1), np.repeat(bf16(v), hq // hkv, axis=1)
-    s = np.einsum("bhqd,bhkd->bhqk", bf16(q), kb) / math.sqrt(d)
-    q_pos = s_kv - s_q + np.arange(s_q)
-    s = np.where(np.arange(s_kv)[None, :] <= q_pos[:, None], s, -np.inf)
-    w = np.exp(s - s.max(-1, keepdims=True))
-    want = np.einsum("bhqk,bhkd->bhqd", bf16(w / w.sum(-1, keepdims=True)), vb)
-    np.testing.assert_allclose(got, want, atol=1e-4 + 2 * 2.0 ** -8 * np.abs(vb).max(), rtol=1e-4)
+    want = reference.bf16_precision_causal_attention(q, k, v)
+    v_max = np.abs(reference.round_bf16(v)).max()
+    np.testing.assert_allclose(got, want, atol=1e-4 + 2 * BF16_ULP * v_max, rtol=1e-4)
     # and it is not the f32 result: the rounding is really applied
     assert np.abs(got - tessera.attention(q, k, v, kv_dtype="bf16", kernel=kernel)).max() > 1e-5
     if kernel == "auto":
@@ -184,7 +128,7 @@ def test_bf16_precision_matches_numpy(hq, hkv, s_q, d, kernel):
 
 
 def test_bf16_precision_needs_bf16_kv():
-    q, k, v = random_case(np.random.default_rng(1))
+    q, k, v = qkv(np.random.default_rng(1))
     with pytest.raises(ValueError, match="precision bf16 needs bf16 K/V, got f32"):
         tessera.attention(q, k, v, precision="bf16")
     with pytest.raises(ValueError, match="unknown precision 'fp8'"):
@@ -204,20 +148,20 @@ def test_bf16_precision_needs_bf16_kv():
 ])
 def test_bad_input_raises(kwargs, message):
     rng = np.random.default_rng(0)
-    q, k, v = random_case(rng, B=2, S_q=3, S_kv=10)
+    q, k, v = qkv(rng, B=2, S_q=3, S_kv=10)
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
         tessera.attention(q, k, v, **kwargs)
 
 
 def test_bad_shapes_raise():
     rng = np.random.default_rng(0)
-    q, k, v = random_case(rng, Hq=3, Hkv=2)
+    q, k, v = qkv(rng, Hq=3, Hkv=2)
     with pytest.raises(ValueError, match="not a multiple of kv heads"):
         tessera.attention(q, k, v)
-    q, k, v = random_case(rng, D=520, Dv=8)
+    q, k, v = qkv(rng, D=520, Dv=8)
     with pytest.raises(ValueError, match="exceeds the supported maximum 512"):
         tessera.attention(q, k, v)
-    q, k, v = random_case(rng)
+    q, k, v = qkv(rng)
     with pytest.raises(ValueError, match="batch mismatch"):
         tessera.attention(q, k[:1], v[:1])
     with pytest.raises(ValueError, match="4-D"):

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-BUILD = os.environ.get("TESSERA_BUILD_DIR", os.path.join(REPO, "build", "release"))
+from helpers.models import BUILD_DIR as BUILD, MODELS_DIR
+
 TESSERA = os.path.join(BUILD, "tessera")
-TEXT_MODEL = os.path.join(REPO, "tests", "testdata", "models", "gemma3_text")
+TEXT_MODEL = os.path.join(MODELS_DIR, "gemma3_text")
 
 pytestmark = pytest.mark.skipif(not os.access(TESSERA, os.X_OK), reason=f"{TESSERA} is not built")
 

@@ -7,8 +7,9 @@ import threading
 import numpy as np
 
 import tessera
+from helpers.inputs import qkv
+from helpers.models import MODELS_DIR
 
-MODELS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "testdata", "models")
 THREADS = 2   # the shared pool every call below uses
 
 
@@ -25,11 +26,7 @@ def _inputs():
 
 
 def _attention_case(seed):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((1, 4, 80, 32), dtype=np.float32)
-    k = rng.standard_normal((1, 2, 80, 32), dtype=np.float32)
-    v = rng.standard_normal((1, 2, 80, 32), dtype=np.float32)
-    return q, k, v
+    return qkv(np.random.default_rng(seed), B=1, Hq=4, Hkv=2, S_q=80, S_kv=80, D=32, Dv=32, draw=np.float32)
 
 
 def _attend(case):

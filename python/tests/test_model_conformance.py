@@ -13,29 +13,19 @@ bf16 weights (golden_bf16.npz, section "bf16 weights" below): with the same bf16
 compute, the same 1e-4 bar; against transformers run in bf16, a tolerance of 4 * layers * 2^-8 derived
 from bf16 precision, and tessera must be closer to the float32 golden than transformers-in-bf16 is.
 """
+import json
 import os
 import shutil
+import struct
 
 import numpy as np
 import pytest
 
 import tessera
+from helpers.models import MODELS_DIR, NAMES, copy_config, load_golden, mm_kwargs, read_safetensors
+from helpers.tolerances import BF16_ULP
 
-MODELS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "testdata", "models")
-NAMES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified"]
 REL_TOL = 1e-4
-
-
-def load_golden(name):
-    return dict(np.load(os.path.join(MODELS_DIR, name, "golden.npz")))
-
-
-def mm_kwargs(z, prefix=""):
-    kw = {}
-    for key in ("token_type_ids", "mm_token_type_ids", "image_embeds"):
-        if prefix + key in z:
-            kw[key] = z[prefix + key]
-    return kw
 
 
 def first_divergence(model, z):
@@ -165,7 +155,7 @@ def test_bf16_kv_cache_stays_close(case):
 # rounding: bf16 weights alone (one 2^-9 rounding per weight) already move the logits by 1.3-4.6e-2.
 # (This test found that conversion on load first left the 1-D tensors -- norm weights, layer_scalar -- in f32;
 # src/model/weight_loader.cc now rounds them through the target dtype like every other weight.)
-BF16_ULP = 2.0 ** -8
+# BF16_ULP = 2^-8 (helpers/tolerances.py).
 
 
 def bf16_tol(num_layers):
@@ -179,21 +169,15 @@ def rel_errors(got, ref, mask):
 
 def write_bf16_checkpoint(src, dst):
     """config.json + model.safetensors of `src` with every F32 tensor rounded to nearest-even bf16, stored as BF16."""
-    import json
-    import struct
-    os.makedirs(dst, exist_ok=True)
-    shutil.copyfile(os.path.join(src, "config.json"), os.path.join(dst, "config.json"))
-    with open(os.path.join(src, "model.safetensors"), "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    copy_config(src, dst)
+    header, base, data = read_safetensors(os.path.join(src, "model.safetensors"))
     out_header, chunks, offset = {}, [], 0
     for key, v in header.items():
         if key == "__metadata__":
             out_header[key] = v
             continue
         a, b = v["data_offsets"]
-        raw, dtype = data[8 + n + a:8 + n + b], v["dtype"]
+        raw, dtype = data[base + a:base + b], v["dtype"]
         if dtype == "F32":
             u = np.frombuffer(raw, dtype=np.uint32).astype(np.uint64)
             assert np.all((u & 0x7F800000) != 0x7F800000), key           # no inf / nan in these weights
@@ -219,7 +203,7 @@ def bf16_case(request, tmp_path_factory):
         write_bf16_checkpoint(os.path.join(MODELS_DIR, name), d)
         model = tessera.Model.load(d, dtype="auto", max_batch=2, max_context=64, max_chunk=32)
     z = load_golden(name)
-    zb = dict(np.load(os.path.join(MODELS_DIR, name, "golden_bf16.npz")))
+    zb = load_golden(name, "golden_bf16.npz")
     got = model.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
     return name, source, z, zb, got
 
@@ -257,7 +241,7 @@ def test_bf16_attention_within_bf16_tolerance_of_transformers_bf16(name):
     model = tessera.Model.load(os.path.join(MODELS_DIR, name), dtype="bfloat16", max_batch=2, max_context=64,
                                max_chunk=32, kv_dtype="bfloat16", attention_precision="bfloat16")
     z = load_golden(name)
-    zb = dict(np.load(os.path.join(MODELS_DIR, name, "golden_bf16.npz")))
+    zb = load_golden(name, "golden_bf16.npz")
     got = model.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
     mask = z["attention_mask"].astype(bool)
     err_hf = float(rel_errors(got, zb["logits_bf16"], mask).max())
@@ -272,7 +256,7 @@ def test_bf16_matmuls_within_bf16_tolerance_of_transformers_bf16(name):
     # with the weights read as stored (repack=False: blocks packed per call, not at load), within the
     # float32 bar of the repacked run (the same bf16 products, summed in other blocks).
     z = load_golden(name)
-    zb = dict(np.load(os.path.join(MODELS_DIR, name, "golden_bf16.npz")))
+    zb = load_golden(name, "golden_bf16.npz")
     mask = z["attention_mask"].astype(bool)
     got = {}
     for mp, repack in (("float32", True), ("bfloat16", True), ("bfloat16", False)):

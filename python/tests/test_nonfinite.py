@@ -5,24 +5,22 @@ nothing whatever it holds. Weights: a checkpoint with a non-finite weight fails 
 naming the tensor and element). Generation: non-finite logits stop generate() with a ValueError naming
 the step and row instead of yielding a token.
 """
-import json
 import os
-import shutil
 import struct
 
 import numpy as np
 import pytest
 
 import tessera
+from helpers.inputs import qkv
+from helpers.models import MODELS_DIR, copy_config, read_safetensors
 
-MODELS_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "testdata", "models")
 KERNELS = ["reference", "prefill", "decode"]
 
 
 def causal_problem(seed=0, B=1, H=4, S=80, D=32):
-    rng = np.random.default_rng(seed)
-    q, k, v = (rng.standard_normal((B, H, S, D)).astype(np.float32) for _ in range(3))
-    return q, k, v
+    """q, k, v [B, H, S, D]: as many kv heads as query heads, as many keys as queries."""
+    return qkv(np.random.default_rng(seed), B=B, Hq=H, Hkv=H, S_q=S, S_kv=S, D=D, Dv=D)
 
 
 @pytest.mark.parametrize("precision", ["f32", "bf16"])
@@ -58,15 +56,12 @@ def test_attention_non_finite_key_and_value(kernel, precision, bad):
 
 def patched_checkpoint(src, dst, suffix, index, value):
     """config.json + model.safetensors of `src` with element `index` of the F32 tensor named ...`suffix` set."""
-    os.makedirs(dst, exist_ok=True)
-    shutil.copyfile(os.path.join(src, "config.json"), os.path.join(dst, "config.json"))
-    with open(os.path.join(src, "model.safetensors"), "rb") as f:
-        data = bytearray(f.read())
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    copy_config(src, dst)
+    header, base, data = read_safetensors(os.path.join(src, "model.safetensors"))
+    data = bytearray(data)
     key = next(k for k in header if k.endswith(suffix))
     assert header[key]["dtype"] == "F32"
-    at = 8 + n + header[key]["data_offsets"][0] + 4 * index
+    at = base + header[key]["data_offsets"][0] + 4 * index
     data[at:at + 4] = struct.pack("<f", value)
     with open(os.path.join(dst, "model.safetensors"), "wb") as f:
         f.write(data)

@@ -19,51 +19,19 @@
 # Those are tested against the reference (test_reference_only_masks); test_ort_refuses_... records
 # the refusal so a future onnxruntime that accepts them is noticed.
 #
-# Tolerance: inputs are N(0, 1) float32 and Y is a convex combination of V rows (|Y| < ~4). Both
-# sides accumulate q.k (D <= 512 terms) and the softmax in float32 in different orders (ORT: MLAS
-# GEMM; Tessera: 8-lane partial sums, online softmax over 64-key tiles), which moves Y by a few
-# float32 ulps of the score magnitude: observed <= 1e-6. atol = rtol = 1e-5 leaves ~10x margin and
-# still catches any masking/offset error (those move Y by O(0.1)).
+# Tolerance: ATOL = RTOL = 1e-5, float32 against float32 in another summation order (see
+# helpers/tolerances.py); D <= 512 terms per score, observed <= 1e-6.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
 
 import tessera
-
-ATOL = RTOL = 1e-5
-OUTPUTS = ("Y", "present_key", "present_value")
-INPUT_ORDER = ("Q", "K", "V", "attn_mask", "past_key", "past_value", "nonpad_kv_seqlen")
-
-
-def _model(opset, feeds, attrs):
-    """One Attention node; `feeds` maps input names (INPUT_ORDER) to arrays, absent = omitted."""
-    names = [n if feeds.get(n) is not None else "" for n in INPUT_ORDER]
-    while names and names[-1] == "":
-        names.pop()
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), feeds[n].shape)
-              for n in names if n]
-    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in OUTPUTS]
-    attrs = {k: v for k, v in attrs.items() if v is not None}
-    node = helper.make_node("Attention", names, list(OUTPUTS), **attrs)
-    model = helper.make_model(helper.make_graph([node], "attention", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model, {n: feeds[n] for n in names if n}
-
-
-def run_ort(opset, feeds, attrs):
-    model, f = _model(opset, feeds, attrs)
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, f)
-
-
-def run_reference(opset, feeds, attrs):
-    model, f = _model(opset, feeds, attrs)
-    return ReferenceEvaluator(model).run(None, f)
+from helpers.inputs import randn
+from helpers.ort_graphs import ATTENTION_OUTPUTS as OUTPUTS
+from helpers.ort_graphs import run_attention_ort as run_ort
+from helpers.ort_graphs import run_attention_reference as run_reference
+from helpers.tolerances import ATOL, RTOL, assert_outputs_close
 
 
 def run_tessera(opset, feeds, attrs, kernel="auto"):
@@ -75,9 +43,7 @@ def run_tessera(opset, feeds, attrs, kernel="auto"):
 
 
 def assert_same(got, want, what=""):
-    for name, g, w in zip(OUTPUTS, got, want):
-        assert g.shape == w.shape, f"{what} {name}: shape {g.shape} != {w.shape}"
-        np.testing.assert_allclose(g, w, atol=ATOL, rtol=RTOL, err_msg=f"{what} {name}")
+    assert_outputs_close(OUTPUTS, got, want, what)
 
 
 def make_feeds(seed, B, Hq, Hkv, S_q, S_kv, D, Dv=None, *, rank=4, past=0, mask_shape=None, mask_kind=None,
@@ -85,7 +51,7 @@ def make_feeds(seed, B, Hq, Hkv, S_q, S_kv, D, Dv=None, *, rank=4, past=0, mask_
     """Random inputs; returns (feeds, attrs with head counts for rank 3)."""
     rng = np.random.default_rng(seed)
     Dv = D if Dv is None else Dv
-    r = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
+    r = lambda *s: randn(rng, *s)  # noqa: E731
     if rank == 4:
         feeds = {"Q": r(B, Hq, S_q, D), "K": r(B, Hkv, S_kv, D), "V": r(B, Hkv, S_kv, Dv)}
         attrs = {}

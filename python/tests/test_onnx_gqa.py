@@ -15,91 +15,20 @@
 # values there that no mask explains, see test_padding_rows_follow_positions) and cache rows
 # >= T_b (ORT also writes the padding rows of a prompt there). onnxruntime accepts a batch > 1
 # with S > 1 and a past only through query_seqlens, which Tessera does not implement; that case
-# is covered against a float64 numpy model of the semantics above.
+# is covered against a float64 numpy model of the semantics above (helpers/reference.py).
 #
-# Tolerance: inputs are N(0, 1) float32; outputs are convex combinations of V rows. Both sides
-# accumulate in float32 in different orders (ORT: MLAS GEMM + softmax per row; Tessera: 8-lane
-# dot products, online softmax over 64-key tiles, split-K merge in decode), observed differences
-# <= 1e-6; atol = rtol = 1e-5 leaves ~10x margin while any off-by-one in positions, windows or
-# cache offsets moves outputs by O(0.1).
+# Tolerance: ATOL = RTOL = 1e-5, float32 against float32 in another summation order (see
+# helpers/tolerances.py); observed differences <= 1e-6.
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
 import tessera
-
-ATOL = RTOL = 1e-5
-INPUT_ORDER = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
-               "cos_cache", "sin_cache", "position_ids", "attention_bias")
-OUTPUTS = ("output", "present_key", "present_value")
-
-
-def run_ort(query, key, value, past_key, past_value, seqlens_k, total, attention_bias=None, **attrs):
-    feeds = {"query": query, "key": key, "value": value, "past_key": past_key, "past_value": past_value,
-             "seqlens_k": np.asarray(seqlens_k, np.int32), "total_sequence_length": np.array(total, np.int32),
-             "attention_bias": attention_bias}
-    names = [n if feeds.get(n) is not None else "" for n in INPUT_ORDER]
-    while names[-1] == "":
-        names.pop()
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), feeds[n].shape)
-              for n in names if n]
-    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in OUTPUTS]
-    node = helper.make_node("GroupQueryAttention", names, list(OUTPUTS), domain="com.microsoft", **attrs)
-    model = helper.make_model(helper.make_graph([node], "gqa", inputs, outputs),
-                              opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 10
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, {n: feeds[n] for n in names if n})
-
-
-def reference(query, cache_k, cache_v, seqlens_k, num_heads, kv_num_heads, local_window_size=-1, softcap=0.0,
-              scale=None, attention_bias=None):
-    """float64 numpy model of the documented semantics; reads the updated cache [B, Hkv, C, D]."""
-    B, S, _ = query.shape
-    D = cache_k.shape[3]
-    group = num_heads // kv_num_heads
-    scale = 1 / np.sqrt(D) if not scale else scale
-    q = query[:, :, :num_heads * D].reshape(B, S, num_heads, D).astype(np.float64)
-    out = np.zeros((B, S, num_heads, D))
-    for b in range(B):
-        T = int(seqlens_k[b]) + 1
-        P = T - min(S, T)
-        for h in range(num_heads):
-            k = cache_k[b, h // group, :T].astype(np.float64)
-            v = cache_v[b, h // group, :T].astype(np.float64)
-            for s in range(S):
-                pos, j = P + s, np.arange(T)
-                visible = j <= pos
-                if local_window_size >= 0:
-                    visible &= pos - j < local_window_size
-                if not visible.any():
-                    continue
-                sc = k @ q[b, s, h] * scale
-                if softcap > 0:
-                    sc = softcap * np.tanh(sc / softcap)
-                if attention_bias is not None:
-                    sc = sc + attention_bias[min(b, attention_bias.shape[0] - 1), min(h, attention_bias.shape[1] - 1),
-                                             s, :T]
-                sc = np.where(visible, sc, -np.inf)
-                if np.isneginf(sc.max()):  # every visible key has a -inf bias: zero row
-                    continue
-                w = np.exp(sc - sc.max())
-                out[b, s, h] = (w / w.sum()) @ v
-    return out.reshape(B, S, num_heads * D)
-
-
-class Step:
-    """Random inputs of one step: query/key/value (or packed QKV) for S tokens of B rows."""
-
-    def __init__(self, rng, B, S, Hq, Hkv, D, packed):
-        r = lambda *s: rng.standard_normal(s, dtype=np.float32)  # noqa: E731
-        self.query, self.key, self.value = r(B, S, Hq * D), r(B, S, Hkv * D), r(B, S, Hkv * D)
-        if packed:
-            self.query = np.concatenate([self.query, self.key, self.value], axis=2)
-            self.key = self.value = None
+from helpers.inputs import GqaStep as Step
+from helpers.ort_graphs import run_gqa_ort as run_ort
+from helpers.reference import group_query_attention as reference
+from helpers.tolerances import ATOL, RTOL
 
 
 def compare_step(step, cache, ort_cache, seqlens_k, total, S, attrs, bias=None):

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import tessera
+from helpers.models import MODELS_DIR
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-TEXT_MODEL = os.path.join(REPO, "tests", "testdata", "models", "gemma3_text")
+TEXT_MODEL = os.path.join(MODELS_DIR, "gemma3_text")
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,10 @@ import textwrap
 import pytest
 
 import tessera
+from helpers.models import BUILD_DIR, MODELS_DIR, REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODELS_DIR = os.path.join(REPO, "tests", "testdata", "models")
 MODEL = os.path.join(MODELS_DIR, "gemma3")
-CLI = os.path.join(os.environ.get("TESSERA_BUILD_DIR", os.path.join(REPO, "build", "release")), "tessera")
+CLI = os.path.join(BUILD_DIR, "tessera")
 
 
 def test_session_larger_than_the_machine_is_refused_at_load():

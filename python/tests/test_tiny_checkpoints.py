@@ -17,15 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODELS_DIR = os.path.join(REPO, "tests", "testdata", "models")
-NAMES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified"]
+from helpers.models import MODELS_DIR, NAMES, REPO, read_safetensors
+
 ARCH = {"gemma3_text": "Gemma3ForCausalLM", "gemma3": "Gemma3ForConditionalGeneration",
         "gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration",
         "gemma4_unified": "Gemma4UnifiedForConditionalGeneration"}
@@ -40,11 +38,7 @@ _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np
 
 
 def load_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
+    header, base, data = read_safetensors(path)
     out = {}
     for k, v in header.items():
         if k == "__metadata__":

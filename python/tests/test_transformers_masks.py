@@ -5,8 +5,8 @@
     exactly (no torch needed).
 (b) live (needs torch + transformers): the golden cases are regenerated in-process and must equal both the
     committed files and Tessera; randomized cases (fixed seeds) are compared with Tessera.
-(c) tessera.attention with the same arguments == numpy softmax attention using transformers' float mask as
-    an additive bias (so the kernels use the mask that attention_bias exports).
+(c) tessera.attention with the same arguments == numpy softmax attention (helpers/reference.py) using
+    transformers' float mask as an additive bias (so the kernels use the mask that attention_bias exports).
 """
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ import pytest
 
 import tessera
 import tessera.hf as hf
+from helpers import reference
+from helpers.inputs import qkv
+from helpers.models import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN_DIR = os.path.join(REPO, "tests", "testdata", "masks")
 SCRIPT = os.path.join(REPO, "python", "scripts", "make_mask_goldens.py")
 GOLDENS = sorted(glob.glob(os.path.join(GOLDEN_DIR, "*.npz")))
@@ -323,32 +325,19 @@ def test_live_random_cases(script, seed):
 
 # ---------------------------------------------------------------------------------------------- (c) kernels
 
-def _numpy_attention(q, k, v, add_mask, scale):
-    """Transformers' eager attention in float64: softmax(q k^T * scale + mask) v, GQA by head // group."""
-    group = q.shape[1] // k.shape[1]
-    kk = np.repeat(k.astype(np.float64), group, axis=1)
-    vv = np.repeat(v.astype(np.float64), group, axis=1)
-    s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), kk) * scale + add_mask.astype(np.float64)
-    s -= s.max(axis=-1, keepdims=True)
-    p = np.exp(s)
-    p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("bhij,bhjd->bhid", p, vv)
-
-
 @pytest.mark.parametrize("path", GOLDENS, ids=[os.path.basename(p)[:-4] for p in GOLDENS])
 def test_attention_kernels_use_the_transformers_mask(path):
     arrays, meta = _load(path)
     rng = np.random.default_rng(7)
     Hq, Hkv, D = 4, 2, 16
     for label, args, B, S_q, S_kv, ref_f, ref_b in _layers(arrays, meta):
-        q = rng.standard_normal((B, Hq, S_q, D), dtype=np.float32)
-        k = rng.standard_normal((B, Hkv, S_kv, D), dtype=np.float32)
-        v = rng.standard_normal((B, Hkv, S_kv, D), dtype=np.float32)
+        q, k, v = qkv(rng, B, Hq, Hkv, S_q, S_kv, D, D, draw=np.float32)
         scale = 1.0 / np.sqrt(D)
-        ref = _numpy_attention(q, k, v, ref_f, scale)
+        # Transformers' eager attention: its float mask (0 / float32 min) is only added to the scores.
+        want = reference.attention(q, k, v, None, scale, bias=ref_f, out_dtype=np.float64)
         has_key = ref_b[:, 0].any(axis=-1)            # [B, S_q]; rows with no visible key: HF averages all
-        rows = np.broadcast_to(has_key[:, None, :, None], ref.shape)   # values, Tessera returns zeros
+        rows = np.broadcast_to(has_key[:, None, :, None], want.shape)   # values, Tessera returns zeros
         for kernel in ("reference", "prefill", "decode"):
             out = tessera.attention(q, k, v, scale=scale, kernel=kernel, **args)
-            np.testing.assert_allclose(out[rows], ref[rows], rtol=2e-5, atol=2e-5, err_msg=f"{label} {kernel}")
+            np.testing.assert_allclose(out[rows], want[rows], rtol=2e-5, atol=2e-5, err_msg=f"{label} {kernel}")
             assert np.all(out[~rows] == 0), f"{label} {kernel}: fully masked rows must be zero"
