@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import tessera
+from helpers.models import MODELS_DIR
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MODEL = os.path.join(REPO, "tests", "testdata", "models", "gemma4")
+MODEL = os.path.join(MODELS_DIR, "gemma4")
 
 
 @pytest.fixture(scope="module")
