@@ -25,7 +25,7 @@ struct WeightLoadOptions {
   // converted to bf16 (convert_to) keeps both copies.
   std::optional<ops::MatmulPrecision> pack_panels_for;
   // Threads to pack on (null: the calling thread). Packing writes fresh memory, whose first touch
-  // dominates loading: 4.4 GiB of Gemma-4-width panels 1.3-11 s on one thread here.
+  // dominates loading (bench/results/kernel_choices.md, "Panels on huge pages").
   ThreadPool* pool = nullptr;
 };
 

@@ -91,7 +91,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   m->pool_ = options.pool;
   if (!m->pool_) {
     StatusOr<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(options.threads > 0 ? options.threads : DefaultThreadCount());
-    if (!pool.ok()) return pool.status();
+    if (!pool.ok()) return Status(pool.status().code(), "threads (--threads): " + pool.status().message());
     m->own_pool_ = std::move(pool.value());
     m->pool_ = m->own_pool_.get();
   }
