@@ -13,6 +13,7 @@
 // bf16 model computes in transformers); products stay exact and sums f32.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -128,6 +129,13 @@ Status ValidateAttention(const AttentionParams& p);
 
 // The kernel kAuto would pick for these params.
 AttentionKernel ChooseAttentionKernel(const AttentionParams& p);
+
+// Bytes of scratch arena Attention() reserves for params of this shape run by `kernel` (kAuto:
+// the one ChooseAttentionKernel picks; kReference needs none) with `num_threads` threads. Only
+// shapes, dtypes and precision are read, so a planner may pass null data: sessions size their
+// arena with it up front instead of growing it mid-run.
+size_t AttentionScratchBytes(const AttentionParams& p, int num_threads,
+                             AttentionKernel kernel = AttentionKernel::kAuto);
 
 // Validates, then runs the requested kernel (kAuto: dispatch picks one).
 Status Attention(const AttentionParams& p, AttentionContext& ctx,
