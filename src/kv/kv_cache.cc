@@ -8,6 +8,7 @@
 #include "kv/dense_store.h"
 #include "kv/ring_store.h"
 #include "kv/slot_buffer.h"
+#include "tessera/attention.h"  // kMaxHeadDim
 
 namespace tessera::kv {
 

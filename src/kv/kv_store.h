@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "tessera/attention.h"
+#include "tessera/tensor_view.h"
 #include "tessera/status.h"
 
 namespace tessera::kv {
