@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "kv/kv_cache.h"
-#include "kv/reference_configs.h"
+#include "model/reference_configs.h"
 #include "model/loaded_model.h"
 #include "runtime/session.h"
 
@@ -85,7 +85,7 @@ int KvMemoryCommand(int argc, char** argv) {
   for (int64_t ctx : contexts) {
     for (int m = 0; m < 2; ++m) {
       const int64_t c = std::min(max_chunk.value(), ctx);
-      const kv::KvCacheConfig cfg = m == 0 ? kv::Gemma4_12BCache(ctx, c) : kv::Gemma3_12BCache(ctx, c);
+      const kv::KvCacheConfig cfg = m == 0 ? model::Gemma4_12BCache(ctx, c) : model::Gemma3_12BCache(ctx, c);
       StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(cfg);
       if (!plan.ok()) {
         std::fprintf(stderr, "tessera kv-memory: %s\n", plan.status().message().c_str());
