@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "kv/kv_cache.h"
 #include "model/reference_configs.h"
-#include "kv/ring_store.h"
+#include "tessera/kv/kv_cache.h"
+#include "tessera/kv/ring_store.h"
 
 namespace tessera::kv {
 namespace {

@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "ops/simd.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
 
 namespace tessera::ops {

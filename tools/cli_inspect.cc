@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "cli.h"
-#include "kv/kv_cache.h"
+#include "tessera/kv/kv_cache.h"
 #include "model/reference_configs.h"
 #include "model/loaded_model.h"
 #include "runtime/session.h"

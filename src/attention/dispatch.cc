@@ -3,7 +3,7 @@
 #include <string>
 
 #include "attention/kernels.h"
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 namespace tessera {

@@ -2,7 +2,7 @@
 // knowledge (layer counts, head shapes, window), so it lives here rather than in kv.
 #pragma once
 
-#include "kv/kv_cache.h"
+#include "tessera/kv/kv_cache.h"
 
 namespace tessera::model {
 

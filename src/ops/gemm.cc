@@ -1,4 +1,4 @@
-#include "ops/gemm.h"
+#include "tessera/gemm.h"
 
 #include <algorithm>
 #include <cstdint>

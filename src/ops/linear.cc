@@ -1,12 +1,12 @@
-#include "ops/linear.h"
+#include "tessera/linear.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "ops/bf16_dot.h"
-#include "ops/gemm.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
+#include "tessera/gemm.h"
 
 namespace tessera::ops {
 namespace {
