@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "bench_args.h"
 #include "roofline.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 using namespace tessera;

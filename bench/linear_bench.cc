@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "ops/gemm.h"
-#include "ops/linear.h"
 #include "bench_args.h"
 #include "roofline.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
 
 using namespace tessera;
 

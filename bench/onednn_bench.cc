@@ -27,12 +27,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "ops/gemm.h"
-#include "ops/linear.h"
 #include "bench_args.h"
 #include "roofline.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
 
 using namespace tessera;
 
@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
         // oneDNN's OpenMP threads spin for a while after each call, and Tessera's pool workers
         // after theirs: a pause lets each side's threads go to sleep before the other is timed.
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        // Tessera with the rounded-x scratch the model passes (ops/gemm.h).
+        // Tessera with the rounded-x scratch the model passes (tessera/gemm.h).
         AlignedBuffer x_pairs(ops::GemmScratchWords(n, s.in) * 4);
         const double ms_t = bench::MedianMs(reps, [&] {
           ops::Linear(wv, x.data(), n, s.in, y_t.data(), s.out, &pool, precision, x_pairs.as<uint32_t>());

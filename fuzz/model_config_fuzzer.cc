@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "fuzz_check.h"
-#include "kv/layer_map.h"
 #include "model/config.h"
 #include "model/rope_config.h"
+#include "tessera/kv/layer_map.h"
 
 namespace {
 

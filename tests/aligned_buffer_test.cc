@@ -1,5 +1,5 @@
 // AlignedBuffer and Arena: alignment, zero fill, growth, slicing and overflow.
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 
 #include <gtest/gtest.h>
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "attention_problem.h"
-#include "core/aligned_buffer.h"
 #include "ops/bf16_dot.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 #include "tessera/dtype.h"
 

@@ -21,8 +21,8 @@
 
 #include "attention/mask.h"
 #include "attention_problem.h"
-#include "core/aligned_buffer.h"
 #include "ops/bf16_dot.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 namespace tessera {

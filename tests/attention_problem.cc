@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/mask.h"
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 
 namespace tessera::testing {
 

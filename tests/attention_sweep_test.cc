@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "attention_problem.h"
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 namespace tessera {

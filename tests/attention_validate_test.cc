@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 namespace tessera {

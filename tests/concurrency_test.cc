@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "runtime/session.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 #include "tessera/thread_pool.h"
 #include "tiny_model.h"

@@ -4,15 +4,15 @@
 
 #include <vector>
 
-#include "kv/kv_cache.h"
-#include "kv/reference_configs.h"
-#include "kv/ring_store.h"
+#include "model/reference_configs.h"
+#include "tessera/kv/kv_cache.h"
+#include "tessera/kv/ring_store.h"
 
 namespace tessera::kv {
 namespace {
 
-KvCacheConfig Gemma4_12B(int64_t context, int64_t max_chunk) { return Gemma4_12BCache(context, max_chunk); }
-KvCacheConfig Gemma3_12B(int64_t context, int64_t max_chunk) { return Gemma3_12BCache(context, max_chunk); }
+KvCacheConfig Gemma4_12B(int64_t context, int64_t max_chunk) { return model::Gemma4_12BCache(context, max_chunk); }
+KvCacheConfig Gemma3_12B(int64_t context, int64_t max_chunk) { return model::Gemma3_12BCache(context, max_chunk); }
 
 TEST(KvCache, Gemma4_12BAt32kFitsUnder0_9GiB) {
   const KvCacheConfig cfg = Gemma4_12B(32768, 256);

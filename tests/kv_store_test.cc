@@ -7,12 +7,12 @@
 #include <random>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "kv/concat_store.h"
-#include "kv/dense_store.h"
-#include "kv/external_store.h"
-#include "kv/ring_store.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
+#include "tessera/kv/concat_store.h"
+#include "tessera/kv/dense_store.h"
+#include "tessera/kv/external_store.h"
+#include "tessera/kv/ring_store.h"
 
 namespace tessera::kv {
 namespace {

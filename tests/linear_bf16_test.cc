@@ -11,12 +11,12 @@
 #include <random>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "ops/bf16_dot.h"
-#include "ops/gemm.h"
-#include "ops/linear.h"
-#include "runtime/session.h"
 #include "linear_check.h"
+#include "ops/bf16_dot.h"
+#include "runtime/session.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
 #include "tiny_model.h"
 
 namespace tessera {

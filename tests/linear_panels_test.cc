@@ -15,15 +15,15 @@
 #include <random>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "io/safetensors_checkpoint.h"
 #include "io/safetensors_writer.h"
+#include "linear_check.h"
 #include "model/loaded_model.h"
 #include "ops/bf16_dot.h"
-#include "ops/gemm.h"
-#include "ops/linear.h"
 #include "runtime/session.h"
-#include "linear_check.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
 
 namespace tessera {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "onnx/attention.h"
-#include "onnx/group_query_attention.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/onnx/attention.h"
+#include "tessera/onnx/group_query_attention.h"
 
 namespace tessera::onnx {
 namespace {

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "ops/elementwise.h"
-#include "ops/gemm.h"
-#include "ops/linear.h"
 #include "ops/simd.h"
 #include "runtime/sampler.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
 
 namespace tessera {
 namespace {

@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <new>
 
-#include "core/aligned_buffer.h"
-#include "kv/kv_cache.h"
 #include "runtime/session.h"
 #include "runtime/session_plan.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/kv/kv_cache.h"
 #include "tiny_model.h"
 
 namespace tessera {

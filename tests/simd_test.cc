@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "ops/simd.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
 
 namespace tessera::ops {
@@ -76,7 +76,7 @@ TEST(Simd, AllImplementationsMatchDoubleReferences) {
           EncodeFromF32(dt, rows.data(), enc.data(), rows.size());
           std::vector<float> dec(rows.size());
           DecodeToF32(dt, enc.data(), dec.data(), rows.size());
-          s.DotRows4(which, a.data(), enc.data(), st, n, out);
+          s.DotRows4(dt, a.data(), enc.data(), st, n, out);
           for (int r = 0; r < 4; ++r) {
             double want = 0, mag = 0;
             for (int64_t i = 0; i < n; ++i) want += double(a[i]) * dec[r * st + i], mag += std::fabs(double(a[i]) * dec[r * st + i]);
@@ -84,7 +84,7 @@ TEST(Simd, AllImplementationsMatchDoubleReferences) {
           }
           // Two f32 rows (a and the f32 row 1 of `rows`) against stored row 0.
           float out2[2];
-          s.Dot2(which, a.data(), rows.data() + st, enc.data(), n, out2);
+          s.Dot2(dt, a.data(), rows.data() + st, enc.data(), n, out2);
           for (int r = 0; r < 2; ++r) {
             const float* ar = r == 0 ? a.data() : rows.data() + st;
             double want = 0, mag = 0;
@@ -110,7 +110,7 @@ TEST(Simd, AllImplementationsMatchDoubleReferences) {
           xs[j] = which == 0 ? static_cast<const void*>(xf.data() + j * n) : static_cast<const void*>(xh.data() + j * n);
         const float w4[4] = {alpha, -0.5f, 0.25f, 2.0f};
         std::vector<float> out4 = y;
-        s.Axpy4(which, out4.data(), w4, xs, n);
+        s.Axpy4(dt, out4.data(), w4, xs, n);
         for (int64_t i = 0; i < n; ++i) {
           double want = y[i], mag = std::fabs(y[i]);
           for (int j = 0; j < 4; ++j) want += double(w4[j]) * xd[j * n + i], mag += std::fabs(double(w4[j]) * xd[j * n + i]);
@@ -145,7 +145,7 @@ TEST(Simd, GemmPackAndTileMatchScalarFmaChains) {
         DecodeToF32(dt, w.data(), wide.data(), wf.size());
         AlignedBuffer bp_buf(kc * 16 * sizeof(float));  // the packed panel is 64-byte aligned, as in ops/gemm.cc
         float* bp = static_cast<float*>(bp_buf.data());
-        s.pack_panel16(static_cast<int>(dt), w.data(), st, rows, kc, bp);
+        s.pack_panel16(dt, w.data(), st, rows, kc, bp);
         for (int64_t kk = 0; kk < kc; ++kk)
           for (int j = 0; j < 16; ++j)
             ASSERT_EQ(bp[kk * 16 + j], j < rows ? wide[j * st + kk] : 0.0f) << DTypeName(dt) << " k=" << kk << " j=" << j;
@@ -182,7 +182,7 @@ TEST(Simd, GemmPackAndTileMatchScalarFmaChains) {
         const int64_t cols = std::max<int64_t>(1, st - trial % 4);
         AlignedBuffer rp_buf(((cols + 15) / 16) * kc * 16 * sizeof(float));
         float* rp = static_cast<float*>(rp_buf.data());
-        s.pack_rows16(static_cast<int>(dt), bs.data(), st, kc, cols, rp);
+        s.pack_rows16(dt, bs.data(), st, kc, cols, rp);
         for (int64_t p = 0; p * 16 < cols; ++p)
           for (int64_t kk = 0; kk < kc; ++kk)
             for (int j = 0; j < 16; ++j)
@@ -191,7 +191,7 @@ TEST(Simd, GemmPackAndTileMatchScalarFmaChains) {
         const int nr = static_cast<int>(std::clamp<int64_t>(st - trial % 3, 1, 16));
         for (float& v : c) v = nd(rng);
         want = c;
-        s.gemm_tile_b(static_cast<int>(dt), ap, bs.data(), st, kc, c.data(), 20, mr, nr, acc);
+        s.gemm_tile_b(dt, ap, bs.data(), st, kc, c.data(), 20, mr, nr, acc);
         for (int r = 0; r < 6; ++r)
           for (int j = 0; j < 20; ++j) {
             if (r >= mr || j >= nr) {

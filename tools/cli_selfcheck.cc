@@ -11,12 +11,11 @@
 #include <vector>
 
 #include "cli.h"
-#include "core/aligned_buffer.h"
-#include "ops/bf16_dot.h"
-#include "ops/gemm.h"
-#include "ops/linear.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 #include "tessera/dtype.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
 
 namespace tessera::cli {
 namespace {
@@ -116,13 +115,14 @@ int CheckLinear(ThreadPool& pool, std::mt19937& rng) {
   const ops::WeightView wv{w.data(), DType::kBF16, out, in};
   ops::WeightView packed = wv;
   AlignedBuffer panels(ops::PairPanelWords(out, in) * sizeof(uint32_t));
+  // Packing succeeds exactly where the CPU has the bf16 dot product, so `pairs` also says which path runs.
   if (ops::PackPairPanels(wv, panels.as<uint32_t>())) packed.pairs = panels.as<uint32_t>();
   ops::WeightView widened = wv;  // f32 panels (widening bf16 is exact)
   AlignedBuffer f32_panels(ops::F32PanelFloats(out, in) * sizeof(float));
   ops::PackF32Panels(wv, f32_panels.as<float>());
   widened.panels = f32_panels.as<float>();
   std::printf("\nLinear %lld x %lld, bf16 weights (GEMM at precision bf16: %s):\n", (long long)out, (long long)in,
-              ops::Bf16Dot() ? "AVX-512-BF16 dot product" : "f32 kernels on x rounded to bf16");
+              packed.pairs ? "AVX-512-BF16 dot product" : "f32 kernels on x rounded to bf16");
   int failures = 0;
   for (int64_t n : {64, 1}) {
     std::vector<float> x(n * in), y(n * out), ref(n * out);

@@ -13,11 +13,13 @@
 // bf16 model computes in transformers); products stay exact and sums f32.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 #include "tessera/dtype.h"
 #include "tessera/status.h"
+#include "tessera/tensor_view.h"
 #include "tessera/thread_pool.h"
 
 namespace tessera {
@@ -26,39 +28,6 @@ class Arena;
 
 // Largest head_dim (for Q/K and for V) the kernels accept.
 inline constexpr int64_t kMaxHeadDim = 512;
-
-// A read-only [batch, heads, seq, dim] view; the innermost dim is contiguous, the other three
-// have arbitrary element strides (a KV cache with capacity > seq, or ONNX's [B, S, H*D]).
-struct HeadsView {
-  const void* data = nullptr;
-  DType dtype = DType::kF32;
-  int64_t batch = 0, heads = 0, seq = 0, dim = 0;
-  int64_t stride_batch = 0, stride_head = 0, stride_seq = 0;  // in elements
-
-  // Contiguous [batch, heads, seq, dim].
-  static HeadsView Dense(const void* data, DType dtype, int64_t batch, int64_t heads, int64_t seq,
-                         int64_t dim) {
-    return {data, dtype, batch, heads, seq, dim, heads * seq * dim, seq * dim, dim};
-  }
-  const char* At(int64_t b, int64_t h, int64_t s) const {
-    return static_cast<const char*>(data) +
-           (b * stride_batch + h * stride_head + s * stride_seq) * static_cast<int64_t>(DTypeSize(dtype));
-  }
-};
-
-// The writable f32 output view [batch, heads, seq, dim].
-struct OutView {
-  float* data = nullptr;
-  int64_t batch = 0, heads = 0, seq = 0, dim = 0;
-  int64_t stride_batch = 0, stride_head = 0, stride_seq = 0;  // in elements
-
-  static OutView Dense(float* data, int64_t batch, int64_t heads, int64_t seq, int64_t dim) {
-    return {data, batch, heads, seq, dim, heads * seq * dim, seq * dim, dim};
-  }
-  float* At(int64_t b, int64_t h, int64_t s) const {
-    return data + b * stride_batch + h * stride_head + s * stride_seq;
-  }
-};
 
 // Optional dense mask for interop and as a baseline. Logical shape [B, Hq, S_q, S_kv];
 // a stride of 0 broadcasts that dimension.
@@ -128,6 +97,13 @@ Status ValidateAttention(const AttentionParams& p);
 
 // The kernel kAuto would pick for these params.
 AttentionKernel ChooseAttentionKernel(const AttentionParams& p);
+
+// Bytes of scratch arena Attention() reserves for params of this shape run by `kernel` (kAuto:
+// the one ChooseAttentionKernel picks; kReference needs none) with `num_threads` threads. Only
+// shapes, dtypes and precision are read, so a planner may pass null data: sessions size their
+// arena with it up front instead of growing it mid-run.
+size_t AttentionScratchBytes(const AttentionParams& p, int num_threads,
+                             AttentionKernel kernel = AttentionKernel::kAuto);
 
 // Validates, then runs the requested kernel (kAuto: dispatch picks one).
 Status Attention(const AttentionParams& p, AttentionContext& ctx,

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 #include "tessera/status.h"
 #include "tessera/thread_pool.h"

@@ -16,14 +16,14 @@
 #include <vector>
 
 #include "bindings.h"
-#include "kv/concat_store.h"
-#include "kv/dense_store.h"
-#include "kv/external_store.h"
-#include "kv/kv_cache.h"
-#include "kv/ring_store.h"
-#include "kv/tensor_scatter.h"
 #include "tessera/attention.h"
 #include "tessera/dtype.h"
+#include "tessera/kv/concat_store.h"
+#include "tessera/kv/dense_store.h"
+#include "tessera/kv/external_store.h"
+#include "tessera/kv/kv_cache.h"
+#include "tessera/kv/ring_store.h"
+#include "tessera/kv/tensor_scatter.h"
 
 namespace tessera::py_bind {
 namespace {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "onnx/attention.h"
-#include "onnx/group_query_attention.h"
+#include "tessera/onnx/attention.h"
+#include "tessera/onnx/group_query_attention.h"
 
 namespace tessera::py_bind {
 namespace {

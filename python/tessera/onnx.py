@@ -2,12 +2,13 @@
 
 `attention` is the ONNX `Attention` operator (opsets 23 and 24); `group_query_attention` is
 `com.microsoft.GroupQueryAttention` as onnxruntime's CPU kernel computes it; `tensor_scatter` is
-the ONNX `TensorScatter` operator (opset 24), the update rule of external KV caches (src/kv/
-tensor_scatter.h; tessera.kv.ExternalStore applies it in place). The attention adapters map the node
-onto one structured-mask Tessera call (positions, valid key counts, causal flag, window, and the
-ONNX mask as a strided dense-mask view); see src/onnx/attention.h and
-src/onnx/group_query_attention.h for the exact semantics. Inputs are float32 numpy arrays (other
-float dtypes are converted); bad input raises ValueError with the C++ message.
+the ONNX `TensorScatter` operator (opset 24), the update rule of external KV caches
+(include/tessera/kv/tensor_scatter.h; tessera.kv.ExternalStore applies it in place). The attention
+adapters map the node onto one structured-mask Tessera call (positions, valid key counts, causal
+flag, window, and the ONNX mask as a strided dense-mask view); see
+include/tessera/onnx/attention.h and include/tessera/onnx/group_query_attention.h for the exact
+semantics. Inputs are float32 numpy arrays (other float dtypes are converted); bad input raises
+ValueError with the C++ message.
 """
 from __future__ import annotations
 

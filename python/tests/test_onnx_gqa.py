@@ -1,7 +1,7 @@
 # Conformance of tessera.onnx.group_query_attention (com.microsoft.GroupQueryAttention) against
 # onnxruntime 1.32.0 (CPUExecutionProvider).
 #
-# Semantics verified here (see src/onnx/group_query_attention.h): T_b = seqlens_k[b] + 1 tokens
+# Semantics verified here (see include/tessera/onnx/group_query_attention.h): T_b = seqlens_k[b] + 1 tokens
 # after the step, Q_b = min(S, T_b) valid query rows at positions P_b = T_b - Q_b onwards, new K/V
 # written to cache rows [P_b, T_b), local_window_size W = the W most recent keys including the
 # query itself (window_left = W - 1), W = 0 = no key (zero output), softcap before attention_bias.

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "attention/kernels.h"
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 namespace tessera {
@@ -49,6 +49,15 @@ AttentionKernel ChooseAttentionKernel(const AttentionParams& p) {
   return p.q.seq == 1 ? AttentionKernel::kDecode : AttentionKernel::kPrefill;
 }
 
+size_t AttentionScratchBytes(const AttentionParams& p, int num_threads, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::kAuto) kernel = ChooseAttentionKernel(p);
+  switch (kernel) {
+    case AttentionKernel::kDecode: return attn::DecodeScratchBytes(p, num_threads);
+    case AttentionKernel::kPrefill: return attn::PrefillScratchBytes(p, num_threads);
+    default: return 0;
+  }
+}
+
 Status Attention(const AttentionParams& p, AttentionContext& ctx, AttentionKernel kernel) {
   TESSERA_RETURN_IF_ERROR(ValidateAttention(p));
   if (kernel == AttentionKernel::kAuto) kernel = ChooseAttentionKernel(p);
@@ -59,8 +68,7 @@ Status Attention(const AttentionParams& p, AttentionContext& ctx, AttentionKerne
   }
   if (ctx.scratch == nullptr) return InvalidArgument("Attention: context has no scratch arena");
   const int threads = ctx.pool ? ctx.pool->num_threads() : 1;
-  const size_t need = kernel == AttentionKernel::kDecode ? attn::DecodeScratchBytes(p, threads)
-                                                         : attn::PrefillScratchBytes(p, threads);
+  const size_t need = AttentionScratchBytes(p, threads, kernel);
   try {
     ctx.scratch->Reserve(need);
   } catch (const std::bad_alloc&) {

@@ -253,7 +253,7 @@ void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const
         if (!(seen_by[t] >> r & 1u)) continue;
         const uint32_t word = pw_[t / 2 * 16 + r];
         const float w = Bf16ToF32(static_cast<uint16_t>(t % 2 ? word >> 16 : word & 0xffffu));
-        ops::Simd().Axpy(static_cast<int>(DType::kBF16), o_ + (r0 + r) * Dv_, w, v_rows[t], Dv_);
+        ops::Simd().Axpy(DType::kBF16, o_ + (r0 + r) * Dv_, w, v_rows[t], Dv_);
       }
     }
   }
@@ -262,7 +262,7 @@ void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const
 // Scores of every row into s_ (scaled), for the row-wise softmax below.
 void GroupTileKernel::RowScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows) {
   const ops::SimdKernels& simd = ops::Simd();
-  const int dt = static_cast<int>(p_.k.dtype);
+  const DType dt = p_.k.dtype;
   // The key `keys` past tile key t, clamped to the view (what the few-row path prefetches).
   auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
   if (dot_ && rows_ >= kPackedRows) {
@@ -379,7 +379,7 @@ void GroupTileKernel::PoisonRow(int64_t r) {
 // a soft cap or a dense bias on the dot path).
 void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot, const void* const* v_rows) {
   const ops::SimdKernels& simd = ops::Simd();
-  const int dt = static_cast<int>(p_.v.dtype);
+  const DType dt = p_.v.dtype;
   for (int64_t r = 0; r < rows_; ++r) {
     float* s = s_ + r * kTileK;
     uint64_t visible = 0;
@@ -437,7 +437,7 @@ void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot
 
 void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_rows) {
   const ops::SimdKernels& simd = ops::Simd();
-  const int dt = static_cast<int>(p_.v.dtype);
+  const DType dt = p_.v.dtype;
   auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
   // Fully visible tile: o[rows, Dv] += P[rows, n] V[n, Dv] on the micro-tile, six rows per pass.
   // Many rows: V widened once into 16-dim panels (reading V in place re-fetches it per row group,

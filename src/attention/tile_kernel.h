@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "attention/mask.h"
-#include "core/aligned_buffer.h"
 #include "ops/prefetch_rows.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 namespace tessera::ops {

@@ -31,8 +31,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/aligned_buffer.h"
 #include "io/mapped_file.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
 #include "tessera/status.h"
 

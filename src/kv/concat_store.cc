@@ -1,4 +1,4 @@
-#include "kv/concat_store.h"
+#include "tessera/kv/concat_store.h"
 
 #include <algorithm>
 #include <cstring>

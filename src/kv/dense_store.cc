@@ -1,4 +1,4 @@
-#include "kv/dense_store.h"
+#include "tessera/kv/dense_store.h"
 
 #include <algorithm>
 #include <limits>

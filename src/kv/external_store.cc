@@ -1,10 +1,10 @@
-#include "kv/external_store.h"
+#include "tessera/kv/external_store.h"
 
 #include <algorithm>
 #include <limits>
 #include <string>
 
-#include "kv/tensor_scatter.h"
+#include "tessera/kv/tensor_scatter.h"
 
 namespace tessera::kv {
 

@@ -1,12 +1,13 @@
-#include "kv/kv_cache.h"
+#include "tessera/kv/kv_cache.h"
 
 #include <cmath>
 #include <cstdio>
 #include <new>
 
-#include "kv/dense_store.h"
-#include "kv/ring_store.h"
-#include "kv/slot_buffer.h"
+#include "tessera/attention.h"  // kMaxHeadDim
+#include "tessera/kv/dense_store.h"
+#include "tessera/kv/ring_store.h"
+#include "tessera/kv/slot_buffer.h"
 
 namespace tessera::kv {
 

@@ -1,4 +1,4 @@
-#include "kv/kv_store.h"
+#include "tessera/kv/kv_store.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "kv/layer_map.h"
+#include "tessera/kv/layer_map.h"
 
 #include <string>
 

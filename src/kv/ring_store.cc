@@ -1,4 +1,4 @@
-#include "kv/ring_store.h"
+#include "tessera/kv/ring_store.h"
 
 #include <algorithm>
 #include <limits>

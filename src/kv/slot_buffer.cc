@@ -1,4 +1,4 @@
-#include "kv/slot_buffer.h"
+#include "tessera/kv/slot_buffer.h"
 
 #include <algorithm>
 

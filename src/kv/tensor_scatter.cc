@@ -1,4 +1,4 @@
-#include "kv/tensor_scatter.h"
+#include "tessera/kv/tensor_scatter.h"
 
 #include <cstring>
 #include <string>

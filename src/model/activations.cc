@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ops/gemm.h"
+#include "tessera/gemm.h"
 
 namespace tessera::model {
 

@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "core/aligned_buffer.h"
 #include "model/gemma_arch.h"
+#include "tessera/aligned_buffer.h"
 
 namespace tessera::model {
 

@@ -28,8 +28,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kv/layer_map.h"
 #include "model/rope_config.h"
+#include "tessera/kv/layer_map.h"
 #include "tessera/status.h"
 
 namespace tessera::model {

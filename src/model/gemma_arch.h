@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/layer_map.h"
 #include "tessera/attention.h"
+#include "tessera/kv/layer_map.h"
 #include "tessera/status.h"
 
 namespace tessera::model {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "ops/elementwise.h"
-#include "ops/gemm.h"
+#include "tessera/gemm.h"
 #include "tessera/attention.h"
 
 namespace tessera::model {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "kv/kv_cache.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/kv/kv_cache.h"
 #include "model/activations.h"
 #include "model/gemma_arch.h"
 #include "model/gemma_weights.h"

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "ops/linear.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/linear.h"
 
 namespace tessera::model {
 

@@ -7,7 +7,7 @@
 
 #include "io/mapped_file.h"
 #include "ops/bf16_dot.h"
-#include "ops/gemm.h"
+#include "tessera/gemm.h"
 
 namespace tessera::model {
 namespace {

@@ -10,7 +10,7 @@
 #include "io/safetensors_checkpoint.h"
 #include "model/gemma_arch.h"
 #include "model/gemma_weights.h"
-#include "ops/linear.h"
+#include "tessera/linear.h"
 
 namespace tessera::model {
 

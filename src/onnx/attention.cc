@@ -1,4 +1,4 @@
-#include "onnx/attention.h"
+#include "tessera/onnx/attention.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "onnx/group_query_attention.h"
+#include "tessera/onnx/group_query_attention.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "tessera/check.h"
+
 namespace tessera::onnx {
 
 void CopyHeadRows(const HeadsView& src, int64_t src_s0, const OutView& dst, int64_t dst_s0, int64_t b, int64_t h,

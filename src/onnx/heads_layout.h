@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "tessera/attention.h"
+#include "tessera/tensor_view.h"
 
 namespace tessera::onnx {
 

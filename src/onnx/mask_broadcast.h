@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "onnx/tensor_ref.h"
 #include "tessera/attention.h"
+#include "tessera/onnx/tensor_ref.h"
 #include "tessera/status.h"
 
 namespace tessera::onnx {

@@ -1,4 +1,4 @@
-#include "onnx/tensor_ref.h"
+#include "tessera/onnx/tensor_ref.h"
 
 #include <cstdio>
 

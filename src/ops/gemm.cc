@@ -1,4 +1,4 @@
-#include "ops/gemm.h"
+#include "tessera/gemm.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -44,7 +44,7 @@ void PackBlock(const SimdKernels& simd, const WeightView& w, int64_t o0, int64_t
   const size_t es = DTypeSize(w.dtype);
   for (int64_t p = 0; p * kNr < nc; ++p) {
     const int rows = static_cast<int>(std::min(kNr, nc - p * kNr));
-    simd.pack_panel16(static_cast<int>(w.dtype), static_cast<const char*>(w.data) + ((o0 + p * kNr) * w.in + k0) * es,
+    simd.pack_panel16(w.dtype, static_cast<const char*>(w.data) + ((o0 + p * kNr) * w.in + k0) * es,
                       w.in, rows, kc, bp + p * kc * kNr);
   }
 }
@@ -209,7 +209,7 @@ void PackF32Panels(const WeightView& w, float* dst) {
   const char* src = static_cast<const char*>(w.data);
   const size_t es = DTypeSize(w.dtype);
   for (int64_t p = 0; p * kNr < w.out; ++p)
-    simd.pack_panel16(static_cast<int>(w.dtype), src + p * kNr * w.in * es, w.in,
+    simd.pack_panel16(w.dtype, src + p * kNr * w.in * es, w.in,
                       static_cast<int>(std::min(kNr, w.out - p * kNr)), w.in, dst + p * w.in * kNr);
 }
 

@@ -1,12 +1,12 @@
-#include "ops/linear.h"
+#include "tessera/linear.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "ops/bf16_dot.h"
-#include "ops/gemm.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
+#include "tessera/gemm.h"
 
 namespace tessera::ops {
 namespace {
@@ -28,7 +28,7 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const size_t es = DTypeSize(w.dtype);
   const SimdKernels& simd = Simd();
-  const int dt = static_cast<int>(w.dtype);
+  const DType dt = w.dtype;
   // Each weight row is read from memory once (bf16/f16 widened in registers) and stays in L1 for
   // the n (< 10 from Linear, < 4 at precision bf16) tokens that use it.
   auto run = [&](int64_t item, int) {

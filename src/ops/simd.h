@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "tessera/dtype.h"
+
 namespace tessera::ops {
 
 struct SimdKernels {
@@ -43,15 +45,15 @@ struct SimdKernels {
   // weight block; 0 lines: none). A hint: the AVX2 tile issues it, the others ignore it.
   void (*gemm_tile)(const float* const* a, const float* bp, int64_t kc, float* c, int64_t c_stride, int mr, int nr,
                     bool accumulate, const void* prefetch, int64_t prefetch_lines);
-  // The same tile reading B in place: B[k][j] = widen(b[k * ldb + j]) (b stored as `dtype`, 0 f32,
-  // 1 bf16, 2 f16), only j < nr <= 16 read. Rows >= mr are neither computed nor read. Each output
+  // The same tile reading B in place: B[k][j] = widen(b[k * ldb + j]) (b stored as `dtype`), only
+  // j < nr <= 16 read. Rows >= mr are neither computed nor read. Each output
   // is the same FMA chain as gemm_tile's. Used for P.V, where V rows are already [key][dim].
-  void (*gemm_tile_b)(int dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c,
+  void (*gemm_tile_b)(DType dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c,
                       int64_t c_stride, int mr, int nr, bool accumulate);
   // Packs rows into 16-column panels without transposing: for p < ceil(cols / 16), t < rows,
   // j < 16: dst[(p * rows + t) * 16 + j] = widen(src[t * src_stride + p * 16 + j]), 0 past cols.
   // (V tiles for P.V on gemm_tile.) dst 64-byte aligned.
-  void (*pack_rows16)(int dtype, const void* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst);
+  void (*pack_rows16)(DType dtype, const void* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst);
   // Softmax numerator in place: s[i] = exp(s[i] - m) (-inf gives 0); returns the sum. Relative
   // error of each exp within a few f32 ulps of std::exp.
   float (*exp_sub_sum)(float* s, int64_t n, float m);
@@ -59,32 +61,32 @@ struct SimdKernels {
   // tanh from exp. out may alias g.
   void (*gelu_tanh_mul)(const float* g, const float* u, int64_t n, float* out);
   // Packs one GEMM weight panel: dst[k * 16 + j] = widen(src[j * src_stride + k]) for j < rows,
-  // 0 for rows <= j < 16, k < kc. src is stored as `dtype` (0 f32, 1 bf16, 2 f16); dst 64-byte aligned.
-  void (*pack_panel16)(int dtype, const void* src, int64_t src_stride, int rows, int64_t kc, float* dst);
+  // 0 for rows <= j < 16, k < kc. src is stored as `dtype` (f32, bf16 or f16); dst 64-byte aligned.
+  void (*pack_panel16)(DType dtype, const void* src, int64_t src_stride, int rows, int64_t kc, float* dst);
 
-  // Dispatch on the stored dtype of b / x (0 = f32, 1 = bf16, 2 = f16, as tessera::DType).
-  float Dot(int dtype, const float* a, const void* b, int64_t n) const {
-    if (dtype == 0) return dot_f32(a, static_cast<const float*>(b), n);
-    return dtype == 1 ? dot_bf16(a, static_cast<const uint16_t*>(b), n) : dot_f16(a, static_cast<const uint16_t*>(b), n);
+  // Dispatch on the stored dtype of b / x.
+  float Dot(DType dtype, const float* a, const void* b, int64_t n) const {
+    if (dtype == DType::kF32) return dot_f32(a, static_cast<const float*>(b), n);
+    return dtype == DType::kBF16 ? dot_bf16(a, static_cast<const uint16_t*>(b), n) : dot_f16(a, static_cast<const uint16_t*>(b), n);
   }
-  void Axpy(int dtype, float* y, float a, const void* x, int64_t n) const {
-    if (dtype == 0) return axpy_f32(y, a, static_cast<const float*>(x), n);
-    if (dtype == 1) return axpy_bf16(y, a, static_cast<const uint16_t*>(x), n);
+  void Axpy(DType dtype, float* y, float a, const void* x, int64_t n) const {
+    if (dtype == DType::kF32) return axpy_f32(y, a, static_cast<const float*>(x), n);
+    if (dtype == DType::kBF16) return axpy_bf16(y, a, static_cast<const uint16_t*>(x), n);
     axpy_f16(y, a, static_cast<const uint16_t*>(x), n);
   }
-  void DotRows4(int dtype, const float* a, const void* b, int64_t b_stride, int64_t n, float* out) const {
-    if (dtype == 0) return dot_rows4_f32(a, static_cast<const float*>(b), b_stride, n, out);
-    if (dtype == 1) return dot_rows4_bf16(a, static_cast<const uint16_t*>(b), b_stride, n, out);
+  void DotRows4(DType dtype, const float* a, const void* b, int64_t b_stride, int64_t n, float* out) const {
+    if (dtype == DType::kF32) return dot_rows4_f32(a, static_cast<const float*>(b), b_stride, n, out);
+    if (dtype == DType::kBF16) return dot_rows4_bf16(a, static_cast<const uint16_t*>(b), b_stride, n, out);
     dot_rows4_f16(a, static_cast<const uint16_t*>(b), b_stride, n, out);
   }
-  void Dot2(int dtype, const float* a0, const float* a1, const void* b, int64_t n, float* out) const {
-    if (dtype == 0) return dot2_f32(a0, a1, static_cast<const float*>(b), n, out);
-    if (dtype == 1) return dot2_bf16(a0, a1, static_cast<const uint16_t*>(b), n, out);
+  void Dot2(DType dtype, const float* a0, const float* a1, const void* b, int64_t n, float* out) const {
+    if (dtype == DType::kF32) return dot2_f32(a0, a1, static_cast<const float*>(b), n, out);
+    if (dtype == DType::kBF16) return dot2_bf16(a0, a1, static_cast<const uint16_t*>(b), n, out);
     dot2_f16(a0, a1, static_cast<const uint16_t*>(b), n, out);
   }
-  void Axpy4(int dtype, float* y, const float* w, const void* const* x, int64_t n) const {
-    if (dtype == 0) return axpy4_f32(y, w, x, n);
-    if (dtype == 1) return axpy4_bf16(y, w, x, n);
+  void Axpy4(DType dtype, float* y, const float* w, const void* const* x, int64_t n) const {
+    if (dtype == DType::kF32) return axpy4_f32(y, w, x, n);
+    if (dtype == DType::kBF16) return axpy4_bf16(y, w, x, n);
     axpy4_f16(y, w, x, n);
   }
 };

@@ -260,10 +260,10 @@ void TileBRows(const float* const* a, const T* b, int64_t ldb, int64_t kc, float
   }
 }
 
-void GemmTileB(int dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr,
+void GemmTileB(DType dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr,
                int nr, bool acc) {
-  if (dtype == 0) return TileBRows<float, LoadF32, IdF32>(a, static_cast<const float*>(b), ldb, kc, c, cs, mr, nr, acc);
-  if (dtype == 1)
+  if (dtype == DType::kF32) return TileBRows<float, LoadF32, IdF32>(a, static_cast<const float*>(b), ldb, kc, c, cs, mr, nr, acc);
+  if (dtype == DType::kBF16)
     return TileBRows<uint16_t, LoadBf16, Bf16>(a, static_cast<const uint16_t*>(b), ldb, kc, c, cs, mr, nr, acc);
   TileBRows<uint16_t, LoadF16, F16>(a, static_cast<const uint16_t*>(b), ldb, kc, c, cs, mr, nr, acc);
 }
@@ -286,9 +286,9 @@ void PackRows(const T* src, int64_t st, int64_t rows, int64_t cols, float* dst) 
   }
 }
 
-void PackRows16(int dtype, const void* src, int64_t st, int64_t rows, int64_t cols, float* dst) {
-  if (dtype == 0) return PackRows<float, LoadF32, IdF32>(static_cast<const float*>(src), st, rows, cols, dst);
-  if (dtype == 1) return PackRows<uint16_t, LoadBf16, Bf16>(static_cast<const uint16_t*>(src), st, rows, cols, dst);
+void PackRows16(DType dtype, const void* src, int64_t st, int64_t rows, int64_t cols, float* dst) {
+  if (dtype == DType::kF32) return PackRows<float, LoadF32, IdF32>(static_cast<const float*>(src), st, rows, cols, dst);
+  if (dtype == DType::kBF16) return PackRows<uint16_t, LoadBf16, Bf16>(static_cast<const uint16_t*>(src), st, rows, cols, dst);
   PackRows<uint16_t, LoadF16, F16>(static_cast<const uint16_t*>(src), st, rows, cols, dst);
 }
 
@@ -391,9 +391,9 @@ void PackPanel(const T* src, int64_t st, int rows, int64_t kc, float* dst) {
     for (int j = 0; j < 16; ++j) dst[k * 16 + j] = j < rows ? Scalar(src[j * st + k]) : 0.0f;
 }
 
-void PackPanel16(int dtype, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
-  if (dtype == 0) return PackPanel<float, LoadF32, IdF32>(static_cast<const float*>(src), st, rows, kc, dst);
-  if (dtype == 1) return PackPanel<uint16_t, LoadBf16, Bf16>(static_cast<const uint16_t*>(src), st, rows, kc, dst);
+void PackPanel16(DType dtype, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
+  if (dtype == DType::kF32) return PackPanel<float, LoadF32, IdF32>(static_cast<const float*>(src), st, rows, kc, dst);
+  if (dtype == DType::kBF16) return PackPanel<uint16_t, LoadBf16, Bf16>(static_cast<const uint16_t*>(src), st, rows, kc, dst);
   PackPanel<uint16_t, LoadF16, F16>(static_cast<const uint16_t*>(src), st, rows, kc, dst);
 }
 

@@ -65,9 +65,8 @@ void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int6
   }
 }
 
-void GemmTileB(int dtype, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr,
+void GemmTileB(DType dt, const float* const* a, const void* b, int64_t ldb, int64_t kc, float* c, int64_t cs, int mr,
                int nr, bool acc) {
-  const DType dt = static_cast<DType>(dtype);
   const size_t es = DTypeSize(dt);
   for (int r = 0; r < mr; ++r) {
     float t[16] = {};
@@ -80,8 +79,7 @@ void GemmTileB(int dtype, const float* const* a, const void* b, int64_t ldb, int
   }
 }
 
-void PackRows16(int dtype, const void* src, int64_t st, int64_t rows, int64_t cols, float* dst) {
-  const DType dt = static_cast<DType>(dtype);
+void PackRows16(DType dt, const void* src, int64_t st, int64_t rows, int64_t cols, float* dst) {
   const size_t es = DTypeSize(dt);
   for (int64_t p = 0; p * 16 < cols; ++p) {
     const int64_t w = cols - p * 16 < 16 ? cols - p * 16 : 16;
@@ -108,8 +106,7 @@ void GeluTanhMul(const float* g, const float* u, int64_t n, float* out) {
   }
 }
 
-void PackPanel16(int dtype, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
-  const DType dt = static_cast<DType>(dtype);
+void PackPanel16(DType dt, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
   const size_t es = DTypeSize(dt);
   float row[256];
   for (int j = 0; j < 16; ++j) {

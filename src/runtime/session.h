@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "kv/kv_cache.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/kv/kv_cache.h"
 #include "model/activations.h"
 #include "model/gemma_model.h"
 #include "runtime/baseline_mode.h"

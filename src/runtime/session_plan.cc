@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "attention/kernels.h"
 #include "platform/memory_info.h"
+#include "tessera/attention.h"
 
 namespace tessera::runtime {
 namespace {
@@ -35,9 +35,9 @@ size_t ScratchBytes(const model::GemmaArch& a, const SessionOptions& o, const kv
     p.k = {nullptr, o.kv_dtype, o.max_batch, la.kv_heads, slots, la.head_dim, 0, 0, 0};
     p.v = p.k;
     p.precision = o.attention_precision;
-    need = std::max(need, attn::PrefillScratchBytes(p, threads));
+    need = std::max(need, AttentionScratchBytes(p, threads, AttentionKernel::kPrefill));
     p.q.seq = 1;
-    need = std::max(need, attn::DecodeScratchBytes(p, threads));
+    need = std::max(need, AttentionScratchBytes(p, threads, AttentionKernel::kDecode));
   }
   return need;
 }

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "kv/kv_store.h"
+#include "tessera/kv/kv_store.h"
 
 namespace tessera::kv {
 

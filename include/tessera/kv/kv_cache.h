@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "kv/kv_store.h"
-#include "kv/layer_map.h"
+#include "tessera/kv/kv_store.h"
+#include "tessera/kv/layer_map.h"
 
 namespace tessera::kv {
 

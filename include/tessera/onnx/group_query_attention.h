@@ -23,8 +23,8 @@
 #include <optional>
 #include <vector>
 
-#include "onnx/op_context.h"
-#include "onnx/tensor_ref.h"
+#include "tessera/onnx/op_context.h"
+#include "tessera/onnx/tensor_ref.h"
 #include "tessera/status.h"
 
 namespace tessera::onnx {

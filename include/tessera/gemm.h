@@ -1,9 +1,9 @@
 // Blocked GEMM for prefill-sized Linear calls: y[n, out] = x[n, in] W[out, in]^T with W in f32,
 // bf16 or f16. Weight panels are widened to f32 once per block into a packed [k][16] layout on the
-// stack and reused by every token of the block, so the micro-tile (ops/simd.h gemm_tile) runs at
+// stack and reused by every token of the block, so the micro-tile (src/ops/simd.h gemm_tile) runs at
 // the FMA rate instead of the weight-streaming rate of the row-dot path. At precision bf16 on CPUs
 // with AVX-512-BF16, bf16 weights are packed as pair panels instead and the tile is the dot
-// product's (ops/bf16_dot.h pv_tile), at twice the FMA rate; a weight whose panels were packed at
+// product's (src/ops/bf16_dot.h pv_tile), at twice the FMA rate; a weight whose panels were packed at
 // load (WeightView::pairs, PackPairPanels) skips the per-call packing, and Linear then sends it
 // every token count (decode included). At precision f32 the same holds for f32 panels packed at
 // load (WeightView::panels, PackF32Panels): the GEMM reads its blocks in place.
@@ -11,12 +11,12 @@
 
 #include <cstdint>
 
-#include "ops/linear.h"
+#include "tessera/linear.h"
 #include "tessera/thread_pool.h"
 
 namespace tessera::ops {
 
-// Same contract as Linear (ops/linear.h). Work is split over blocks of output columns and, when
+// Same contract as Linear (tessera/linear.h). Work is split over blocks of output columns and, when
 // there are too few of those for the pool, over token ranges. Allocates nothing.
 // At precision bf16 (bf16 weights only) each token's result is the same whatever n or position.
 // With w.pairs set and x_pairs given (precision bf16, CPUs with the dot product), or w.panels set

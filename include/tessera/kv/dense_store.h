@@ -4,7 +4,7 @@
 #include <memory>
 #include <vector>
 
-#include "kv/slot_buffer.h"
+#include "tessera/kv/slot_buffer.h"
 
 namespace tessera::kv {
 

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <limits>
 
-#include "tessera/attention.h"
 #include "tessera/status.h"
+#include "tessera/tensor_view.h"
 
 namespace tessera::kv {
 

@@ -9,7 +9,7 @@
 
 #include <vector>
 
-#include "kv/slot_buffer.h"
+#include "tessera/kv/slot_buffer.h"
 
 namespace tessera::kv {
 

@@ -2,7 +2,7 @@
 // index arrays it derives from the node's inputs (positions, valid key counts).
 #pragma once
 
-#include "core/aligned_buffer.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
 namespace tessera::onnx {

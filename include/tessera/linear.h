@@ -1,5 +1,5 @@
 // y = x W^T for a weight stored [out, in] row-major in f32, bf16 or f16 (as checkpoints store
-// nn.Linear), on the runtime-dispatched SIMD dot (ops/simd.h).
+// nn.Linear), on the runtime-dispatched SIMD dot (src/ops/simd.h).
 #pragma once
 
 #include <cstdint>
@@ -25,13 +25,13 @@ struct WeightView {
   DType dtype = DType::kF32;
   int64_t out = 0, in = 0;
   // The same bf16 matrix prepacked for precision bf16's dot-product kernels, or null: pair panels
-  // [ceil(out / 16)][ceil(in / 2)][16] words, 64-byte aligned (ops/gemm.h PackPairPanels). Where
+  // [ceil(out / 16)][ceil(in / 2)][16] words, 64-byte aligned (tessera/gemm.h PackPairPanels). Where
   // set, Linear at precision bf16 with an x_pairs scratch on a CPU with the dot product reads them
   // for every n (no per-call packing; decode streams them too) and never touches `data`, which
   // stays the matrix for every other path.
   const uint32_t* pairs = nullptr;
   // The same matrix widened to f32 panels for precision f32's GEMM micro-tile, or null:
-  // [ceil(out / 16)][in][16] floats, 64-byte aligned (ops/gemm.h PackF32Panels). Where set, Linear
+  // [ceil(out / 16)][in][16] floats, 64-byte aligned (tessera/gemm.h PackF32Panels). Where set, Linear
   // at precision f32 reads them for every n (no per-call packing; decode streams them) and never
   // touches `data`.
   const float* panels = nullptr;
@@ -39,9 +39,9 @@ struct WeightView {
 
 // x: [n, in] f32 with row stride x_stride; y: [n, out] f32 with row stride y_stride.
 // Picks the row-dot path for a few tokens (decode: each weight row is read once, memory-bound) and
-// the blocked GEMM (ops/gemm.h) for more (prefill: compute-bound).
+// the blocked GEMM (tessera/gemm.h) for more (prefill: compute-bound).
 // precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked).
-// x_pairs: optional scratch for the GEMM at precision bf16 (ops/gemm.h: GemmScratchWords(n, in)
+// x_pairs: optional scratch for the GEMM at precision bf16 (tessera/gemm.h: GemmScratchWords(n, in)
 // words; x rounded into it once per call instead of once per block of output columns); needed
 // for w.pairs to be used. At precision f32, w.panels (where set) serve every n.
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

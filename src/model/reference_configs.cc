@@ -1,6 +1,10 @@
-#include "kv/reference_configs.h"
+#include "model/reference_configs.h"
 
-namespace tessera::kv {
+namespace tessera::model {
+
+using kv::KvCacheConfig;
+using kv::KvLayerSpec;
+using kv::LayerKind;
 
 KvCacheConfig Gemma4_12BCache(int64_t context, int64_t max_chunk, DType dtype) {
   KvCacheConfig c;
@@ -26,4 +30,4 @@ KvCacheConfig Gemma3_12BCache(int64_t context, int64_t max_chunk, DType dtype) {
   return c;
 }
 
-}  // namespace tessera::kv
+}  // namespace tessera::model

@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "core/aligned_buffer.h"
-#include "kv/kv_store.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/kv/kv_store.h"
 
 namespace tessera::kv {
 
