@@ -104,8 +104,8 @@ double ReadBandwidthGBs(int threads, int64_t bytes, int reps, Paging paging) {
   std::vector<float> sink(threads);
   std::vector<double> per_buffer;
   for (int r = 0; r < reps; ++r) {
-    // A fresh buffer each time: on this VM the same code reads some allocations' pages at
-    // ~50 GB/s and most at ~33, so one lucky buffer must not set the roofline.
+    // A fresh buffer each time: on a VM the same code reads some allocations' pages much faster
+    // than most (bench/results/kernel_choices.md, "Fresh buffers in the benchmarks"), so one lucky buffer must not set the roofline.
     const ProbeBuffer buf(static_cast<size_t>(bytes), paging);
     const float* p = buf.data();
     double best = 0;

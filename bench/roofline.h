@@ -11,9 +11,8 @@
 namespace tessera::bench {
 
 // How the probe's buffer is paged. Huge (2 MiB transparent huge pages, where the kernel grants
-// them) is the machine's best plain stream and the roofline the benchmarks quote: on the
-// benchmark VM it reads ~35 GB/s against ~30 for 4 KiB pages (fewer TLB walks), and weights
-// mapped from the page cache are often huge-page mapped too.
+// them) is the machine's best plain stream and the roofline the benchmarks quote: fewer TLB walks
+// than 4 KiB pages, and weights mapped from the page cache are often huge-page mapped too.
 enum class Paging { kHuge, kSmall };
 
 // Read bandwidth in GB/s: `threads` threads, started together, each sum their share of a

@@ -24,8 +24,8 @@ namespace tessera::ops {
 // blocks are packed per call. At precision f32 each token's result is the same whatever n.
 // x_pairs (optional, GemmScratchWords(n, in) words, 64-byte aligned): at precision bf16 on the
 // dot-product path, x is rounded into it as bf16 pairs once per call; without it each block of
-// output columns rounds the x rows of its tiles again (out / 64-128 passes over x: 1.2-1.3x slower
-// with in = 15360 at 256 tokens). The results are the same bit for bit either way.
+// output columns rounds the x rows of its tiles again (out / 64-128 passes over x; the cost is in
+// bench/results/kernel_choices.md, "Rounding x once"). The results are the same bit for bit either way.
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
           ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr);
 

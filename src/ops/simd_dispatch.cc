@@ -28,9 +28,8 @@ const SimdKernels& Choose() {
   const SimdKernels* avx2 = HasAvx2() ? SimdAvx2() : nullptr;
   if (want && std::strcmp(want, "generic") == 0) return SimdGeneric();
   if (want && std::strcmp(want, "avx512") == 0 && avx512) return *avx512;
-  // AVX2 first: on the project's machines (AMD EPYC, 2 cores) the 512-bit kernels ran the
-  // per-row dot products of prefill attention up to 1.9x slower than the 256-bit ones
-  // (tessera selfcheck, bench/BENCHMARKS.md); decode was equal. AVX-512 stays selectable.
+  // AVX2 first: the 512-bit kernels ran the per-row dot products of prefill attention slower
+  // (bench/results/kernel_choices.md, "AVX2 before AVX-512"). AVX-512 stays selectable.
   if (avx2) return *avx2;
   if (avx512) return *avx512;
   return SimdGeneric();

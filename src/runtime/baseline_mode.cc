@@ -5,7 +5,7 @@
 #include <new>
 #include <string>
 
-#include "kv/concat_store.h"
+#include "tessera/kv/concat_store.h"
 
 namespace tessera::runtime {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "kv/kv_cache.h"
+#include "tessera/kv/kv_cache.h"
 #include "model/gemma_arch.h"
 #include "model/gemma_model.h"
 #include "tessera/engine.h"

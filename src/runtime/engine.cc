@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "kv/reference_configs.h"
 #include "model/loaded_model.h"
+#include "model/reference_configs.h"
 #include "runtime/generator.h"
 #include "runtime/session.h"
 #include "runtime/session_plan.h"
@@ -77,8 +77,8 @@ const char* FinishReasonName(FinishReason r) {
 }
 
 StatusOr<KvMemoryReport> ReferenceKvMemory(ReferenceShape shape, int64_t context, int64_t max_chunk) {
-  const kv::KvCacheConfig c = shape == ReferenceShape::kGemma4_12B ? kv::Gemma4_12BCache(context, max_chunk)
-                                                                   : kv::Gemma3_12BCache(context, max_chunk);
+  const kv::KvCacheConfig c = shape == ReferenceShape::kGemma4_12B ? model::Gemma4_12BCache(context, max_chunk)
+                                                                   : model::Gemma3_12BCache(context, max_chunk);
   StatusOr<kv::KvMemoryPlan> plan = kv::KvCache::Plan(c);
   if (!plan.ok()) return plan.status();
   return KvMemoryReport{plan.value().total_bytes, plan.value().Format()};
