@@ -90,8 +90,9 @@ int main(int argc, char** argv) {
       for (float& x : vf) x = nd(rng);
       std::vector<int32_t> qpos{static_cast<int32_t>(keys - 1)}, kpos(keys);
       for (int64_t j = 0; j < keys; ++j) kpos[j] = static_cast<int32_t>(j);
-      // The median over kAllocations fresh K/V allocations, as the bandwidth probe does: on a VM
-      // a buffer's physical placement alone moves a DRAM-bound kernel (bench/results/kernel_choices.md, "Fresh buffers in the benchmarks").
+      // The median over kAllocations fresh K/V allocations, as the bandwidth probe does: on a VM a
+      // buffer's physical placement alone moves a DRAM-bound kernel (bench/results/
+      // kernel_choices.md, "Fresh buffers in the benchmarks").
       std::vector<double> per_alloc;
       for (int alloc = 0; alloc < kAllocations; ++alloc) {
         // K/V [hkv, keys, d] bf16 in AlignedBuffers, paged like the engine's KV cache.

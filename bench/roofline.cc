@@ -105,7 +105,8 @@ double ReadBandwidthGBs(int threads, int64_t bytes, int reps, Paging paging) {
   std::vector<double> per_buffer;
   for (int r = 0; r < reps; ++r) {
     // A fresh buffer each time: on a VM the same code reads some allocations' pages much faster
-    // than most (bench/results/kernel_choices.md, "Fresh buffers in the benchmarks"), so one lucky buffer must not set the roofline.
+    // than most, so one lucky buffer must not set the roofline (bench/results/kernel_choices.md,
+    // "Fresh buffers in the benchmarks").
     const ProbeBuffer buf(static_cast<size_t>(bytes), paging);
     const float* p = buf.data();
     double best = 0;
