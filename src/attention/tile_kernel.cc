@@ -78,6 +78,12 @@ int64_t GroupTileKernel::ScratchFloats(const AttentionParams& p, int64_t max_row
   return Pad16(max_rows * D) + Pad16(max_rows * kTileK) + packed + dot + Pad16(max_rows * Dv) + 2 * Pad16(max_rows);
 }
 
+GroupTileKernel::TilePath GroupTileKernel::WidePath(const AttentionParams& p, const ops::Bf16DotKernels* dot) {
+  if (dot == nullptr) return TilePath::kPacked;
+  // The fused panel path has no soft cap and no bias term: those need the scores as rows.
+  return p.softcap <= 0 && !p.mask.dense.present() ? TilePath::kDot : TilePath::kDotRows;
+}
+
 GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch)
     : p_(p), group_(p.q.heads / p.k.heads), D_(p.q.dim), Dv_(p.v.dim) {
   float* next = scratch;
@@ -100,6 +106,7 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
     pw_ = reinterpret_cast<uint32_t*>(take(kTileK / 2 * 16));
     if (D_ % 2 == 0) dot_ = ops::Bf16Dot();  // (an odd head_dim stays on the f32 kernels)
   }
+  wide_path_ = WidePath(p, dot_);
   o_ = take(max_rows * Dv_);
   m_ = take(max_rows);
   l_ = take(max_rows);
@@ -108,7 +115,8 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
 void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
   b_ = b, g_ = g, i0_ = i0, n_q_ = n_q, rows_ = group_ * n_q;
   valid_ = KvValid(p_.mask, b, p_.k.seq);
-  const bool dot = dot_ && rows_ >= kPackedRows;  // scores from the q panels, not from q_
+  path_ = rows_ >= kPackedRows ? wide_path_ : TilePath::kInPlace;
+  const bool dot = DotScores();  // scores from the q panels, not from q_
   for (int64_t r = 0; r < rows_; ++r) {
     const int64_t h = g * group_ + r / n_q, i = i0 + r % n_q;
     const float* src = reinterpret_cast<const float*>(p_.q.At(b, h, i));
@@ -132,6 +140,8 @@ void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
                                 std::min<int64_t>(16, rows_ - r0), D_, qw_ + r0 * pairs_);
 }
 
+// Scores, then the mask and the online softmax step, then P.V, along the block's path; a fully
+// visible tile's P.V runs for all rows at once (FullTilePv), a partly visible one's row by row.
 void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
   if (cls == TileClass::kEmpty) return;
   const int64_t n = j1 - j0;
@@ -143,11 +153,14 @@ void GroupTileKernel::ConsumeTile(int64_t j0, int64_t j1, TileClass cls) {
     k_rows[t] = p_.k.At(b_, g_, j0 + t);
     v_rows[t] = p_.v.At(b_, g_, j0 + t);
   }
-  const bool dot = dot_ && rows_ >= kPackedRows;
-  if (dot && p_.softcap <= 0 && !p_.mask.dense.present()) return ConsumeTileDot(j0, n, cls, k_rows, v_rows);
-  RowScores(j0, n, cls, k_rows);
-  SoftmaxRows(j0, n, cls, dot, v_rows);
-  if (cls == TileClass::kFull && !dot) FullTilePv(j0, n, v_rows);
+  switch (path_) {
+    case TilePath::kDot: return ConsumeTileDot(j0, n, cls, k_rows, v_rows);
+    case TilePath::kDotRows: DotRowScores(j0, n, k_rows); break;
+    case TilePath::kPacked: PackedScores(j0, n, k_rows); break;
+    case TilePath::kInPlace: InPlaceScores(j0, n, cls, k_rows); break;
+  }
+  SoftmaxRows(j0, n, cls, v_rows);
+  if (cls == TileClass::kFull && path_ != TilePath::kDotRows) FullTilePv(j0, n, v_rows);
 }
 
 // Rows [t, t + count) of the tile, kPrefetchL2Keys keys ahead and clipped to the view: lines to
@@ -180,6 +193,77 @@ void GroupTileKernel::PanelScores(int64_t r0, int64_t j0, int64_t n, const void*
   }
 }
 
+// kDotRows: the panels' scores transposed into s_ rows and scaled, for the row-wise soft cap,
+// bias, mask, softmax and P.V.
+void GroupTileKernel::DotRowScores(int64_t j0, int64_t n, const void* const* k_rows) {
+  for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
+    PanelScores(r0, j0, n, k_rows);
+    dot_->scores_to_rows(st_, static_cast<int>(n), p_.scale, s_ + r0 * kTileK, kTileK,
+                         static_cast<int>(std::min<int64_t>(16, rows_ - r0)));
+  }
+}
+
+// kPacked: scores on the GEMM micro-tile into s_ (q_ is scaled): the K tile widened and
+// transposed once into 16-key panels, then six query rows at a time against each panel.
+void GroupTileKernel::PackedScores(int64_t j0, int64_t n, const void* const* k_rows) {
+  const ops::SimdKernels& simd = ops::Simd();
+  const DType dt = p_.k.dtype;
+  for (int64_t t = 0; t < n; t += 16)
+    simd.pack_panel16(dt, k_rows[t], p_.k.stride_seq, static_cast<int>(std::min<int64_t>(16, n - t)), D_,
+                      kp_ + t * D_);
+  // Each score sums kScoreChunk-long FMA chains: one chain over all of D (up to 512 terms) loses
+  // accuracy that the 16-lane dot products did not. In decode (one query position, the tile
+  // streams from DRAM once) the K rows kPrefetchL2Keys ahead are asked into L2 a few lines per
+  // micro-tile call (and V's during P.V), so DRAM requests keep flowing
+  // (bench/results/kernel_choices.md, "Decode L2 prefetch in the packed score path"). Prefill
+  // re-reads each tile from cache.
+  LineFeed feed(RowsAhead(p_.k, j0, 0, n_q_ == 1 ? n : 0));
+  const int64_t calls = (rows_ + 5) / 6 * ((D_ + kScoreChunk - 1) / kScoreChunk) * ((n + 15) / 16);
+  const int64_t per_call = (feed.lines() + calls - 1) / calls;
+  for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
+    const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
+    for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
+      const float* a[6];
+      for (int r = 0; r < 6; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
+      for (int64_t t = 0; t < n; t += 16, feed.Issue(per_call))
+        simd.gemm_tile(a, kp_ + t * D_ + d0 * 16, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
+                       static_cast<int>(std::min<int64_t>(16, n - t)), d0 > 0, nullptr, 0);
+    }
+  }
+}
+
+// kInPlace (few rows: decode with a small group): K and V read in place, each once from memory.
+// With so little arithmetic per byte the core waits on DRAM unless loads are issued well ahead
+// (the hardware prefetcher alone leaves much of the bandwidth unused), so each key's pass also
+// prefetches the K row kPrefetchKeys ahead and this tile's V row (read by P.V) into L1. L1
+// prefetches hold one of the core's few L1 miss slots for a whole DRAM round trip, so the K and V
+// rows kPrefetchL2Keys ahead are also asked into L2, whose larger miss queue keeps more lines in
+// flight. A full tile's P.V asks for its V rows ahead itself (FullTilePv). Rows go in pairs that
+// widen each K element once (dot2). Measurements: bench/results/kernel_choices.md, "Decode
+// prefetch in the in-place score path".
+void GroupTileKernel::InPlaceScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows) {
+  const ops::SimdKernels& simd = ops::Simd();
+  const DType dt = p_.k.dtype;
+  // The key `keys` past tile key t, clamped to the view.
+  auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
+  const int64_t k_bytes = D_ * DTypeSize(p_.k.dtype), v_bytes = Dv_ * DTypeSize(p_.v.dtype);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t ahead = key_ahead(t, kPrefetchKeys), far = key_ahead(t, kPrefetchL2Keys);
+    Prefetch<1>(p_.k.At(b_, g_, far), k_bytes);
+    if (cls != TileClass::kFull) Prefetch<1>(p_.v.At(b_, g_, far), v_bytes);
+    Prefetch<3>(p_.k.At(b_, g_, ahead), k_bytes);
+    Prefetch<3>(p_.v.At(b_, g_, j0 + t), v_bytes);
+    int64_t r = 0;
+    for (; r + 2 <= rows_; r += 2) {
+      float two[2];
+      simd.Dot2(dt, q_ + r * D_, q_ + (r + 1) * D_, k_rows[t], D_, two);
+      s_[r * kTileK + t] = two[0];
+      s_[(r + 1) * kTileK + t] = two[1];
+    }
+    if (r < rows_) s_[r * kTileK + t] = simd.Dot(dt, q_ + r * D_, k_rows[t], D_);
+  }
+}
+
 // A partly visible tile's mask on one panel's key-major scores: -inf where masked, NaN where a
 // visible key's score is not finite (softmax_panel16 then makes the row NaN). seen_by[t] gets the
 // panel rows that see key t (bit r); returns the keys some row sees.
@@ -207,7 +291,38 @@ uint64_t GroupTileKernel::MaskPanel(int64_t r0, int mr, int64_t j0, int64_t n, u
   return keys;
 }
 
-// On the bf16 dot product (no soft cap, no dense bias), one 16-row panel at a time: scores, the
+// P.V multiplies every row's weight by each key's V, so a row's weight 0 for a key it cannot see
+// would meet that key's V: 0 * inf or 0 * NaN is NaN. Returns the keys seen by only part of the
+// panel whose V is not finite, which go row by row instead (PvApart; rare: checked in partial tiles
+// only, each key's V once per tile via *v_checked / *v_bad).
+uint64_t GroupTileKernel::KeysApart(int mr, int64_t n, const uint16_t* seen_by, const void* const* v_rows,
+                                    uint64_t* v_checked, uint64_t* v_bad) const {
+  const uint32_t all = (1u << mr) - 1u;
+  uint64_t mixed = 0;
+  for (int64_t t = 0; t < n; ++t) mixed |= uint64_t{seen_by[t] != 0 && seen_by[t] != all} << t;
+  for (uint64_t todo = mixed & ~*v_checked; todo; todo &= todo - 1) {
+    const int t = __builtin_ctzll(todo);
+    if (FirstNonFinite(DType::kBF16, v_rows[t], Dv_) >= 0) *v_bad |= uint64_t{1} << t;
+  }
+  *v_checked |= mixed;
+  return mixed & *v_bad;
+}
+
+// P.V of the keys apart (KeysApart), only for the panel rows that see them.
+void GroupTileKernel::PvApart(int64_t r0, int mr, uint64_t apart, const uint16_t* seen_by,
+                              const void* const* v_rows) {
+  for (; apart; apart &= apart - 1) {
+    const int t = __builtin_ctzll(apart);
+    for (int r = 0; r < mr; ++r) {
+      if (!(seen_by[t] >> r & 1u)) continue;
+      const uint32_t word = pw_[t / 2 * 16 + r];
+      const float w = Bf16ToF32(static_cast<uint16_t>(t % 2 ? word >> 16 : word & 0xffffu));
+      ops::Simd().Axpy(DType::kBF16, o_ + (r0 + r) * Dv_, w, v_rows[t], Dv_);
+    }
+  }
+}
+
+// kDot (bf16 dot product, no soft cap, no dense bias), one 16-row panel at a time: scores, the
 // mask of a partly visible tile applied to them (-inf), the online softmax step key-major on the
 // scores as they come (no transpose into rows; softmax_panel16 also rounds the weights to bf16
 // pairs), then P.V against V read in place, each pair of V rows interleaved in registers. Against
@@ -224,21 +339,10 @@ void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const
     const int mr = static_cast<int>(std::min<int64_t>(16, rows_ - r0));
     PanelScores(r0, j0, n, k_rows);
     uint64_t keys = ~uint64_t{0};  // the keys some row of the panel sees: P.V reads only those
-    uint64_t apart = 0;            // of those, keys added row by row (below)
+    uint64_t apart = 0;            // of those, keys added row by row (PvApart)
     if (cls == TileClass::kPartial) {
       keys = MaskPanel(r0, mr, j0, n, seen_by);
-      // P.V multiplies every row's weight by each key's V, so a row's weight 0 for a key it cannot
-      // see would meet that key's V: 0 * inf or 0 * NaN is NaN. Keys seen by only part of the
-      // panel whose V is not finite go row by row instead (rare: checked in partial tiles only).
-      const uint32_t all = (1u << mr) - 1u;
-      uint64_t mixed = 0;
-      for (int64_t t = 0; t < n; ++t) mixed |= uint64_t{seen_by[t] != 0 && seen_by[t] != all} << t;
-      for (uint64_t todo = mixed & ~v_checked; todo; todo &= todo - 1) {
-        const int t = __builtin_ctzll(todo);
-        if (FirstNonFinite(DType::kBF16, v_rows[t], Dv_) >= 0) v_bad |= uint64_t{1} << t;
-      }
-      v_checked |= mixed;
-      apart = mixed & v_bad;
+      apart = KeysApart(mr, n, seen_by, v_rows, &v_checked, &v_bad);
     }
     dot_->softmax_panel16(st_, static_cast<int>(n), p_.scale, m_ + r0, l_ + r0, mr, cls == TileClass::kFull, alpha,
                           pw_);
@@ -247,90 +351,14 @@ void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const
     for (int r = 0; r < mr; ++r) rescale |= alpha[r] != 1.0f;
     dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n), keys & ~apart,
                     o_ + r0 * Dv_, Dv_, mr, rescale ? alpha : nullptr, Dv_, r0 == 0 ? &v_ahead : nullptr);
-    for (; apart; apart &= apart - 1) {
-      const int t = __builtin_ctzll(apart);
-      for (int r = 0; r < mr; ++r) {
-        if (!(seen_by[t] >> r & 1u)) continue;
-        const uint32_t word = pw_[t / 2 * 16 + r];
-        const float w = Bf16ToF32(static_cast<uint16_t>(t % 2 ? word >> 16 : word & 0xffffu));
-        ops::Simd().Axpy(DType::kBF16, o_ + (r0 + r) * Dv_, w, v_rows[t], Dv_);
-      }
-    }
-  }
-}
-
-// Scores of every row into s_ (scaled), for the row-wise softmax below.
-void GroupTileKernel::RowScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows) {
-  const ops::SimdKernels& simd = ops::Simd();
-  const DType dt = p_.k.dtype;
-  // The key `keys` past tile key t, clamped to the view (what the few-row path prefetches).
-  auto key_ahead = [&](int64_t t, int64_t keys) { return std::min(j0 + t + keys, p_.k.seq - 1); };
-  if (dot_ && rows_ >= kPackedRows) {
-    // A soft cap or a dense bias: scores transposed into s_ rows and scaled for the row-wise
-    // softmax, mask and P.V below.
-    for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
-      PanelScores(r0, j0, n, k_rows);
-      dot_->scores_to_rows(st_, static_cast<int>(n), p_.scale, s_ + r0 * kTileK, kTileK,
-                           static_cast<int>(std::min<int64_t>(16, rows_ - r0)));
-    }
-  } else if (rows_ >= kPackedRows) {
-    // Scores on the GEMM micro-tile: the K tile widened and transposed once into 16-key panels,
-    // then six query rows at a time against each panel.
-    for (int64_t t = 0; t < n; t += 16)
-      simd.pack_panel16(dt, k_rows[t], p_.k.stride_seq, static_cast<int>(std::min<int64_t>(16, n - t)), D_,
-                        kp_ + t * D_);
-    // Each score sums kScoreChunk-long FMA chains: one chain over all of D (up to 512 terms) loses
-    // accuracy that the 16-lane dot products did not. In decode (one query position, the tile
-    // streams from DRAM once) the K rows kPrefetchL2Keys ahead are asked into L2 a few lines per
-    // micro-tile call (and V's during P.V), so DRAM requests keep flowing
-    // (bench/results/kernel_choices.md, "Decode L2 prefetch in the packed score path"). Prefill
-    // re-reads each tile from cache.
-    LineFeed feed(RowsAhead(p_.k, j0, 0, n_q_ == 1 ? n : 0));
-    const int64_t calls = (rows_ + 5) / 6 * ((D_ + kScoreChunk - 1) / kScoreChunk) * ((n + 15) / 16);
-    const int64_t per_call = (feed.lines() + calls - 1) / calls;
-    for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
-      const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
-      for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
-        const float* a[6];
-        for (int r = 0; r < 6; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
-        for (int64_t t = 0; t < n; t += 16, feed.Issue(per_call))
-          simd.gemm_tile(a, kp_ + t * D_ + d0 * 16, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
-                         static_cast<int>(std::min<int64_t>(16, n - t)), d0 > 0, nullptr, 0);
-      }
-    }
-  } else {
-    // Few rows (decode with a small group): K and V read in place, each once from memory. With so
-    // little arithmetic per byte the core waits on DRAM unless loads are issued well ahead (the
-    // hardware prefetcher alone leaves much of the bandwidth unused), so each key's pass also
-    // prefetches the K row kPrefetchKeys ahead and this tile's V row (read by P.V below) into L1.
-    // L1 prefetches hold one of the core's few L1 miss slots for a whole DRAM round trip, so the K
-    // and V rows kPrefetchL2Keys ahead are also asked into L2, whose larger miss queue keeps more
-    // lines in flight. A full tile's P.V asks for its V rows ahead itself (below). Rows go in pairs
-    // that widen each K element once (dot2). Measurements: bench/results/kernel_choices.md, "Decode
-    // prefetch in the in-place score path".
-    const int64_t k_bytes = D_ * DTypeSize(p_.k.dtype), v_bytes = Dv_ * DTypeSize(p_.v.dtype);
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t ahead = key_ahead(t, kPrefetchKeys), far = key_ahead(t, kPrefetchL2Keys);
-      Prefetch<1>(p_.k.At(b_, g_, far), k_bytes);
-      if (cls != TileClass::kFull) Prefetch<1>(p_.v.At(b_, g_, far), v_bytes);
-      Prefetch<3>(p_.k.At(b_, g_, ahead), k_bytes);
-      Prefetch<3>(p_.v.At(b_, g_, j0 + t), v_bytes);
-      int64_t r = 0;
-      for (; r + 2 <= rows_; r += 2) {
-        float two[2];
-        simd.Dot2(dt, q_ + r * D_, q_ + (r + 1) * D_, k_rows[t], D_, two);
-        s_[r * kTileK + t] = two[0];
-        s_[(r + 1) * kTileK + t] = two[1];
-      }
-      if (r < rows_) s_[r * kTileK + t] = simd.Dot(dt, q_ + r * D_, k_rows[t], D_);
-    }
+    PvApart(r0, mr, apart, seen_by, v_rows);
   }
 }
 
 // Readies row r's scores of the tile for the softmax: the soft cap, and in a partly visible tile
 // the mask (-inf) and the dense bias; *visible gets the keys the row sees (bit t). False when a
 // visible key's score is not finite (checked before the cap, which maps +-inf to +-cap).
-// (A full tile without a cap is checked by SoftmaxRows' max pass instead.)
+// (A full tile without a cap is checked by SoftmaxStep's max pass instead.)
 bool GroupTileKernel::PrepareRow(int64_t r, int64_t j0, int64_t n, TileClass cls, uint64_t* visible) {
   float* s = s_ + r * kTileK;
   const float cap = p_.softcap;
@@ -374,12 +402,11 @@ void GroupTileKernel::PoisonRow(int64_t r) {
   std::fill(o_ + r * Dv_, o_ + (r + 1) * Dv_, kNaN);
 }
 
-// The online softmax step of every row over its scores in s_, and P.V for rows whose keys are not
-// all visible (a fully visible tile's P.V runs for all rows at once in FullTilePv; so it does with
-// a soft cap or a dense bias on the dot path).
-void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot, const void* const* v_rows) {
-  const ops::SimdKernels& simd = ops::Simd();
-  const DType dt = p_.v.dtype;
+// The mask and online softmax step of every row over its scores in s_ (kDotRows, kPacked,
+// kInPlace), and P.V row by row where FullTilePv does not take the tile: partly visible tiles,
+// and every tile on kDotRows.
+void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, const void* const* v_rows) {
+  const bool row_pv = cls != TileClass::kFull || path_ == TilePath::kDotRows;
   for (int64_t r = 0; r < rows_; ++r) {
     float* s = s_ + r * kTileK;
     uint64_t visible = 0;
@@ -388,51 +415,67 @@ void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot
       if (cls == TileClass::kFull) std::fill(s, s + n, 0.0f);  // (FullTilePv reads every row)
       continue;
     }
-    float tile_max = kNegInf;
-    if (cls == TileClass::kFull && p_.softcap <= 0) {  // the finiteness check rides on the max pass
-      uint32_t bad = 0;
-      for (int64_t t = 0; t < n; ++t) {
-        tile_max = std::max(tile_max, s[t]);
-        bad |= NonFinite(s[t]);
-      }
-      if (bad) {
-        PoisonRow(r);
-        std::fill(s, s + n, 0.0f);
-        continue;
-      }
-    } else {
-      for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
-    }
-    if (tile_max == kNegInf) continue;  // nothing visible to this row in this tile (never a full tile)
-    const float m_new = std::max(m_[r], tile_max);
-    float* o = o_ + r * Dv_;
-    if (m_[r] != m_new) {
-      const float alpha = std::exp(m_[r] - m_new);  // 0 when m_[r] is -inf
-      l_[r] *= alpha;
-      simd.scale(o, alpha, Dv_);
-      m_[r] = m_new;
-    }
-    // Softmax weights in place (masked keys, -inf, become 0).
-    l_[r] += simd.exp_sub_sum(s, n, m_new);
-    // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum).
-    if (bf16_)
-      for (int64_t t = 0; t < n; ++t) s[t] = Bf16ToF32(F32ToBf16(s[t]));
-    if (cls == TileClass::kFull && !dot) continue;
-    // P.V over the keys the row sees (a masked key's V may hold anything, even NaN; a visible one
-    // counts even at weight 0, where 0 * inf is NaN as in the reference), four V rows per pass so
-    // the output row is loaded and stored once per four keys.
-    float w[kTileK];
-    const void* vis[kTileK];
-    int64_t nv = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      if (!(visible >> t & 1u)) continue;
-      w[nv] = s[t];
-      vis[nv++] = v_rows[t];
-    }
-    int64_t t4 = 0;
-    for (; t4 + 4 <= nv; t4 += 4) simd.Axpy4(dt, o, w + t4, vis + t4, Dv_);
-    for (; t4 < nv; ++t4) simd.Axpy(dt, o, w[t4], vis[t4], Dv_);
+    if (SoftmaxStep(r, n, cls) && row_pv) RowPv(r, n, visible, v_rows);
   }
+}
+
+// Row r's online softmax step over its prepared scores: the new running max rescales o_ and l_,
+// the scores become the weights (rounded to bf16 at precision bf16; l_ keeps the unrounded sum).
+// False when the row takes nothing from this tile: no visible key, or a non-finite score found by
+// a full tile's max pass (the row is then poisoned and its weights zeroed for FullTilePv).
+bool GroupTileKernel::SoftmaxStep(int64_t r, int64_t n, TileClass cls) {
+  float* s = s_ + r * kTileK;
+  float tile_max = kNegInf;
+  if (cls == TileClass::kFull && p_.softcap <= 0) {  // the finiteness check rides on the max pass
+    uint32_t bad = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      tile_max = std::max(tile_max, s[t]);
+      bad |= NonFinite(s[t]);
+    }
+    if (bad) {
+      PoisonRow(r);
+      std::fill(s, s + n, 0.0f);
+      return false;
+    }
+  } else {
+    for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
+  }
+  if (tile_max == kNegInf) return false;  // nothing visible to this row in this tile (never a full tile)
+  const ops::SimdKernels& simd = ops::Simd();
+  const float m_new = std::max(m_[r], tile_max);
+  if (m_[r] != m_new) {
+    const float alpha = std::exp(m_[r] - m_new);  // 0 when m_[r] is -inf
+    l_[r] *= alpha;
+    simd.scale(o_ + r * Dv_, alpha, Dv_);
+    m_[r] = m_new;
+  }
+  // Softmax weights in place (masked keys, -inf, become 0).
+  l_[r] += simd.exp_sub_sum(s, n, m_new);
+  // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum).
+  if (bf16_)
+    for (int64_t t = 0; t < n; ++t) s[t] = Bf16ToF32(F32ToBf16(s[t]));
+  return true;
+}
+
+// Row r's P.V over the keys it sees (a masked key's V may hold anything, even NaN; a visible one
+// counts even at weight 0, where 0 * inf is NaN as in the reference), four V rows per pass so the
+// output row is loaded and stored once per four keys.
+void GroupTileKernel::RowPv(int64_t r, int64_t n, uint64_t visible, const void* const* v_rows) {
+  const ops::SimdKernels& simd = ops::Simd();
+  const DType dt = p_.v.dtype;
+  const float* s = s_ + r * kTileK;
+  float* o = o_ + r * Dv_;
+  float w[kTileK];
+  const void* vis[kTileK];
+  int64_t nv = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    if (!(visible >> t & 1u)) continue;
+    w[nv] = s[t];
+    vis[nv++] = v_rows[t];
+  }
+  int64_t t4 = 0;
+  for (; t4 + 4 <= nv; t4 += 4) simd.Axpy4(dt, o, w + t4, vis + t4, Dv_);
+  for (; t4 < nv; ++t4) simd.Axpy(dt, o, w[t4], vis[t4], Dv_);
 }
 
 void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_rows) {
@@ -446,7 +489,7 @@ void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_row
   // so DRAM requests keep flowing while P.V computes instead of all leaving during the score pass
   // (bench/results/kernel_choices.md, "P.V prefetch of a full tile").
   const size_t es = DTypeSize(p_.v.dtype);
-  const bool packed = rows_ >= kPackedRows;
+  const bool packed = path_ == TilePath::kPacked;  // (else kInPlace)
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);
   const int64_t col_blocks = (Dv_ + 15) / 16, v_share = (n + col_blocks - 1) / col_blocks;  // V rows per block
   LineFeed feed(RowsAhead(p_.v, j0, 0, packed && n_q_ == 1 ? n : 0));

@@ -52,14 +52,37 @@ class GroupTileKernel {
   int64_t rows() const { return rows_; }
 
  private:
+  // How a block computes its tiles, fixed for the call by what no tile changes: the precision and
+  // head dims (the bf16 dot-product kernels), the soft cap and a dense bias (which the fused dot path
+  // does not apply), and the block's row count (packed or in place). Only the tile's class (full or
+  // partly visible) is decided per tile.
+  enum class TilePath {
+    kDot,      // bf16 dot product, one 16-row panel at a time: scores, mask, key-major softmax, P.V
+    kDotRows,  // bf16 dot-product scores turned into rows (a soft cap or a dense bias), row softmax, row P.V
+    kPacked,   // f32 GEMM micro-tile over the packed K tile, and over the packed V tile in full tiles
+    kInPlace,  // few rows: K and V read in place, prefetched ahead of the DRAM stream
+  };
+  static TilePath WidePath(const AttentionParams& p, const ops::Bf16DotKernels* dot);
+  bool DotScores() const { return path_ == TilePath::kDot || path_ == TilePath::kDotRows; }
+
   ops::PrefetchRows RowsAhead(const HeadsView& view, int64_t j0, int64_t t, int64_t count) const;
+  // Scores.
   void PanelScores(int64_t r0, int64_t j0, int64_t n, const void* const* k_rows);
-  uint64_t MaskPanel(int64_t r0, int mr, int64_t j0, int64_t n, uint16_t* seen_by);
+  void DotRowScores(int64_t j0, int64_t n, const void* const* k_rows);
+  void PackedScores(int64_t j0, int64_t n, const void* const* k_rows);
+  void InPlaceScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows);
+  // The fused dot path (kDot).
   void ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows, const void* const* v_rows);
-  void RowScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows);
+  uint64_t MaskPanel(int64_t r0, int mr, int64_t j0, int64_t n, uint16_t* seen_by);
+  uint64_t KeysApart(int mr, int64_t n, const uint16_t* seen_by, const void* const* v_rows, uint64_t* v_checked,
+                     uint64_t* v_bad) const;
+  void PvApart(int64_t r0, int mr, uint64_t apart, const uint16_t* seen_by, const void* const* v_rows);
+  // Mask and softmax of the row paths, and their P.V.
+  void SoftmaxRows(int64_t j0, int64_t n, TileClass cls, const void* const* v_rows);
   bool PrepareRow(int64_t r, int64_t j0, int64_t n, TileClass cls, uint64_t* visible);
+  bool SoftmaxStep(int64_t r, int64_t n, TileClass cls);
   void PoisonRow(int64_t r);
-  void SoftmaxRows(int64_t j0, int64_t n, TileClass cls, bool dot, const void* const* v_rows);
+  void RowPv(int64_t r, int64_t n, uint64_t visible, const void* const* v_rows);
   void FullTilePv(int64_t j0, int64_t n, const void* const* v_rows);
 
   const AttentionParams& p_;
@@ -72,6 +95,8 @@ class GroupTileKernel {
   // Precision bf16 on the dot-product kernels (null: f32 kernels, on rounded values at bf16).
   bool bf16_ = false;
   const ops::Bf16DotKernels* dot_ = nullptr;
+  TilePath wide_path_ = TilePath::kPacked;  // the path of blocks of kPackedRows rows or more
+  TilePath path_ = TilePath::kInPlace;      // this block's path (Begin)
   int64_t pairs_ = 0;          // D / 2
   uint32_t* qw_ = nullptr;     // [ceil(max_rows / 16)][pairs][16] bf16 pairs of q (unscaled), 16-row panels
   float* st_ = nullptr;        // [kTileK][16] scores of one panel, key-major

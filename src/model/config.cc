@@ -5,25 +5,21 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "io/input_file.h"
 #include "io/json_nesting.h"
+#include "model/config_fields.h"
 
 namespace tessera::model {
 namespace {
 
-using Json = nlohmann::json;
-
-#define CFG_CONCAT_INNER(a, b) a##b
-#define CFG_CONCAT(a, b) CFG_CONCAT_INNER(a, b)
-#define CFG_ASSIGN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                    \
-  if (!tmp.ok()) return tmp.status();   \
-  lhs = std::move(tmp.value())
-// lhs = value of a StatusOr expression, or return its error.
-#define CFG_ASSIGN(lhs, expr) CFG_ASSIGN_IMPL(CFG_CONCAT(cfg_statusor_, __LINE__), lhs, expr)
+using config_detail::Bad;
+using config_detail::CheckRange;
+using config_detail::Fields;
+using config_detail::Json;
+using config_detail::Show;
+using config_detail::Str;
 
 // Sanity bounds: far above any real Gemma, far below anything that overflows size arithmetic.
 constexpr int64_t kMaxVocab = int64_t{1} << 26;
@@ -34,114 +30,6 @@ constexpr int64_t kMaxHeads = 1024;
 constexpr int64_t kMaxHeadDim = 512;
 constexpr int64_t kMaxPositions = (int64_t{1} << 31) - 1;
 constexpr uint64_t kMaxConfigBytes = 16ull << 20;
-
-Status Bad(const std::string& field, const std::string& detail) {
-  return InvalidArgument("ParseModelConfig: " + field + " " + detail);
-}
-
-// A value for messages: scalars as JSON, strings quoted and truncated, compounds by kind only.
-std::string Show(const Json& v) {
-  if (v.is_string()) {
-    const std::string& s = v.get_ref<const std::string&>();
-    return "\"" + (s.size() > 80 ? s.substr(0, 80) + "..." : s) + "\"";
-  }
-  if (v.is_number() || v.is_boolean() || v.is_null()) return v.dump();
-  return std::string("<") + v.type_name() + ">";
-}
-
-std::string Str(double v) {
-  Json j = v;
-  return j.dump();
-}
-
-Status CheckRange(const std::string& field, int64_t v, int64_t lo, int64_t hi) {
-  if (v < lo || v > hi)
-    return Bad(field,
-               "= " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return Status::Ok();
-}
-
-// Typed access to one JSON object; field names in messages carry `prefix` ("text_config.").
-class Fields {
- public:
-  Fields(const Json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
-
-  std::string Name(std::string_view key) const { return prefix_ + std::string(key); }
-  const Json* Find(std::string_view key) const {
-    auto it = obj_.find(key);
-    return it == obj_.end() ? nullptr : &*it;
-  }
-  bool Present(std::string_view key) const { return Find(key) != nullptr; }
-  bool HasValue(std::string_view key) const {
-    const Json* v = Find(key);
-    return v != nullptr && !v->is_null();
-  }
-
-  // Missing -> def (or "missing required field"); null -> nullopt; else an integer.
-  StatusOr<std::optional<int64_t>> OptInt(std::string_view key, std::optional<int64_t> def, bool required) const {
-    const Json* v = Find(key);
-    if (v == nullptr) {
-      if (required) return Bad(Name(key), "is a required field and is missing");
-      return def;
-    }
-    if (v->is_null()) return std::optional<int64_t>();
-    StatusOr<int64_t> i = AsInt(key, *v);
-    if (!i.ok()) return i.status();
-    return std::optional<int64_t>(i.value());
-  }
-  // Missing -> def (or required error); null or non-integer -> error.
-  StatusOr<int64_t> Int(std::string_view key, std::optional<int64_t> def) const {
-    const Json* v = Find(key);
-    if (v == nullptr) {
-      if (!def) return Bad(Name(key), "is a required field and is missing");
-      return *def;
-    }
-    return AsInt(key, *v);
-  }
-  StatusOr<std::optional<double>> OptNum(std::string_view key, std::optional<double> def) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return def;
-    if (v->is_null()) return std::optional<double>();
-    if (!v->is_number()) return Bad(Name(key), "= " + Show(*v) + " must be a number");
-    return std::optional<double>(v->get<double>());
-  }
-  StatusOr<double> Num(std::string_view key, double def) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return def;
-    if (!v->is_number()) return Bad(Name(key), "= " + Show(*v) + " must be a number");
-    return v->get<double>();
-  }
-  // null counts as missing (HF's `bool | None` fields treat None as false / the default).
-  StatusOr<bool> Bool(std::string_view key, bool def) const {
-    const Json* v = Find(key);
-    if (v == nullptr || v->is_null()) return def;
-    if (!v->is_boolean()) return Bad(Name(key), "= " + Show(*v) + " must be true or false");
-    return v->get<bool>();
-  }
-  // Missing -> def; null -> nullopt.
-  StatusOr<std::optional<std::string>> OptString(std::string_view key, std::optional<std::string> def) const {
-    const Json* v = Find(key);
-    if (v == nullptr) return def;
-    if (v->is_null()) return std::optional<std::string>();
-    if (!v->is_string()) return Bad(Name(key), "= " + Show(*v) + " must be a string");
-    return std::optional<std::string>(v->get<std::string>());
-  }
-
- private:
-  StatusOr<int64_t> AsInt(std::string_view key, const Json& v) const {
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return Bad(Name(key), "= " + Show(v) + " is too large");
-      return static_cast<int64_t>(u);
-    }
-    if (v.is_number_integer()) return v.get<int64_t>();
-    return Bad(Name(key), "= " + Show(v) + " must be an integer");
-  }
-
-  const Json& obj_;
-  std::string prefix_;
-};
 
 struct TypeInfo {
   const char* name;
@@ -292,62 +180,78 @@ StatusOr<std::optional<int64_t>> TokenId(const Fields& primary, const Fields* se
   return def;
 }
 
-// The ParseModelConfig body; may assume `root` is an object.
-StatusOr<ModelConfig> Parse(const Json& root) {
-  ModelConfig c;
-  Fields R(root, "");
+// --- the sections of Parse, in the order it runs them (a config with several errors reports the
+// first in this order) ---
 
-  // --- model type ---
+// What every section after the model type reads: the family and where its fields live.
+struct ParseContext {
+  const TypeInfo& info;
+  const Fields& R;  // the root object
+  const Fields& T;  // the text fields: the root, or text_config for the multimodal types
+  bool g4;          // a Gemma 4 type (gemma4*, gemma4_unified*)
+  bool unified;     // a gemma4_unified type
+};
+
+// Per-layer attention widths and the field each came from (for messages); first_of_kind is filled
+// by CheckAttentionWidths with the first layer of each kind.
+struct LayerWidths {
+  std::vector<int64_t> head_dims, kv_heads;
+  std::vector<std::string> hd_src, kv_src;
+  std::map<kv::LayerKind, int64_t> first_of_kind;
+};
+
+// "architectures" and "model_type" (or the type inferred from architectures[0]).
+StatusOr<const TypeInfo*> ResolveModelType(const Fields& R, ModelConfig* c) {
   if (R.Present("architectures")) {
     const Json& a = *R.Find("architectures");
     if (!a.is_array() && !a.is_null()) return Bad("architectures", "= " + Show(a) + " must be a list of strings");
     if (a.is_array())
       for (const Json& s : a) {
         if (!s.is_string()) return Bad("architectures", "entry " + Show(s) + " must be a string");
-        c.architectures.push_back(s.get<std::string>());
+        c->architectures.push_back(s.get<std::string>());
       }
   }
   std::optional<std::string> type_name;
   CFG_ASSIGN(type_name, R.OptString("model_type", std::nullopt));
   const TypeInfo* info = nullptr;
   for (const TypeInfo& t : kTypes) {
-    if (type_name ? *type_name == t.name : (!c.architectures.empty() && c.architectures[0] == t.architecture))
+    if (type_name ? *type_name == t.name : (!c->architectures.empty() && c->architectures[0] == t.architecture))
       info = &t;
   }
   if (info == nullptr) {
     if (type_name)
       return Bad("model_type", "= \"" + type_name->substr(0, 80) + "\" is not supported (" + SupportedTypes() + ")");
-    if (!c.architectures.empty())
-      return Bad("architectures[0]", "= \"" + c.architectures[0].substr(0, 80) +
+    if (!c->architectures.empty())
+      return Bad("architectures[0]", "= \"" + c->architectures[0].substr(0, 80) +
                                          "\" is not a supported architecture and model_type is missing");
     return Bad("model_type", "is a required field and is missing (and no architectures to infer it from)");
   }
-  c.model_type = info->type;
-  c.multimodal = info->multimodal;
-  const bool g4 = c.is_gemma4();
-  const bool unified = c.is_gemma4_unified();
+  c->model_type = info->type;
+  c->multimodal = info->multimodal;
+  return info;
+}
 
-  // --- where the text fields live ---
-  const Json* text = &root;
-  if (info->multimodal) {
-    const Json* tc = R.Find("text_config");
-    if (tc == nullptr || tc->is_null())
-      return Bad("text_config",
-                 "is a required field for model_type \"" + std::string(info->name) + "\" and is missing");
-    if (!tc->is_object()) return Bad("text_config", "= " + Show(*tc) + " must be an object");
-    text = tc;
-  }
-  Fields T(*text, info->multimodal ? "text_config." : "");
-  if (info->multimodal) {
-    std::optional<std::string> tt;
-    CFG_ASSIGN(tt, T.OptString("model_type", std::nullopt));
-    if (tt && *tt != info->text_model_type)
-      return Bad(T.Name("model_type"), "= \"" + tt->substr(0, 80) + "\" does not match model_type \"" + info->name +
-                                           "\" (expected \"" + info->text_model_type + "\")");
-  }
+// The object holding the text fields: the root, or text_config (whose model_type, if given, must
+// match the wrapper's).
+StatusOr<const Json*> TextConfig(const Json& root, const Fields& R, const TypeInfo& info) {
+  if (!info.multimodal) return &root;
+  const Json* tc = R.Find("text_config");
+  if (tc == nullptr || tc->is_null())
+    return Bad("text_config", "is a required field for model_type \"" + std::string(info.name) + "\" and is missing");
+  if (!tc->is_object()) return Bad("text_config", "= " + Show(*tc) + " must be an object");
+  const Fields T(*tc, "text_config.");
+  std::optional<std::string> tt;
+  CFG_ASSIGN(tt, T.OptString("model_type", std::nullopt));
+  if (tt && *tt != info.text_model_type)
+    return Bad(T.Name("model_type"), "= \"" + tt->substr(0, 80) + "\" does not match model_type \"" + info.name +
+                                         "\" (expected \"" + info.text_model_type + "\")");
+  return tc;
+}
 
-  // --- refused features ---
-  if (g4 && !unified) {
+// Features the engine does not implement: MoE (Gemma 4) and attention biases.
+Status CheckRefusedFeatures(const ParseContext& x) {
+  const Fields& T = x.T;
+  if (x.g4 && !x.unified) {
     bool moe = false;
     CFG_ASSIGN(moe, T.Bool("enable_moe_block", false));
     if (moe) {
@@ -365,37 +269,45 @@ StatusOr<ModelConfig> Parse(const Json& root) {
   if (attention_bias)
     return Unimplemented("ParseModelConfig: " + T.Name("attention_bias") +
                          " = true is not supported (Gemma has no projection biases)");
+  return Status::Ok();
+}
 
-  // --- sizes ---
-  CFG_ASSIGN(c.vocab_size, T.Int("vocab_size", g4 ? 262144 : 262208));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("vocab_size"), c.vocab_size, 1, kMaxVocab));
-  CFG_ASSIGN(c.hidden_size, T.Int("hidden_size", std::nullopt));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("hidden_size"), c.hidden_size, 1, kMaxHidden));
+// Vocabulary, widths, layer and head counts, head_dim.
+Status ParseSizes(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  CFG_ASSIGN(c->vocab_size, T.Int("vocab_size", x.g4 ? 262144 : 262208));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("vocab_size"), c->vocab_size, 1, kMaxVocab));
+  CFG_ASSIGN(c->hidden_size, T.Int("hidden_size", std::nullopt));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("hidden_size"), c->hidden_size, 1, kMaxHidden));
   if (T.Present("intermediate_size") && T.Find("intermediate_size")->is_array())
     return Bad(T.Name("intermediate_size"), "must be one integer (per-layer lists are a Gemma 3n feature)");
-  CFG_ASSIGN(c.intermediate_size, T.Int("intermediate_size", std::nullopt));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("intermediate_size"), c.intermediate_size, 1, kMaxIntermediate));
-  CFG_ASSIGN(c.num_hidden_layers, T.Int("num_hidden_layers", std::nullopt));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_hidden_layers"), c.num_hidden_layers, 1, kMaxLayers));
-  CFG_ASSIGN(c.num_attention_heads, T.Int("num_attention_heads", 8));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_attention_heads"), c.num_attention_heads, 1, kMaxHeads));
-  CFG_ASSIGN(c.num_key_value_heads, T.Int("num_key_value_heads", 4));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_key_value_heads"), c.num_key_value_heads, 1, kMaxHeads));
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
+  CFG_ASSIGN(c->intermediate_size, T.Int("intermediate_size", std::nullopt));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("intermediate_size"), c->intermediate_size, 1, kMaxIntermediate));
+  CFG_ASSIGN(c->num_hidden_layers, T.Int("num_hidden_layers", std::nullopt));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_hidden_layers"), c->num_hidden_layers, 1, kMaxLayers));
+  CFG_ASSIGN(c->num_attention_heads, T.Int("num_attention_heads", 8));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_attention_heads"), c->num_attention_heads, 1, kMaxHeads));
+  CFG_ASSIGN(c->num_key_value_heads, T.Int("num_key_value_heads", 4));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_key_value_heads"), c->num_key_value_heads, 1, kMaxHeads));
+  if (c->num_attention_heads % c->num_key_value_heads != 0)
     return Bad(T.Name("num_key_value_heads"),
-               "= " + std::to_string(c.num_key_value_heads) +
-                   " does not divide num_attention_heads = " + std::to_string(c.num_attention_heads));
-  CFG_ASSIGN(c.head_dim, T.Int("head_dim", 256));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("head_dim"), c.head_dim, 2, kMaxHeadDim));
-  if (c.head_dim % 2 != 0)
-    return Bad(T.Name("head_dim"), "= " + std::to_string(c.head_dim) + " must be even (RoPE pairs)");
-  if (!g4 && c.hidden_size % c.num_attention_heads != 0)  // Gemma3TextConfig.validate_architecture
+               "= " + std::to_string(c->num_key_value_heads) +
+                   " does not divide num_attention_heads = " + std::to_string(c->num_attention_heads));
+  CFG_ASSIGN(c->head_dim, T.Int("head_dim", 256));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("head_dim"), c->head_dim, 2, kMaxHeadDim));
+  if (c->head_dim % 2 != 0)
+    return Bad(T.Name("head_dim"), "= " + std::to_string(c->head_dim) + " must be even (RoPE pairs)");
+  if (!x.g4 && c->hidden_size % c->num_attention_heads != 0)  // Gemma3TextConfig.validate_architecture
     return Bad(T.Name("hidden_size"),
-               "= " + std::to_string(c.hidden_size) +
-                   " is not a multiple of num_attention_heads = " + std::to_string(c.num_attention_heads));
-  const int64_t L = c.num_hidden_layers;
+               "= " + std::to_string(c->hidden_size) +
+                   " is not a multiple of num_attention_heads = " + std::to_string(c->num_attention_heads));
+  return Status::Ok();
+}
 
-  // --- layer types ---
+// layer_types, or the sliding/full pattern; Gemma 4's last layer is always full.
+Status ParseLayerTypes(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  const int64_t L = c->num_hidden_layers;
   if (T.HasValue("layer_types")) {
     const Json& lt = *T.Find("layer_types");
     if (!lt.is_array()) return Bad(T.Name("layer_types"), "= " + Show(lt) + " must be a list");
@@ -407,160 +319,191 @@ StatusOr<ModelConfig> Parse(const Json& root) {
       if (!lt[i].is_string() || !ParseLayerType(lt[i].get_ref<const std::string&>(), &k))
         return Bad(T.Name("layer_types") + "[" + std::to_string(i) + "]",
                    "= " + Show(lt[i]) + " is not a supported layer type (sliding_attention, full_attention)");
-      c.layer_types.push_back(k);
+      c->layer_types.push_back(k);
     }
   } else {
     int64_t pattern = 6;
-    if (!g4) {  // Gemma 4 hard-codes 6 (configuration_gemma4.py:189)
+    if (!x.g4) {  // Gemma 4 hard-codes 6 (configuration_gemma4.py:189)
       CFG_ASSIGN(pattern, T.Int("sliding_window_pattern", 6));
       TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("sliding_window_pattern"), pattern, 1, kMaxLayers));
     }
     for (int64_t i = 0; i < L; ++i)
-      c.layer_types.push_back((i + 1) % pattern != 0 ? kv::LayerKind::kSliding : kv::LayerKind::kFull);
+      c->layer_types.push_back((i + 1) % pattern != 0 ? kv::LayerKind::kSliding : kv::LayerKind::kFull);
   }
-  if (g4) c.layer_types.back() = kv::LayerKind::kFull;
-  bool any_sliding = false;
-  for (kv::LayerKind k : c.layer_types) any_sliding = any_sliding || k == kv::LayerKind::kSliding;
+  if (x.g4) c->layer_types.back() = kv::LayerKind::kFull;
+  return Status::Ok();
+}
 
-  // --- window ---
+// sliding_window (null only where no layer slides, on Gemma 3).
+Status ParseSlidingWindow(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  bool any_sliding = false;
+  for (kv::LayerKind k : c->layer_types) any_sliding = any_sliding || k == kv::LayerKind::kSliding;
   std::optional<int64_t> window;
-  CFG_ASSIGN(window, T.OptInt("sliding_window", g4 ? (unified ? 1024 : 512) : 4096, false));
+  CFG_ASSIGN(window, T.OptInt("sliding_window", x.g4 ? (x.unified ? 1024 : 512) : 4096, false));
   if (window) {
     TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("sliding_window"), *window, 1, kMaxPositions));
-    c.sliding_window = *window;
-  } else if (g4) {
+    c->sliding_window = *window;
+  } else if (x.g4) {
     return Bad(T.Name("sliding_window"), "must not be null");
   } else if (any_sliding) {
     return Bad(T.Name("sliding_window"), "= null but layer_types has sliding layers");
   }
+  return Status::Ok();
+}
 
-  // --- attention widths per layer ---
-  CFG_ASSIGN(c.attention_k_eq_v, g4 ? T.Bool("attention_k_eq_v", false) : StatusOr<bool>(false));
-  std::vector<int64_t> head_dims(L, c.head_dim), kv_heads(L, c.num_key_value_heads);
-  // Which field each layer's width came from, for messages.
-  std::vector<std::string> hd_src(L, T.Name("head_dim")), kv_src(L, T.Name("num_key_value_heads"));
-  if (g4) {
-    if (T.HasValue("per_layer_config")) {
-      std::map<int64_t, LayerOverride> overrides;
-      CFG_ASSIGN(overrides, ParsePerLayerConfig(*T.Find("per_layer_config"), T.Name("per_layer_config"), L));
-      for (const auto& [i, o] : overrides) {
-        const std::string lf = T.Name("per_layer_config") + "." + std::to_string(i);
-        if (o.head_dim) head_dims[i] = *o.head_dim, hd_src[i] = lf + ".head_dim";
-        if (o.num_kv_heads) kv_heads[i] = *o.num_kv_heads, kv_src[i] = lf + ".num_key_value_heads";
-      }
-    } else {
-      // configuration_gemma4.py:208-221: full layers get global_head_dim (default 512) and, only
-      // when attention_k_eq_v, num_global_key_value_heads.
-      int64_t ghd = 0;
-      CFG_ASSIGN(ghd, T.Int("global_head_dim", 512));
-      std::optional<int64_t> gkv;
-      CFG_ASSIGN(gkv, T.OptInt("num_global_key_value_heads", std::nullopt, false));
-      for (int64_t i = 0; i < L; ++i) {
-        if (c.layer_types[i] != kv::LayerKind::kFull) continue;
-        head_dims[i] = ghd, hd_src[i] = T.Name("global_head_dim");
-        if (gkv && c.attention_k_eq_v) kv_heads[i] = *gkv, kv_src[i] = T.Name("num_global_key_value_heads");
-      }
+// attention_k_eq_v and each layer's head_dim / KV heads as configured (checked afterwards by
+// CheckAttentionWidths): the global values, and on Gemma 4 full layers per_layer_config or the
+// global_* keys.
+StatusOr<LayerWidths> AttentionWidths(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  const int64_t L = c->num_hidden_layers;
+  CFG_ASSIGN(c->attention_k_eq_v, x.g4 ? T.Bool("attention_k_eq_v", false) : StatusOr<bool>(false));
+  LayerWidths w{std::vector<int64_t>(L, c->head_dim), std::vector<int64_t>(L, c->num_key_value_heads),
+                std::vector<std::string>(L, T.Name("head_dim")),
+                std::vector<std::string>(L, T.Name("num_key_value_heads")), {}};
+  if (!x.g4) return w;
+  if (T.HasValue("per_layer_config")) {
+    std::map<int64_t, LayerOverride> overrides;
+    CFG_ASSIGN(overrides, ParsePerLayerConfig(*T.Find("per_layer_config"), T.Name("per_layer_config"), L));
+    for (const auto& [i, o] : overrides) {
+      const std::string lf = T.Name("per_layer_config") + "." + std::to_string(i);
+      if (o.head_dim) w.head_dims[i] = *o.head_dim, w.hd_src[i] = lf + ".head_dim";
+      if (o.num_kv_heads) w.kv_heads[i] = *o.num_kv_heads, w.kv_src[i] = lf + ".num_key_value_heads";
     }
+    return w;
   }
-  // Validate and require one width per layer kind (HF resolves RoPE per layer type and raises
-  // when layers of one type differ: integrations/heterogeneity/configuration_utils.py:228-242).
-  std::map<kv::LayerKind, int64_t> first_of_kind;
+  // configuration_gemma4.py:208-221: full layers get global_head_dim (default 512) and, only
+  // when attention_k_eq_v, num_global_key_value_heads.
+  int64_t ghd = 0;
+  CFG_ASSIGN(ghd, T.Int("global_head_dim", 512));
+  std::optional<int64_t> gkv;
+  CFG_ASSIGN(gkv, T.OptInt("num_global_key_value_heads", std::nullopt, false));
   for (int64_t i = 0; i < L; ++i) {
+    if (c->layer_types[i] != kv::LayerKind::kFull) continue;
+    w.head_dims[i] = ghd, w.hd_src[i] = T.Name("global_head_dim");
+    if (gkv && c->attention_k_eq_v) w.kv_heads[i] = *gkv, w.kv_src[i] = T.Name("num_global_key_value_heads");
+  }
+  return w;
+}
+
+// Validates the widths and requires one width per layer kind (HF resolves RoPE per layer type and
+// raises when layers of one type differ: integrations/heterogeneity/configuration_utils.py:228-242);
+// sets the global (full-layer) widths.
+Status CheckAttentionWidths(const ParseContext& x, LayerWidths* w, ModelConfig* c) {
+  const std::vector<int64_t>& head_dims = w->head_dims;
+  const std::vector<int64_t>& kv_heads = w->kv_heads;
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i) {
     if (head_dims[i] < 2 || head_dims[i] > kMaxHeadDim || head_dims[i] % 2 != 0)
-      return Bad(hd_src[i], "= " + std::to_string(head_dims[i]) + " (layer " + std::to_string(i) +
-                                ") must be even and in [2, 512]");
-    if (kv_heads[i] < 1 || kv_heads[i] > kMaxHeads || c.num_attention_heads % kv_heads[i] != 0)
-      return Bad(kv_src[i],
+      return Bad(w->hd_src[i], "= " + std::to_string(head_dims[i]) + " (layer " + std::to_string(i) +
+                                   ") must be even and in [2, 512]");
+    if (kv_heads[i] < 1 || kv_heads[i] > kMaxHeads || c->num_attention_heads % kv_heads[i] != 0)
+      return Bad(w->kv_src[i],
                  "= " + std::to_string(kv_heads[i]) + " (layer " + std::to_string(i) +
-                     ") must be >= 1 and divide num_attention_heads = " + std::to_string(c.num_attention_heads));
-    auto [it, inserted] = first_of_kind.emplace(c.layer_types[i], i);
+                     ") must be >= 1 and divide num_attention_heads = " + std::to_string(c->num_attention_heads));
+    auto [it, inserted] = w->first_of_kind.emplace(c->layer_types[i], i);
     const int64_t j = it->second;
     if (!inserted && (head_dims[i] != head_dims[j] || kv_heads[i] != kv_heads[j]))
-      return Bad(T.Name("per_layer_config"),
+      return Bad(x.T.Name("per_layer_config"),
                  "layer " + std::to_string(i) + ": head_dim " + std::to_string(head_dims[i]) +
                      " / num_key_value_heads " + std::to_string(kv_heads[i]) + " differ from layer " +
                      std::to_string(j) + " of the same type (" + std::to_string(head_dims[j]) + " / " +
                      std::to_string(kv_heads[j]) + ")");
   }
-  {
-    auto full = first_of_kind.find(kv::LayerKind::kFull);
-    c.global_head_dim = full != first_of_kind.end() ? head_dims[full->second] : c.head_dim;
-    c.num_global_key_value_heads = full != first_of_kind.end() ? kv_heads[full->second] : c.num_key_value_heads;
-  }
+  auto full = w->first_of_kind.find(kv::LayerKind::kFull);
+  c->global_head_dim = full != w->first_of_kind.end() ? head_dims[full->second] : c->head_dim;
+  c->num_global_key_value_heads = full != w->first_of_kind.end() ? kv_heads[full->second] : c->num_key_value_heads;
+  return Status::Ok();
+}
 
-  // --- rope ---
-  {
-    const Json* rp = T.Find("rope_parameters");
-    if (rp != nullptr && !rp->is_null()) {
-      if (!rp->is_object()) return Bad(T.Name("rope_parameters"), "= " + Show(*rp) + " must be an object");
-      for (auto it = rp->begin(); it != rp->end(); ++it)
-        if (it.key() != "sliding_attention" && it.key() != "full_attention")
-          return Bad(T.Name("rope_parameters"),
-                     "key \"" + it.key().substr(0, 60) +
-                         "\": expected entries keyed by layer type (sliding_attention, full_attention)");
-    } else {
-      rp = nullptr;
-    }
-    auto entry = [&](const char* key) -> const Json* {
-      if (rp == nullptr) return nullptr;
-      auto it = rp->find(key);
-      return it == rp->end() ? nullptr : &*it;
-    };
-    std::optional<double> top_theta, prf;
-    CFG_ASSIGN(prf, T.OptNum("partial_rotary_factor", std::nullopt));
-    const std::string rf = T.Name("rope_parameters");
-    if (!g4) {
-      // configuration_gemma3.py:132-155: full <- rope_theta (default 1e6) + rope_scaling;
-      // sliding <- rope_local_base_freq (default 1e4).
-      std::optional<double> full_theta, local_theta;
-      CFG_ASSIGN(full_theta, T.OptNum("rope_theta", 1'000'000.0));
-      CFG_ASSIGN(local_theta, T.OptNum("rope_local_base_freq", 10'000.0));
-      CFG_ASSIGN(c.rope_full,
-                 ParseRope(entry("full_attention"), rf + ".full_attention", T.Find("rope_scaling"), full_theta, prf));
-      CFG_ASSIGN(c.rope_sliding,
-                 ParseRope(entry("sliding_attention"), rf + ".sliding_attention", nullptr, local_theta, prf));
-    } else if (rp == nullptr) {
-      // configuration_gemma4.py:201-206 defaults.
-      c.rope_sliding = RopeConfig{RopeType::kDefault, 10'000.0, 1.0, 1.0, 1.0};
-      c.rope_full = RopeConfig{RopeType::kProportional, 1'000'000.0, 1.0, 0.25, 1.0};
-    } else {
-      // Gemma 4 keeps rope_parameters as given; standardize_rope_params fills a missing rope_theta /
-      // partial_rotary_factor from top-level keys (modeling_rope_utils.py:845-854).
-      CFG_ASSIGN(top_theta, T.OptNum("rope_theta", std::nullopt));
-      for (kv::LayerKind k : {kv::LayerKind::kSliding, kv::LayerKind::kFull}) {
-        if (!first_of_kind.count(k)) continue;
-        const Json* e = entry(LayerTypeKey(k));
-        if (e == nullptr || e->is_null())
-          return Bad(rf + "." + LayerTypeKey(k), "is missing but layer_types uses " + std::string(LayerTypeKey(k)));
-        RopeConfig r;
-        CFG_ASSIGN(r, ParseRope(e, rf + "." + LayerTypeKey(k), nullptr, top_theta, prf));
-        (k == kv::LayerKind::kSliding ? c.rope_sliding : c.rope_full) = r;
-      }
+// rope_parameters: null (absent) or an object keyed by layer type.
+StatusOr<const Json*> RopeParametersObject(const Fields& T) {
+  const Json* rp = T.Find("rope_parameters");
+  if (rp == nullptr || rp->is_null()) return static_cast<const Json*>(nullptr);
+  if (!rp->is_object()) return Bad(T.Name("rope_parameters"), "= " + Show(*rp) + " must be an object");
+  for (auto it = rp->begin(); it != rp->end(); ++it)
+    if (it.key() != "sliding_attention" && it.key() != "full_attention")
+      return Bad(T.Name("rope_parameters"),
+                 "key \"" + it.key().substr(0, 60) +
+                     "\": expected entries keyed by layer type (sliding_attention, full_attention)");
+  return rp;
+}
+
+// The rope of each layer kind: Gemma 3 from its legacy keys, Gemma 4 from rope_parameters (or its
+// defaults when there are none).
+Status ParseRopeParameters(const ParseContext& x, const std::map<kv::LayerKind, int64_t>& first_of_kind,
+                           ModelConfig* c) {
+  const Fields& T = x.T;
+  const Json* rp = nullptr;
+  CFG_ASSIGN(rp, RopeParametersObject(T));
+  auto entry = [&](const char* key) -> const Json* {
+    if (rp == nullptr) return nullptr;
+    auto it = rp->find(key);
+    return it == rp->end() ? nullptr : &*it;
+  };
+  std::optional<double> top_theta, prf;
+  CFG_ASSIGN(prf, T.OptNum("partial_rotary_factor", std::nullopt));
+  const std::string rf = T.Name("rope_parameters");
+  if (!x.g4) {
+    // configuration_gemma3.py:132-155: full <- rope_theta (default 1e6) + rope_scaling;
+    // sliding <- rope_local_base_freq (default 1e4).
+    std::optional<double> full_theta, local_theta;
+    CFG_ASSIGN(full_theta, T.OptNum("rope_theta", 1'000'000.0));
+    CFG_ASSIGN(local_theta, T.OptNum("rope_local_base_freq", 10'000.0));
+    CFG_ASSIGN(c->rope_full,
+               ParseRope(entry("full_attention"), rf + ".full_attention", T.Find("rope_scaling"), full_theta, prf));
+    CFG_ASSIGN(c->rope_sliding,
+               ParseRope(entry("sliding_attention"), rf + ".sliding_attention", nullptr, local_theta, prf));
+  } else if (rp == nullptr) {
+    // configuration_gemma4.py:201-206 defaults.
+    c->rope_sliding = RopeConfig{RopeType::kDefault, 10'000.0, 1.0, 1.0, 1.0};
+    c->rope_full = RopeConfig{RopeType::kProportional, 1'000'000.0, 1.0, 0.25, 1.0};
+  } else {
+    // Gemma 4 keeps rope_parameters as given; standardize_rope_params fills a missing rope_theta /
+    // partial_rotary_factor from top-level keys (modeling_rope_utils.py:845-854).
+    CFG_ASSIGN(top_theta, T.OptNum("rope_theta", std::nullopt));
+    for (kv::LayerKind k : {kv::LayerKind::kSliding, kv::LayerKind::kFull}) {
+      if (!first_of_kind.count(k)) continue;
+      const Json* e = entry(LayerTypeKey(k));
+      if (e == nullptr || e->is_null())
+        return Bad(rf + "." + LayerTypeKey(k), "is missing but layer_types uses " + std::string(LayerTypeKey(k)));
+      RopeConfig r;
+      CFG_ASSIGN(r, ParseRope(e, rf + "." + LayerTypeKey(k), nullptr, top_theta, prf));
+      (k == kv::LayerKind::kSliding ? c->rope_sliding : c->rope_full) = r;
     }
   }
+  return Status::Ok();
+}
 
-  // --- scalars ---
-  if (!g4) {
+// The score scale (Gemma 3 query_pre_attn_scalar) and the two soft caps.
+Status ParseScaleAndSoftcaps(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  if (!x.g4) {
     std::optional<double> qpas;
     CFG_ASSIGN(qpas, T.OptNum("query_pre_attn_scalar", 256.0));
     if (!qpas) return Bad(T.Name("query_pre_attn_scalar"), "must not be null");
     if (!(*qpas > 0.0) || !std::isfinite(*qpas))
       return Bad(T.Name("query_pre_attn_scalar"), "= " + Str(*qpas) + " must be > 0");
-    c.query_pre_attn_scalar = qpas;
-    c.attention_scale = 1.0 / std::sqrt(*qpas);
-    CFG_ASSIGN(c.attn_logit_softcapping, T.OptNum("attn_logit_softcapping", std::nullopt));
+    c->query_pre_attn_scalar = qpas;
+    c->attention_scale = 1.0 / std::sqrt(*qpas);
+    CFG_ASSIGN(c->attn_logit_softcapping, T.OptNum("attn_logit_softcapping", std::nullopt));
   } else {
-    c.attention_scale = 1.0;  // modeling_gemma4.py:1156
+    c->attention_scale = 1.0;  // modeling_gemma4.py:1156
   }
-  CFG_ASSIGN(c.final_logit_softcapping, T.OptNum("final_logit_softcapping", std::nullopt));
-  for (auto [name, cap] : {std::pair{"attn_logit_softcapping", c.attn_logit_softcapping},
-                           std::pair{"final_logit_softcapping", c.final_logit_softcapping}})
+  CFG_ASSIGN(c->final_logit_softcapping, T.OptNum("final_logit_softcapping", std::nullopt));
+  for (auto [name, cap] : {std::pair{"attn_logit_softcapping", c->attn_logit_softcapping},
+                           std::pair{"final_logit_softcapping", c->final_logit_softcapping}})
     if (cap && (!(*cap > 0.0) || !std::isfinite(*cap)))
       return Bad(T.Name(name), "= " + Str(*cap) + " must be > 0 (or null)");
+  return Status::Ok();
+}
 
-  CFG_ASSIGN(c.rms_norm_eps, T.Num("rms_norm_eps", 1e-6));
-  if (!(c.rms_norm_eps > 0.0 && c.rms_norm_eps < 1.0))
-    return Bad(T.Name("rms_norm_eps"), "= " + Str(c.rms_norm_eps) + " must be in (0, 1)");
+// rms_norm_eps, hidden_activation, max_position_embeddings.
+Status ParseNormActivationPositions(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  CFG_ASSIGN(c->rms_norm_eps, T.Num("rms_norm_eps", 1e-6));
+  if (!(c->rms_norm_eps > 0.0 && c->rms_norm_eps < 1.0))
+    return Bad(T.Name("rms_norm_eps"), "= " + Str(c->rms_norm_eps) + " must be in (0, 1)");
 
   std::optional<std::string> act;
   CFG_ASSIGN(act, T.OptString("hidden_activation", std::string("gelu_pytorch_tanh")));
@@ -568,147 +511,203 @@ StatusOr<ModelConfig> Parse(const Json& root) {
     return Unimplemented("ParseModelConfig: " + T.Name("hidden_activation") + " = " +
                          (act ? "\"" + act->substr(0, 60) + "\"" : "null") + " is not supported (gelu_pytorch_tanh)");
 
-  CFG_ASSIGN(c.max_position_embeddings, T.Int("max_position_embeddings", unified ? 262144 : 131072));
-  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("max_position_embeddings"), c.max_position_embeddings, 1, kMaxPositions));
+  CFG_ASSIGN(c->max_position_embeddings, T.Int("max_position_embeddings", x.unified ? 262144 : 131072));
+  TESSERA_RETURN_IF_ERROR(
+      CheckRange(T.Name("max_position_embeddings"), c->max_position_embeddings, 1, kMaxPositions));
+  return Status::Ok();
+}
 
-  if (!g4) {
+// use_bidirectional_attention: a bool on Gemma 3, null | "vision" | "all" on Gemma 4.
+Status ParseBidirectional(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  if (!x.g4) {
     const Json* b = T.Find("use_bidirectional_attention");
     if (b != nullptr && !b->is_null() && !b->is_boolean())
       return Bad(T.Name("use_bidirectional_attention"), "= " + Show(*b) + " must be true or false for Gemma 3");
-    c.bidirectional =
+    c->bidirectional =
         (b != nullptr && b->is_boolean() && b->get<bool>()) ? BidirectionalMode::kAll : BidirectionalMode::kNone;
-  } else {
-    std::optional<std::string> mode;
-    CFG_ASSIGN(mode, T.OptString("use_bidirectional_attention",
-                                 unified ? std::optional<std::string>("vision") : std::nullopt));
-    if (!mode)
-      c.bidirectional = BidirectionalMode::kNone;
-    else if (*mode == "vision")
-      c.bidirectional = BidirectionalMode::kVision;
-    else if (*mode == "all")
-      c.bidirectional = BidirectionalMode::kAll;
-    else
-      return Bad(T.Name("use_bidirectional_attention"),
-                 "= \"" + mode->substr(0, 60) + "\" must be null, \"vision\" or \"all\"");
+    return Status::Ok();
   }
+  std::optional<std::string> mode;
+  CFG_ASSIGN(mode, T.OptString("use_bidirectional_attention",
+                               x.unified ? std::optional<std::string>("vision") : std::nullopt));
+  if (!mode)
+    c->bidirectional = BidirectionalMode::kNone;
+  else if (*mode == "vision")
+    c->bidirectional = BidirectionalMode::kVision;
+  else if (*mode == "all")
+    c->bidirectional = BidirectionalMode::kAll;
+  else
+    return Bad(T.Name("use_bidirectional_attention"),
+               "= \"" + mode->substr(0, 60) + "\" must be null, \"vision\" or \"all\"");
+  return Status::Ok();
+}
 
-  // --- KV sharing, double-wide MLP, PLE (Gemma 4) ---
-  if (g4) {
-    CFG_ASSIGN(c.num_kv_shared_layers, T.Int("num_kv_shared_layers", 0));
-    TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_kv_shared_layers"), c.num_kv_shared_layers, 0, L - 1));
-    CFG_ASSIGN(c.use_double_wide_mlp, T.Bool("use_double_wide_mlp", false));
-    if (!unified) {  // gemma4_unified has no PLE (modular_gemma4_unified.py:461-463)
-      CFG_ASSIGN(c.hidden_size_per_layer_input, T.Int("hidden_size_per_layer_input", 256));  // 0 = no PLE
-      TESSERA_RETURN_IF_ERROR(
-          CheckRange(T.Name("hidden_size_per_layer_input"), c.hidden_size_per_layer_input, 0, kMaxHidden));
-      if (c.has_ple()) {
-        CFG_ASSIGN(c.vocab_size_per_layer_input, T.Int("vocab_size_per_layer_input", 262144));
-        TESSERA_RETURN_IF_ERROR(
-            CheckRange(T.Name("vocab_size_per_layer_input"), c.vocab_size_per_layer_input, 1, kMaxVocab));
-        if (c.hidden_size_per_layer_input * L > kMaxHidden * 16)
-          return Bad(T.Name("hidden_size_per_layer_input"), "= " + std::to_string(c.hidden_size_per_layer_input) +
-                                                                " times " + std::to_string(L) + " layers is too large");
-      }
+// Gemma 4 only: KV sharing, the double-wide MLP and per-layer embeddings (PLE).
+Status ParseKvSharingAndPle(const ParseContext& x, ModelConfig* c) {
+  if (!x.g4) return Status::Ok();
+  const Fields& T = x.T;
+  const int64_t L = c->num_hidden_layers;
+  CFG_ASSIGN(c->num_kv_shared_layers, T.Int("num_kv_shared_layers", 0));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_kv_shared_layers"), c->num_kv_shared_layers, 0, L - 1));
+  CFG_ASSIGN(c->use_double_wide_mlp, T.Bool("use_double_wide_mlp", false));
+  if (x.unified) return Status::Ok();  // gemma4_unified has no PLE (modular_gemma4_unified.py:461-463)
+  CFG_ASSIGN(c->hidden_size_per_layer_input, T.Int("hidden_size_per_layer_input", 256));  // 0 = no PLE
+  TESSERA_RETURN_IF_ERROR(
+      CheckRange(T.Name("hidden_size_per_layer_input"), c->hidden_size_per_layer_input, 0, kMaxHidden));
+  if (c->has_ple()) {
+    CFG_ASSIGN(c->vocab_size_per_layer_input, T.Int("vocab_size_per_layer_input", 262144));
+    TESSERA_RETURN_IF_ERROR(
+        CheckRange(T.Name("vocab_size_per_layer_input"), c->vocab_size_per_layer_input, 1, kMaxVocab));
+    if (c->hidden_size_per_layer_input * L > kMaxHidden * 16)
+      return Bad(T.Name("hidden_size_per_layer_input"), "= " + std::to_string(c->hidden_size_per_layer_input) +
+                                                            " times " + std::to_string(L) + " layers is too large");
+  }
+  return Status::Ok();
+}
+
+// eos_token_id from the first of `first`, `second` that has it: an int, a list of ints, or null
+// (none); absent from both, [1].
+StatusOr<std::vector<int64_t>> ParseEosTokenIds(const Fields& first, const Fields* second) {
+  const Fields* holder =
+      first.Present("eos_token_id") ? &first : (second && second->Present("eos_token_id") ? second : nullptr);
+  if (holder == nullptr) return std::vector<int64_t>{1};
+  std::vector<int64_t> ids;
+  const Json& e = *holder->Find("eos_token_id");
+  if (e.is_array()) {
+    for (size_t i = 0; i < e.size(); ++i) {
+      if (!e[i].is_number_integer())
+        return Bad(holder->Name("eos_token_id") + "[" + std::to_string(i) + "]",
+                   "= " + Show(e[i]) + " must be an integer");
+      ids.push_back(e[i].get<int64_t>());
     }
+  } else if (!e.is_null()) {
+    int64_t id = 0;
+    CFG_ASSIGN(id, holder->Int("eos_token_id", std::nullopt));
+    ids.push_back(id);
   }
+  return ids;
+}
 
-  // --- tying and token ids ---
-  const Fields& first = info->multimodal ? R : T;
-  const Fields* second = info->multimodal ? &T : nullptr;
-  CFG_ASSIGN(c.tie_word_embeddings,
+// tie_word_embeddings and the bos / pad / eos ids: for multimodal types the root value wins, then
+// text_config's; ids must lie in the vocabulary.
+Status ParseTyingAndTokenIds(const ParseContext& x, ModelConfig* c) {
+  const Fields& first = x.info.multimodal ? x.R : x.T;
+  const Fields* second = x.info.multimodal ? &x.T : nullptr;
+  CFG_ASSIGN(c->tie_word_embeddings,
              first.Present("tie_word_embeddings") && !first.Find("tie_word_embeddings")->is_null()
                  ? first.Bool("tie_word_embeddings", true)
                  : (second ? second->Bool("tie_word_embeddings", true) : StatusOr<bool>(true)));
-  CFG_ASSIGN(c.bos_token_id, TokenId(first, second, "bos_token_id", 2));
-  CFG_ASSIGN(c.pad_token_id, TokenId(first, second, "pad_token_id", 0));
-  {
-    const Fields* holder =
-        first.Present("eos_token_id") ? &first : (second && second->Present("eos_token_id") ? second : nullptr);
-    if (holder == nullptr) {
-      c.eos_token_ids = {1};
-    } else {
-      const Json& e = *holder->Find("eos_token_id");
-      if (e.is_array()) {
-        for (size_t i = 0; i < e.size(); ++i) {
-          if (!e[i].is_number_integer())
-            return Bad(holder->Name("eos_token_id") + "[" + std::to_string(i) + "]",
-                       "= " + Show(e[i]) + " must be an integer");
-          c.eos_token_ids.push_back(e[i].get<int64_t>());
-        }
-      } else if (!e.is_null()) {
-        int64_t id = 0;
-        CFG_ASSIGN(id, holder->Int("eos_token_id", std::nullopt));
-        c.eos_token_ids.push_back(id);
-      }
-    }
-  }
+  CFG_ASSIGN(c->bos_token_id, TokenId(first, second, "bos_token_id", 2));
+  CFG_ASSIGN(c->pad_token_id, TokenId(first, second, "pad_token_id", 0));
+  CFG_ASSIGN(c->eos_token_ids, ParseEosTokenIds(first, second));
   auto check_id = [&](const std::string& field, std::optional<int64_t> id) -> Status {
-    if (id && (*id < 0 || *id >= c.vocab_size))
+    if (id && (*id < 0 || *id >= c->vocab_size))
       return Bad(field,
-                 "= " + std::to_string(*id) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+                 "= " + std::to_string(*id) + " is outside the vocabulary [0, " + std::to_string(c->vocab_size) + ")");
     return Status::Ok();
   };
-  TESSERA_RETURN_IF_ERROR(check_id("bos_token_id", c.bos_token_id));
-  TESSERA_RETURN_IF_ERROR(check_id("pad_token_id", c.pad_token_id));
-  for (int64_t id : c.eos_token_ids) TESSERA_RETURN_IF_ERROR(check_id("eos_token_id", id));
+  TESSERA_RETURN_IF_ERROR(check_id("bos_token_id", c->bos_token_id));
+  TESSERA_RETURN_IF_ERROR(check_id("pad_token_id", c->pad_token_id));
+  for (int64_t id : c->eos_token_ids) TESSERA_RETURN_IF_ERROR(check_id("eos_token_id", id));
+  return Status::Ok();
+}
 
-  if (info->multimodal) {
-    // Placeholder ids may lie beyond the text vocabulary (Gemma 3 checks image_token_id >= vocab_size,
-    // modeling_gemma3.py:844), so they are only required to be non-negative.
-    auto mm = [&](std::initializer_list<const char*> keys, std::optional<int64_t> def,
-                  std::optional<int64_t>* out) -> Status {
-      const char* found = nullptr;
-      for (const char* k : keys) {
-        if (!R.Present(k)) continue;
-        std::optional<int64_t> v;
-        CFG_ASSIGN(v, R.OptInt(k, std::nullopt, false));
-        if (found != nullptr && v != *out)
-          return Bad(k, "= " + (v ? std::to_string(*v) : std::string("null")) + " contradicts " + found);
-        found = k;
-        *out = v;
-      }
-      if (found == nullptr) *out = def;
-      if (*out && **out < 0) return Bad(found ? found : *keys.begin(), "= " + std::to_string(**out) + " must be >= 0");
-      return Status::Ok();
-    };
-    if (!g4) {  // configuration_gemma3.py:195-210 (attribute_map: *_token_id -> *_token_index)
-      TESSERA_RETURN_IF_ERROR(mm({"image_token_index", "image_token_id"}, 262144, &c.image_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"boi_token_index", "boi_token_id"}, 255999, &c.boi_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"eoi_token_index", "eoi_token_id"}, 256000, &c.eoi_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"mm_tokens_per_image"}, 256, &c.mm_tokens_per_image));
-      if (c.mm_tokens_per_image && *c.mm_tokens_per_image < 1)
-        return Bad("mm_tokens_per_image", "= " + std::to_string(*c.mm_tokens_per_image) + " must be >= 1");
-    } else {  // configuration_gemma4.py:372-378, configuration_gemma4_unified.py:333-339
-      TESSERA_RETURN_IF_ERROR(mm({"image_token_id", "image_token_index"}, 258880, &c.image_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"boi_token_id", "boi_token_index"}, 255999, &c.boi_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"eoi_token_id", "eoi_token_index"}, 258882, &c.eoi_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"video_token_id", "video_token_index"}, 258884, &c.video_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"audio_token_id", "audio_token_index"}, 258881, &c.audio_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"boa_token_id", "boa_token_index"}, 256000, &c.boa_token_id));
-      TESSERA_RETURN_IF_ERROR(mm({"eoa_token_index", "eoa_token_id"}, 258883, &c.eoa_token_id));
-    }
+// One multimodal placeholder id from the root under any of its `keys` (which must agree), else
+// `def`. Placeholder ids may lie beyond the text vocabulary (Gemma 3 checks image_token_id >=
+// vocab_size, modeling_gemma3.py:844), so they are only required to be non-negative.
+Status MultimodalTokenId(const Fields& R, std::initializer_list<const char*> keys, std::optional<int64_t> def,
+                         std::optional<int64_t>* out) {
+  const char* found = nullptr;
+  for (const char* k : keys) {
+    if (!R.Present(k)) continue;
+    std::optional<int64_t> v;
+    CFG_ASSIGN(v, R.OptInt(k, std::nullopt, false));
+    if (found != nullptr && v != *out)
+      return Bad(k, "= " + (v ? std::to_string(*v) : std::string("null")) + " contradicts " + found);
+    found = k;
+    *out = v;
   }
+  if (found == nullptr) *out = def;
+  if (*out && **out < 0) return Bad(found ? found : *keys.begin(), "= " + std::to_string(**out) + " must be >= 0");
+  return Status::Ok();
+}
 
-  // --- resolved layers ---
-  std::vector<kv::LayerKind> kinds = c.layer_types;
-  StatusOr<kv::LayerMap> map = kv::LayerMap::Build(kinds, c.num_kv_shared_layers);
+// The placeholder token ids of the multimodal wrappers (absent for text-only types).
+Status ParseMultimodalTokenIds(const ParseContext& x, ModelConfig* c) {
+  if (!x.info.multimodal) return Status::Ok();
+  const Fields& R = x.R;
+  if (!x.g4) {  // configuration_gemma3.py:195-210 (attribute_map: *_token_id -> *_token_index)
+    TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"image_token_index", "image_token_id"}, 262144, &c->image_token_id));
+    TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"boi_token_index", "boi_token_id"}, 255999, &c->boi_token_id));
+    TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"eoi_token_index", "eoi_token_id"}, 256000, &c->eoi_token_id));
+    TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"mm_tokens_per_image"}, 256, &c->mm_tokens_per_image));
+    if (c->mm_tokens_per_image && *c->mm_tokens_per_image < 1)
+      return Bad("mm_tokens_per_image", "= " + std::to_string(*c->mm_tokens_per_image) + " must be >= 1");
+    return Status::Ok();
+  }
+  // configuration_gemma4.py:372-378, configuration_gemma4_unified.py:333-339
+  TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"image_token_id", "image_token_index"}, 258880, &c->image_token_id));
+  TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"boi_token_id", "boi_token_index"}, 255999, &c->boi_token_id));
+  TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"eoi_token_id", "eoi_token_index"}, 258882, &c->eoi_token_id));
+  TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"video_token_id", "video_token_index"}, 258884, &c->video_token_id));
+  TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"audio_token_id", "audio_token_index"}, 258881, &c->audio_token_id));
+  TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"boa_token_id", "boa_token_index"}, 256000, &c->boa_token_id));
+  TESSERA_RETURN_IF_ERROR(MultimodalTokenId(R, {"eoa_token_index", "eoa_token_id"}, 258883, &c->eoa_token_id));
+  return Status::Ok();
+}
+
+// ModelConfig::layers: each layer's kind, widths, window, KV source and rope.
+Status ResolveLayers(const ParseContext& x, const LayerWidths& w, ModelConfig* c) {
+  const int64_t L = c->num_hidden_layers;
+  std::vector<kv::LayerKind> kinds = c->layer_types;
+  StatusOr<kv::LayerMap> map = kv::LayerMap::Build(kinds, c->num_kv_shared_layers);
   if (!map.ok())  // configuration_gemma4.py:236-241: a shared type with no producer
-    return Bad(T.Name("num_kv_shared_layers"),
-               "= " + std::to_string(c.num_kv_shared_layers) + ": " + map.status().message());
-  c.layers.resize(L);
+    return Bad(x.T.Name("num_kv_shared_layers"),
+               "= " + std::to_string(c->num_kv_shared_layers) + ": " + map.status().message());
+  c->layers.resize(L);
   for (int64_t i = 0; i < L; ++i) {
-    LayerConfig& l = c.layers[i];
-    l.kind = c.layer_types[i];
-    l.head_dim = head_dims[i];
-    l.num_kv_heads = kv_heads[i];
-    l.sliding_window = l.kind == kv::LayerKind::kSliding ? c.sliding_window : 0;
+    LayerConfig& l = c->layers[i];
+    l.kind = c->layer_types[i];
+    l.head_dim = w.head_dims[i];
+    l.num_kv_heads = w.kv_heads[i];
+    l.sliding_window = l.kind == kv::LayerKind::kSliding ? c->sliding_window : 0;
     l.kv_source_layer = map.value().owner(i);
     l.has_kv_proj = l.kv_source_layer == i;
-    l.has_v_proj = l.has_kv_proj && !(c.attention_k_eq_v && l.kind == kv::LayerKind::kFull);
+    l.has_v_proj = l.has_kv_proj && !(c->attention_k_eq_v && l.kind == kv::LayerKind::kFull);
     // modeling_gemma4.py:1054-1059: double width only on KV-shared ("reuse") layers.
-    l.intermediate_size = c.intermediate_size * (c.use_double_wide_mlp && !l.has_kv_proj ? 2 : 1);
-    l.rope = c.rope(l.kind);
+    l.intermediate_size = c->intermediate_size * (c->use_double_wide_mlp && !l.has_kv_proj ? 2 : 1);
+    l.rope = c->rope(l.kind);
   }
+  return Status::Ok();
+}
+
+// The ParseModelConfig body; may assume `root` is an object.
+StatusOr<ModelConfig> Parse(const Json& root) {
+  ModelConfig c;
+  const Fields R(root, "");
+  const TypeInfo* info = nullptr;
+  CFG_ASSIGN(info, ResolveModelType(R, &c));
+  const Json* text = nullptr;
+  CFG_ASSIGN(text, TextConfig(root, R, *info));
+  const Fields T(*text, info->multimodal ? "text_config." : "");
+  const ParseContext x{*info, R, T, c.is_gemma4(), c.is_gemma4_unified()};
+
+  TESSERA_RETURN_IF_ERROR(CheckRefusedFeatures(x));
+  TESSERA_RETURN_IF_ERROR(ParseSizes(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseLayerTypes(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseSlidingWindow(x, &c));
+  StatusOr<LayerWidths> widths = AttentionWidths(x, &c);
+  if (!widths.ok()) return widths.status();
+  TESSERA_RETURN_IF_ERROR(CheckAttentionWidths(x, &widths.value(), &c));
+  TESSERA_RETURN_IF_ERROR(ParseRopeParameters(x, widths.value().first_of_kind, &c));
+  TESSERA_RETURN_IF_ERROR(ParseScaleAndSoftcaps(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseNormActivationPositions(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseBidirectional(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseKvSharingAndPle(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseTyingAndTokenIds(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseMultimodalTokenIds(x, &c));
+  TESSERA_RETURN_IF_ERROR(ResolveLayers(x, widths.value(), &c));
   return c;
 }
 
