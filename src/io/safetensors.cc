@@ -108,8 +108,7 @@ StatusOr<SafetensorsFile> SafetensorsFile::FromBytes(std::string_view bytes, std
   return file;
 }
 
-Status SafetensorsFile::Parse() {
-  const std::string where = "SafetensorsFile: " + Quote(name_);
+Status SafetensorsFile::ParseHeader(const std::string& where, Json* header) {
   if (size_ < 8)
     return InvalidArgument(where + ": file is " + std::to_string(size_) +
                            " bytes, shorter than the 8-byte header length");
@@ -121,105 +120,102 @@ Status SafetensorsFile::Parse() {
     return InvalidArgument(where + ": header length " + std::to_string(header_len) + " runs past the end of the " +
                            std::to_string(size_) + "-byte file (truncated?)");
   data_start_ = 8 + header_len;
-  const uint64_t data_size = size_ - data_start_;
-
   const char* hb = reinterpret_cast<const char*>(bytes_ + 8);
   TESSERA_RETURN_IF_ERROR(CheckJsonNesting(std::string_view(hb, header_len), where));
-  Json header;
   try {
-    header = Json::parse(hb, hb + header_len, /*cb=*/nullptr, /*allow_exceptions=*/false);
+    *header = Json::parse(hb, hb + header_len, /*cb=*/nullptr, /*allow_exceptions=*/false);
   } catch (const std::exception& e) {  // parse does not throw with allow_exceptions=false; belt and braces
     return InvalidArgument(where + ": header is not valid JSON: " + e.what());
   }
-  if (header.is_discarded()) return InvalidArgument(where + ": header is not valid JSON");
-  if (!header.is_object())
-    return InvalidArgument(where + ": header must be a JSON object, got " + std::string(header.type_name()));
+  if (header->is_discarded()) return InvalidArgument(where + ": header is not valid JSON");
+  if (!header->is_object())
+    return InvalidArgument(where + ": header must be a JSON object, got " + std::string(header->type_name()));
+  return Status::Ok();
+}
 
-  entries_.clear();
-  entries_.reserve(header.size());
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& key = it.key();
-    const Json& value = it.value();
-    if (key == "__metadata__") {
-      if (!value.is_object())
-        return InvalidArgument(where + ": __metadata__ must be an object, got " + std::string(value.type_name()));
-      for (auto m = value.begin(); m != value.end(); ++m) {
-        if (!m.value().is_string())
-          return InvalidArgument(where + ": __metadata__ value of " + Quote(m.key()) + " must be a string, got " +
-                                 std::string(m.value().type_name()));
-        metadata_[m.key()] = m.value().get_ref<const std::string&>();
-      }
-      continue;
-    }
-    const std::string what = where + ": tensor " + Quote(key);
-    if (!value.is_object())
-      return InvalidArgument(what + ": entry must be an object, got " + std::string(value.type_name()));
-
-    Entry e;
-    e.name = key;
-    // dtype
-    auto dt = value.find("dtype");
-    if (dt == value.end() || !dt->is_string()) return InvalidArgument(what + ": missing or non-string \"dtype\"");
-    e.dtype_name = dt->get_ref<const std::string&>();
-    size_t elem = 0;
-    if (!LookupStoredDType(e.dtype_name, &elem))
-      return InvalidArgument(what + ": unsupported dtype " + Quote(e.dtype_name) + " (supported: F32, BF16, F16)");
-    e.supported = SupportedDType(e.dtype_name, &e.dtype);
-    // shape
-    auto sh = value.find("shape");
-    if (sh == value.end() || !sh->is_array()) return InvalidArgument(what + ": missing or non-array \"shape\"");
-    if (sh->size() > kMaxRank)
-      return InvalidArgument(what + ": rank " + std::to_string(sh->size()) + " exceeds " + std::to_string(kMaxRank));
-    uint64_t numel = 1;
-    bool overflow = false;
-    for (size_t d = 0; d < sh->size(); ++d) {
-      const Json& dim = (*sh)[d];
-      if (!dim.is_number_unsigned())
-        return InvalidArgument(what + ": shape[" + std::to_string(d) + "] = " + Describe(dim) +
-                               " is not a non-negative integer");
-      const uint64_t v = dim.get<uint64_t>();
-      if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return InvalidArgument(what + ": shape[" + std::to_string(d) + "] = " + std::to_string(v) + " is too large");
-      e.shape.push_back(static_cast<int64_t>(v));
-      overflow = overflow || __builtin_mul_overflow(numel, v, &numel);
-    }
-    uint64_t nbytes = 0;
-    // A zero dimension makes the product 0 whatever overflowed before it.
-    const bool has_zero = std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end();
-    if (has_zero) {
-      numel = 0;
-      overflow = false;
-    }
-    if (overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(elem), &nbytes) ||
-        nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return InvalidArgument(what + ": shape " + ShapeString(e.shape) + " of " + e.dtype_name +
-                             " overflows the byte count");
-    // data_offsets
-    auto off = value.find("data_offsets");
-    if (off == value.end() || !off->is_array() || off->size() != 2)
-      return InvalidArgument(what + ": \"data_offsets\" must be an array [begin, end]");
-    if (!(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
-      return InvalidArgument(what + ": data_offsets [" + Describe((*off)[0]) + ", " + Describe((*off)[1]) +
-                             "] must be non-negative integers");
-    e.begin = (*off)[0].get<uint64_t>();
-    e.end = (*off)[1].get<uint64_t>();
-    const std::string range = "data_offsets [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + "]";
-    if (e.begin > e.end) return InvalidArgument(what + ": " + range + " has begin > end");
-    if (e.end > data_size)
-      return InvalidArgument(what + ": " + range + " runs past the " + std::to_string(data_size) +
-                             "-byte data section (truncated file?)");
-    if (e.end - e.begin != nbytes)
-      return InvalidArgument(what + ": " + range + " spans " + std::to_string(e.end - e.begin) + " bytes but shape " +
-                             ShapeString(e.shape) + " of " + e.dtype_name + " needs " + std::to_string(nbytes));
-    if (nbytes > 0 && (data_start_ + e.begin) % elem != 0)
-      return InvalidArgument(what + ": data at file offset " + std::to_string(data_start_ + e.begin) +
-                             " is not aligned to its " + std::to_string(elem) +
-                             "-byte element size (rewrite the file with a current safetensors writer)");
-    entries_.push_back(std::move(e));
+Status SafetensorsFile::ParseMetadata(const std::string& where, const Json& value) {
+  if (!value.is_object())
+    return InvalidArgument(where + ": __metadata__ must be an object, got " + std::string(value.type_name()));
+  for (auto m = value.begin(); m != value.end(); ++m) {
+    if (!m.value().is_string())
+      return InvalidArgument(where + ": __metadata__ value of " + Quote(m.key()) + " must be a string, got " +
+                             std::string(m.value().type_name()));
+    metadata_[m.key()] = m.value().get_ref<const std::string&>();
   }
+  return Status::Ok();
+}
 
-  std::sort(entries_.begin(), entries_.end(),
-            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+namespace {
+
+// The entry's shape into *shape and its byte count (elem bytes per element) into *nbytes.
+Status ParseShape(const std::string& what, const Json& value, const std::string& dtype_name, size_t elem,
+                  std::vector<int64_t>* shape, uint64_t* nbytes) {
+  auto sh = value.find("shape");
+  if (sh == value.end() || !sh->is_array()) return InvalidArgument(what + ": missing or non-array \"shape\"");
+  constexpr size_t kMaxRank = SafetensorsFile::kMaxRank;
+  if (sh->size() > kMaxRank)
+    return InvalidArgument(what + ": rank " + std::to_string(sh->size()) + " exceeds " + std::to_string(kMaxRank));
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (size_t d = 0; d < sh->size(); ++d) {
+    const Json& dim = (*sh)[d];
+    if (!dim.is_number_unsigned())
+      return InvalidArgument(what + ": shape[" + std::to_string(d) + "] = " + Describe(dim) +
+                             " is not a non-negative integer");
+    const uint64_t v = dim.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return InvalidArgument(what + ": shape[" + std::to_string(d) + "] = " + std::to_string(v) + " is too large");
+    shape->push_back(static_cast<int64_t>(v));
+    overflow = overflow || __builtin_mul_overflow(numel, v, &numel);
+  }
+  // A zero dimension makes the product 0 whatever overflowed before it.
+  if (std::find(shape->begin(), shape->end(), 0) != shape->end()) numel = 0, overflow = false;
+  if (overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(elem), nbytes) ||
+      *nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return InvalidArgument(what + ": shape " + ShapeString(*shape) + " of " + dtype_name +
+                           " overflows the byte count");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SafetensorsFile::ParseEntry(const std::string& what, const Json& value, Entry* e) const {
+  if (!value.is_object())
+    return InvalidArgument(what + ": entry must be an object, got " + std::string(value.type_name()));
+  auto dt = value.find("dtype");
+  if (dt == value.end() || !dt->is_string()) return InvalidArgument(what + ": missing or non-string \"dtype\"");
+  e->dtype_name = dt->get_ref<const std::string&>();
+  size_t elem = 0;
+  if (!LookupStoredDType(e->dtype_name, &elem))
+    return InvalidArgument(what + ": unsupported dtype " + Quote(e->dtype_name) + " (supported: F32, BF16, F16)");
+  e->supported = SupportedDType(e->dtype_name, &e->dtype);
+  uint64_t nbytes = 0;
+  TESSERA_RETURN_IF_ERROR(ParseShape(what, value, e->dtype_name, elem, &e->shape, &nbytes));
+  auto off = value.find("data_offsets");
+  if (off == value.end() || !off->is_array() || off->size() != 2)
+    return InvalidArgument(what + ": \"data_offsets\" must be an array [begin, end]");
+  if (!(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+    return InvalidArgument(what + ": data_offsets [" + Describe((*off)[0]) + ", " + Describe((*off)[1]) +
+                           "] must be non-negative integers");
+  e->begin = (*off)[0].get<uint64_t>();
+  e->end = (*off)[1].get<uint64_t>();
+  const uint64_t data_size = size_ - data_start_;
+  const std::string range = "data_offsets [" + std::to_string(e->begin) + ", " + std::to_string(e->end) + "]";
+  if (e->begin > e->end) return InvalidArgument(what + ": " + range + " has begin > end");
+  if (e->end > data_size)
+    return InvalidArgument(what + ": " + range + " runs past the " + std::to_string(data_size) +
+                           "-byte data section (truncated file?)");
+  if (e->end - e->begin != nbytes)
+    return InvalidArgument(what + ": " + range + " spans " + std::to_string(e->end - e->begin) + " bytes but shape " +
+                           ShapeString(e->shape) + " of " + e->dtype_name + " needs " + std::to_string(nbytes));
+  if (nbytes > 0 && (data_start_ + e->begin) % elem != 0)
+    return InvalidArgument(what + ": data at file offset " + std::to_string(data_start_ + e->begin) +
+                           " is not aligned to its " + std::to_string(elem) +
+                           "-byte element size (rewrite the file with a current safetensors writer)");
+  return Status::Ok();
+}
+
+Status SafetensorsFile::CheckNoOverlap(const std::string& where) const {
   const Entry* prev = nullptr;  // the non-empty tensor reaching furthest so far
   for (const Entry& e : entries_) {
     if (e.begin == e.end) continue;
@@ -229,6 +225,28 @@ Status SafetensorsFile::Parse() {
                              ", " + std::to_string(e.end) + "] overlap");
     if (prev == nullptr || e.end > prev->end) prev = &e;
   }
+  return Status::Ok();
+}
+
+Status SafetensorsFile::Parse() {
+  const std::string where = "SafetensorsFile: " + Quote(name_);
+  Json header;
+  TESSERA_RETURN_IF_ERROR(ParseHeader(where, &header));
+  entries_.clear();
+  entries_.reserve(header.size());
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      TESSERA_RETURN_IF_ERROR(ParseMetadata(where, it.value()));
+      continue;
+    }
+    Entry e;
+    e.name = it.key();
+    TESSERA_RETURN_IF_ERROR(ParseEntry(where + ": tensor " + Quote(it.key()), it.value(), &e));
+    entries_.push_back(std::move(e));
+  }
+  std::sort(entries_.begin(), entries_.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  TESSERA_RETURN_IF_ERROR(CheckNoOverlap(where));
   index_.clear();
   for (size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].name, i);
   return Status::Ok();

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,12 @@ class SafetensorsFile {
   SafetensorsFile() = default;
   // Parses and validates the image at bytes_/size_ (already owned by *this).
   Status Parse();
+  // Parse's steps: the header length and JSON; "__metadata__"; one tensor entry (what: its name
+  // for messages); no two tensors overlapping (entries_ sorted by offset).
+  Status ParseHeader(const std::string& where, nlohmann::json* header);
+  Status ParseMetadata(const std::string& where, const nlohmann::json& value);
+  Status ParseEntry(const std::string& what, const nlohmann::json& value, Entry* e) const;
+  Status CheckNoOverlap(const std::string& where) const;
 
   std::string name_;
   MappedFile mapping_;    // owner when opened from a path
