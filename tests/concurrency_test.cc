@@ -44,9 +44,11 @@ TEST(Concurrency, CallersOfOnePoolEachGetEveryItemOnce) {
 TEST(Concurrency, NestedParallelForRunsInline) {
   ThreadPool pool(2);
   std::atomic<int64_t> sum{0};
-  pool.ParallelFor(8, [&](int64_t i, int) {
+  pool.ParallelFor(8, [&](int64_t i, int outer) {
     pool.ParallelFor(4, [&](int64_t j, int t) {
-      EXPECT_EQ(t, 0);  // inline on the item's thread
+      // Inline on the item's thread, under its index: per-thread scratch indexed by t is never
+      // shared with the thread that runs index 0's items meanwhile.
+      EXPECT_EQ(t, outer);
       sum.fetch_add(i * 4 + j);
     });
   });

@@ -229,27 +229,30 @@ TEST(Npy, ShapesMustBeTuplesOfIntegers) {
   EXPECT_HAS(msg, "x.npy");
 }
 
-TEST(CheckpointMatchesConfig, FewerLayersThanTheCheckpointIsAnError) {
+// Loads a copy of the gemma3_text checkpoint whose config.json `edit` changed (the copy loads
+// unchanged: the edit alone makes any error).
+Status LoadWithEditedConfig(const std::function<void(Json&)>& edit) {
   TempDir tmp;
   const std::string dir = CopyModel(tmp, "gemma3_text");
+  EXPECT_TRUE(model::LoadedModel::Load(dir).ok());
   Json c = Json::parse(ReadText(dir + "/config.json"));
-  c["num_hidden_layers"] = 3;
-  c["layer_types"] = Json::array({"sliding_attention", "sliding_attention", "full_attention"});
+  edit(c);
   WriteText(dir + "/config.json", c.dump());
-  const Status st = model::LoadedModel::Load(dir).status();
+  return model::LoadedModel::Load(dir).status();
+}
+
+TEST(CheckpointMatchesConfig, FewerLayersThanTheCheckpointIsAnError) {
+  const Status st = LoadWithEditedConfig([](Json& c) {
+    c["num_hidden_layers"] = 3;
+    c["layer_types"] = Json::array({"sliding_attention", "sliding_attention", "full_attention"});
+  });
   EXPECT_FALSE(st.ok());
   EXPECT_HAS(st.message(), "num_hidden_layers");
   EXPECT_HAS(st.message(), "layers.3.");
 }
 
 TEST(CheckpointMatchesConfig, UntiedEmbeddingsNeedAnLmHead) {
-  TempDir tmp;
-  const std::string dir = CopyModel(tmp, "gemma3_text");
-  ASSERT_TRUE(model::LoadedModel::Load(dir).ok());
-  Json c = Json::parse(ReadText(dir + "/config.json"));
-  c["tie_word_embeddings"] = false;
-  WriteText(dir + "/config.json", c.dump());
-  const Status st = model::LoadedModel::Load(dir).status();
+  const Status st = LoadWithEditedConfig([](Json& c) { c["tie_word_embeddings"] = false; });
   EXPECT_FALSE(st.ok());
   EXPECT_HAS(st.message(), "tie_word_embeddings");
   EXPECT_HAS(st.message(), "lm_head.weight");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -160,6 +161,41 @@ TEST(RingStore, RewindThenReappendEqualsNeverAppended) {
     const std::vector<float> wb = Attend(b, probe, hq, window, AttentionKernel::kReference);
     ASSERT_EQ(0, std::memcmp(wa.data(), wb.data(), wa.size() * 4)) << "drop " << drop;
   }
+}
+
+// ClearRow empties one row, even a ring row that has wrapped (which Rewind cannot reach), and
+// leaves the other row as it was: refilled, the row equals a fresh store's, and row 1's view is
+// bit for bit what it was.
+TEST(KvStores, ClearRowEmptiesOneRowOnly) {
+  std::mt19937 rng(21);
+  const KvGeometry g{2, 1, 8, 8, DType::kF32};
+  const int64_t window = 4, max_chunk = 3, hq = 2;  // ring capacity 6
+  for (int kind = 0; kind < 2; ++kind) {
+    std::unique_ptr<KvStore> used, fresh;
+    if (kind == 0) used = std::make_unique<RingStore>(g, window, max_chunk), fresh = std::make_unique<RingStore>(g, window, max_chunk);
+    else used = std::make_unique<DenseStore>(g, 32), fresh = std::make_unique<DenseStore>(g, 32);
+    for (int64_t t = 0; t < 15; t += 3) ASSERT_TRUE(used->Append(MakeChunk(rng, g, hq, {t, t}, {3, 3}, false).Append(g)).ok());
+    if (kind == 0) EXPECT_FALSE(used->CanRewind(0, 15).ok());  // wrapped: only ClearRow empties it
+    const Chunk probe1 = MakeChunk(rng, g, hq, {15, 15}, {0, 1}, false);
+    const std::vector<float> before = Attend(*used, probe1, hq, window, AttentionKernel::kReference);
+    ASSERT_TRUE(used->ClearRow(0).ok());
+    EXPECT_EQ(used->valid_len(0), 0);
+    EXPECT_EQ(used->write_pos(0), 0);
+    EXPECT_EQ(used->write_pos(1), 15);
+    EXPECT_EQ(0, std::memcmp(before.data(), Attend(*used, probe1, hq, window, AttentionKernel::kReference).data(),
+                             before.size() * 4));
+    const Chunk again = MakeChunk(rng, g, hq, {0, 15}, {3, 0}, false);
+    ASSERT_TRUE(used->Append(again.Append(g)).ok());
+    ASSERT_TRUE(fresh->Append(again.Append(g)).ok());
+    const Chunk probe0 = MakeChunk(rng, g, hq, {3, 15}, {1, 0}, false);
+    ASSERT_TRUE(used->Append(probe0.Append(g)).ok());
+    ASSERT_TRUE(fresh->Append(probe0.Append(g)).ok());
+    const std::vector<float> wu = Attend(*used, probe0, hq, window, AttentionKernel::kReference);
+    const std::vector<float> wf = Attend(*fresh, probe0, hq, window, AttentionKernel::kReference);
+    const size_t row0 = wu.size() / 2;  // [B = 2, hq, 1, D]: row 0 first
+    EXPECT_EQ(0, std::memcmp(wu.data(), wf.data(), row0 * 4)) << (kind == 0 ? "ring" : "dense");
+  }
+  EXPECT_FALSE(DenseStore(g, 8).ClearRow(2).ok());
 }
 
 TEST(DenseStore, RewindThenReappendEqualsNeverAppended) {

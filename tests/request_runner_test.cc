@@ -202,6 +202,18 @@ TEST(RequestRunner, ReuseStopsAtImageRowsThatDifferAndNeverCutsABlock) {
   EXPECT_EQ(rd.output.tokens, rc.output.tokens);
 }
 
+TEST(RequestRunner, ZeroNewTokensPrefillsOnly) {
+  auto m = MakeTinyModel({});
+  auto runner = RequestRunner::Create(*m, Options(1), nullptr);
+  ASSERT_TRUE(runner.ok());
+  std::unique_ptr<Case> c = MakeCase(3, 7, 0, 0, m->arch().hidden);
+  c->options.max_new_tokens = 0;
+  const RequestResult r = RunOne(*runner.value(), *c);
+  EXPECT_TRUE(r.output.tokens.empty());  // as Generate: nothing sampled
+  EXPECT_EQ(r.output.finish, FinishReason::kLength);
+  EXPECT_TRUE(Alone(*m, *c).empty());
+}
+
 TEST(RequestRunner, CancelFreesTheSlotAndOthersGoOn) {
   auto m = MakeTinyModel({});
   const int64_t H = m->arch().hidden;

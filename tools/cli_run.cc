@@ -127,8 +127,8 @@ int RunCommand(int argc, char** argv) {
   if (Status st = ReadImageInputs(a, info.hidden, &prompt, &embeds); !st.ok()) return Fail(st.message());
   StatusOr<std::unique_ptr<Session>> session = m.NewSession(opt);
   if (!session.ok()) {
-    const bool precision = session.status().message().find("matmul precision bf16") != std::string::npos;
-    return Fail(session.status().message() + (precision ? " (--dtype bf16 converts the weights on load)" : ""));
+    const bool hint = opt.matmul_precision == ops::MatmulPrecision::kBf16 && !load.convert_to;
+    return Fail(session.status().message() + (hint ? " (--dtype bf16 converts the weights on load)" : ""));
   }
   Session& s = *session.value();
   if (prompt.tokens.size() > 1024)

@@ -38,7 +38,8 @@ class RequestBatch {
   // One forward pass: every prefilling request takes its next chunk (image blocks never split),
   // every decoding request one token; callbacks run; finished requests free their slots.
   Status Step();
-  // Ends the request at the next step (FinishReason::kCancelled) and frees its slot.
+  // Ends the request at the next step (FinishReason::kCancelled) and frees its slot. Like every
+  // call here, not thread-safe: from another thread, set the request's GenerateOptions::cancel.
   void Cancel(RequestId id);
 
   bool finished(RequestId id) const;

@@ -3,8 +3,8 @@
 //
 // Thread safety: any thread may call ParallelFor at any time. Calls from different threads take
 // turns (one job runs at a time, each with every worker); a call made from inside a job's item
-// runs its items inline on that thread. So one pool can serve several sessions, a loader and
-// attention calls at once, each getting the result it would get alone.
+// runs its items inline on that thread, under that thread's index. So one pool can serve several
+// sessions, a loader and attention calls at once, each getting the result it would get alone.
 #pragma once
 
 #include <atomic>

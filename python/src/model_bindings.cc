@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -163,15 +164,15 @@ py::tuple Generate(const PyModel& m, const std::vector<std::vector<int32_t>>& to
   PyCancel own;
   PyCancel* flag = cancel ? cancel : &own;
   g.cancel = &flag->flag;
-  std::unique_ptr<py::error_already_set> raised;
+  std::exception_ptr raised;  // whatever the callback threw (a Python error, a failed cast)
   if (!on_token.is_none())
     g.on_token = [&](int64_t row, int32_t token) {
       py::gil_scoped_acquire gil;
       try {
         const py::object keep = on_token(row, token);
         return keep.is_none() || keep.cast<bool>();
-      } catch (py::error_already_set& e) {
-        raised = std::make_unique<py::error_already_set>(std::move(e));
+      } catch (...) {
+        raised = std::current_exception();
         flag->flag = true;
         return false;
       }
@@ -183,7 +184,7 @@ py::tuple Generate(const PyModel& m, const std::vector<std::vector<int32_t>>& to
     auto s = m.model->NewSession(o);
     st = s.ok() ? s.value()->Generate(prompts, g, &out) : s.status();
   }
-  if (raised) throw std::move(*raised);
+  if (raised) std::rethrow_exception(raised);
   ThrowIfError(st);
   py::list rows, finish;
   for (const RowOutput& r : out.rows) rows.append(py::cast(r.tokens)), finish.append(FinishReasonName(r.finish));

@@ -39,10 +39,7 @@ void DenseStore::Clear() {
 
 Status DenseStore::ClearRow(int64_t b) {
   if (b < 0 || b >= buf_.geometry().batch) return InvalidArgument("DenseStore::ClearRow: row " + std::to_string(b) + " out of range");
-  for (int64_t t = 0; t < valid_[b]; ++t) buf_.Clear(b, t);
-  valid_[b] = 0;
-  last_pos_[b] = kNone;
-  return Status::Ok();
+  return Rewind(b, valid_[b]);  // a dense row can always drop all it holds
 }
 
 Status DenseStore::CanRewind(int64_t b, int64_t n) const {

@@ -156,12 +156,6 @@ Status KvCache::ClearRow(int64_t b) {
   return Status::Ok();
 }
 
-int64_t KvCache::row_tokens(int64_t b) const {
-  for (const auto& s : stores_)
-    if (s) return s->write_pos(b);
-  return 0;
-}
-
 size_t KvCache::bytes() const {
   size_t total = 0;
   for (const auto& s : stores_)

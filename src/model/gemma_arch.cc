@@ -28,8 +28,12 @@ void SetLayerMask(const LayerArch& la, bool causal, const int32_t* q_block, cons
   }
 }
 
+bool GemmaArch::IsPlaceholder(int32_t token) const {
+  return std::find(image_token_ids.begin(), image_token_ids.end(), token) != image_token_ids.end();
+}
+
 int32_t GemmaArch::LookupId(int32_t token) const {
-  if (placeholder_as_pad && std::find(image_token_ids.begin(), image_token_ids.end(), token) != image_token_ids.end())
+  if (placeholder_as_pad && IsPlaceholder(token))
     return pad_token_id;
   return token;
 }

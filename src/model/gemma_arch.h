@@ -53,6 +53,8 @@ struct GemmaArch {
   int64_t num_layers() const { return static_cast<int64_t>(layers.size()); }
   // The row a token without an embedding is looked up under (see placeholder_as_pad).
   int32_t LookupId(int32_t token) const;
+  // Whether `token` is an image placeholder id (it takes a soft-token row when one is given).
+  bool IsPlaceholder(int32_t token) const;
   int64_t max_head_dim() const;
   int64_t max_intermediate() const;
 };

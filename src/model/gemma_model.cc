@@ -33,26 +33,27 @@ Status GemmaModel::ValidateBatch(const ForwardBatch& in) const {
       return InvalidArgument("GemmaModel::Forward: count[" + std::to_string(b) + "] = " + std::to_string(in.count[b]) +
                              " outside [0, " + std::to_string(in.seq) + "]");
     for (int64_t i = 0; i < in.seq; ++i) {
-      const bool embedded = in.use_embed && in.use_embed[b * in.seq + i];
-      const std::string at = " at [" + std::to_string(b) + ", " + std::to_string(i) + "]";
-      TESSERA_RETURN_IF_ERROR(CheckToken(in.tokens[b * in.seq + i], embedded, "GemmaModel::Forward: ", at));
+      const int32_t t = in.tokens[b * in.seq + i];
+      if (!TokenOk(t, in.use_embed && in.use_embed[b * in.seq + i]))
+        return TokenError(t, "GemmaModel::Forward: ", " at [" + std::to_string(b) + ", " + std::to_string(i) + "]");
     }
   }
   if (in.use_embed && !in.embeds) return InvalidArgument("GemmaModel::Forward: use_embed given without embeds");
   return Status::Ok();
 }
 
-Status GemmaModel::CheckToken(int32_t t, bool embedded, const std::string& who, const std::string& at) const {
+bool GemmaModel::TokenOk(int32_t t, bool embedded) const {
   // Soft (image) tokens are replaced by their embedding: their id may lie outside the
   // vocabulary (Gemma 3 configs allow it), it is never looked up.
-  if (embedded) return Status::Ok();
+  return embedded || (t >= 0 && t < arch_.vocab && (arch_.ple_dim == 0 || t < arch_.ple_vocab));
+}
+
+Status GemmaModel::TokenError(int32_t t, const std::string& who, const std::string& at) const {
   if (t < 0 || t >= arch_.vocab)
     return OutOfRange(who + "token id " + std::to_string(t) + at + " is outside the vocabulary [0, " +
                       std::to_string(arch_.vocab) + ")");
-  if (arch_.ple_dim > 0 && t >= arch_.ple_vocab)
-    return OutOfRange(who + "token id " + std::to_string(t) + at + " is outside the per-layer-embedding vocabulary " +
-                      std::to_string(arch_.ple_vocab));
-  return Status::Ok();
+  return OutOfRange(who + "token id " + std::to_string(t) + at + " is outside the per-layer-embedding vocabulary " +
+                    std::to_string(arch_.ple_vocab));
 }
 
 // An image block must be prefilled in one step: if a row's first new token continues the block of

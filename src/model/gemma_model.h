@@ -56,9 +56,11 @@ class GemmaModel {
 
   // Checks token ids, counts and the block/embedding inputs of a step (bad input -> Status).
   Status ValidateBatch(const ForwardBatch& in) const;
-  // Whether token id t can be embedded (`embedded`: it takes a soft-token row instead). Errors
-  // read "<who>token id <t><at> is outside ...".
-  Status CheckToken(int32_t t, bool embedded, const std::string& who, const std::string& at) const;
+  // Whether token id t can be embedded (`embedded`: it takes a soft-token row instead), and the
+  // error for one that cannot: "<who>token id <t><at> is outside ...". Apart, so the per-token
+  // check of every step builds no string.
+  bool TokenOk(int32_t t, bool embedded) const;
+  Status TokenError(int32_t t, const std::string& who, const std::string& at) const;
 
   // Runs one step. `logits`: [B, S, vocab] or [B, vocab] f32 per in.all_logits.
   Status Forward(const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool, Arena& attn_scratch,

@@ -20,13 +20,20 @@ inline void CpuRelax() {
 #endif
 }
 
-// The pool whose job the current thread is running an item of (nested calls run inline).
+// The pool whose job the current thread is running an item of, and its thread index there: a
+// nested call runs inline and passes that index on, so per-thread scratch indexed by it is never
+// shared with another thread of the same job.
 thread_local const ThreadPool* tls_running_pool = nullptr;
+thread_local int tls_thread_index = 0;
 
 struct RunningPool {
-  explicit RunningPool(const ThreadPool* p) : saved(tls_running_pool) { tls_running_pool = p; }
-  ~RunningPool() { tls_running_pool = saved; }
+  RunningPool(const ThreadPool* p, int index) : saved(tls_running_pool), saved_index(tls_thread_index) {
+    tls_running_pool = p;
+    tls_thread_index = index;
+  }
+  ~RunningPool() { tls_running_pool = saved, tls_thread_index = saved_index; }
   const ThreadPool* saved;
+  int saved_index;
 };
 
 }  // namespace
@@ -88,7 +95,7 @@ void ThreadPool::WorkerLoop(int thread_index) {
       ++active_;
     }
     {
-      RunningPool running(this);
+      RunningPool running(this, thread_index);
       RunItems(thread_index);
     }
     {
@@ -103,11 +110,12 @@ void ThreadPool::ParallelFor(int64_t n, ItemFn fn) {
   // Inline: nothing to share, or called from an item of this pool's running job (waiting for
   // the pool there would wait for ourselves).
   if (workers_.empty() || n == 1 || tls_running_pool == this) {
-    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+    const int index = tls_running_pool == this ? tls_thread_index : 0;
+    for (int64_t i = 0; i < n; ++i) fn(i, index);
     return;
   }
   std::lock_guard<std::mutex> call(call_mu_);
-  RunningPool running(this);
+  RunningPool running(this, 0);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;

@@ -12,6 +12,33 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 bool Cancelled(const GenerateOptions& o) { return o.cancel && o.cancel->load(); }
 
+// After the prefill: per row sample / stream / stop, then one decode step for the rows still
+// going, until none is. `logits` holds [rows, vocab] for the current step.
+Status DecodeRows(Session& s, const GenerateOptions& o, std::vector<TokenStream>& rows, std::vector<float>& logits,
+                  GenerateStats* stats) {
+  const int64_t B = static_cast<int64_t>(rows.size()), V = s.model().arch().vocab;
+  const int64_t max_context = s.options().max_context;
+  std::vector<int32_t> next(B, 0);
+  std::vector<uint8_t> active(B, 1);
+  for (;;) {
+    bool any = false;
+    for (int64_t b = 0; b < B; ++b) {
+      if (!active[b]) continue;
+      if (Cancelled(o)) rows[b].Cancel();
+      else TESSERA_RETURN_IF_ERROR(rows[b].Next(logits.data() + b * V, s.position(b) + 1 <= max_context));
+      if (rows[b].done()) active[b] = 0;
+      else next[b] = rows[b].last();
+      any |= active[b];
+    }
+    if (!any) return Status::Ok();
+    // The bias baseline keeps one cache length for the batch: finished rows decode on (their
+    // outputs are dropped) instead of pausing.
+    const bool all_rows = s.options().mode == Mode::kBias;
+    TESSERA_RETURN_IF_ERROR(s.Decode(next.data(), all_rows ? nullptr : active.data(), logits.data()));
+    ++stats->decode_steps;
+  }
+}
+
 }  // namespace
 
 Status ValidateGenerateOptions(const GenerateOptions& o) {
@@ -22,6 +49,10 @@ Status ValidateGenerateOptions(const GenerateOptions& o) {
 }
 
 Status TokenStream::Next(const float* logits, bool room) {
+  if (options_.max_new_tokens == 0) {  // nothing to sample: the prompt alone was asked for
+    Finish(FinishReason::kLength);
+    return Status::Ok();
+  }
   int32_t token = 0;
   const Status st = sampler_.Sample(logits, &token);
   if (!st.ok())
@@ -40,7 +71,6 @@ Status TokenStream::Next(const float* logits, bool room) {
 Status Generate(Session& s, const std::vector<Prompt>& prompts, const GenerateOptions& o, GenerateOutput* out) {
   TESSERA_RETURN_IF_ERROR(ValidateGenerateOptions(o));
   const int64_t B = static_cast<int64_t>(prompts.size()), V = s.model().arch().vocab;
-  const int64_t max_context = s.options().max_context;
   std::vector<float> logits(B * V);
   std::vector<TokenStream> rows;
   rows.reserve(B);
@@ -52,7 +82,6 @@ Status Generate(Session& s, const std::vector<Prompt>& prompts, const GenerateOp
       out->stats.generated_tokens += static_cast<int64_t>(r.output().tokens.size());
       out->rows.push_back(std::move(r.output()));
     }
-    return Status::Ok();
   };
   s.set_cancel(o.cancel);
   const auto t0 = Clock::now();
@@ -61,32 +90,15 @@ Status Generate(Session& s, const std::vector<Prompt>& prompts, const GenerateOp
   out->stats.prefill_seconds = Since(t0);
   if (prefilled.code() == StatusCode::kCancelled) {
     for (TokenStream& r : rows) r.Cancel();
-    return finish();
+    finish();
+    return Status::Ok();
   }
   TESSERA_RETURN_IF_ERROR(prefilled);
-  if (o.max_new_tokens == 0) return finish();
   const auto t1 = Clock::now();
-  std::vector<int32_t> next(B, 0);
-  std::vector<uint8_t> active(B, 1);
-  for (;;) {
-    bool any = false;
-    for (int64_t b = 0; b < B; ++b) {
-      if (!active[b]) continue;
-      if (Cancelled(o)) rows[b].Cancel();
-      else TESSERA_RETURN_IF_ERROR(rows[b].Next(logits.data() + b * V, s.position(b) + 1 <= max_context));
-      if (rows[b].done()) active[b] = 0;
-      else next[b] = rows[b].last();
-      any |= active[b];
-    }
-    if (!any) break;
-    // The bias baseline keeps one cache length for the batch: finished rows decode on (their
-    // outputs are dropped) instead of pausing.
-    const bool all_rows = s.options().mode == Mode::kBias;
-    TESSERA_RETURN_IF_ERROR(s.Decode(next.data(), all_rows ? nullptr : active.data(), logits.data()));
-    ++out->stats.decode_steps;
-  }
+  const Status st = DecodeRows(s, o, rows, logits, &out->stats);
   out->stats.decode_seconds = Since(t1);
-  return finish();
+  finish();  // on an error too: the tokens made (and streamed) before it stay in *out
+  return st;
 }
 
 }  // namespace tessera::runtime

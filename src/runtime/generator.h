@@ -43,7 +43,8 @@ class TokenStream {
 
 // Prefills `prompts` in `session`, then generates per options (max_new_tokens, sampling, stop
 // tokens, streaming, cancel). Rows finish independently; a cancelled run returns OK with the
-// tokens produced so far and FinishReason::kCancelled.
+// tokens produced so far and FinishReason::kCancelled. On an error *out still holds the tokens
+// made (and streamed) before it.
 Status Generate(Session& session, const std::vector<Prompt>& prompts, const GenerateOptions& options,
                 GenerateOutput* out);
 

@@ -5,24 +5,17 @@
 #include <string>
 
 namespace tessera::runtime {
-namespace {
-
-bool Contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-// Moves `end` back to the start of the image block it would cut (blocks[end - 1] == blocks[end]).
-int64_t BlockStart(const std::vector<int32_t>& blocks, int64_t end) {
-  if (end <= 0 || end >= static_cast<int64_t>(blocks.size()) || blocks[end] < 0 || blocks[end - 1] != blocks[end])
-    return end;
-  while (end > 0 && blocks[end - 1] == blocks[end]) --end;
-  return end;
-}
-
-}  // namespace
 
 RequestRunner::RequestRunner(const model::GemmaModel& model, std::unique_ptr<Session> session)
     : model_(model), session_(std::move(session)) {
-  const int64_t n = session_->max_batch();
+  const int64_t n = session_->max_batch(), context = session_->options().max_context;
   slots_.resize(n);
+  for (Slot& s : slots_) {  // a slot's history never exceeds its cache row: no growth in Step()
+    s.tokens.reserve(context);
+    s.types.reserve(context);
+    s.blocks.reserve(context);
+    s.embedded.reserve(context);
+  }
   chunks_.resize(n);
   logits_.resize(n * model.arch().vocab);
 }
@@ -51,10 +44,10 @@ Status RequestRunner::Validate(const Prompt& p) const {
                            std::to_string(len) + " tokens");
   int64_t placeholders = 0;
   for (int64_t i = 0; i < len; ++i) {
-    const bool image = Contains(a.image_token_ids, p.tokens[i]);
+    const bool image = a.IsPlaceholder(p.tokens[i]);
     placeholders += image;
-    TESSERA_RETURN_IF_ERROR(
-        model_.CheckToken(p.tokens[i], image, "RequestBatch::Add: ", " at prompt position " + std::to_string(i)));
+    if (!model_.TokenOk(p.tokens[i], image))
+      return model_.TokenError(p.tokens[i], "RequestBatch::Add: ", " at prompt position " + std::to_string(i));
   }
   if (placeholders != p.image_rows || (p.image_rows > 0 && p.image_embeds == nullptr))
     return InvalidArgument("RequestBatch::Add: the prompt has " + std::to_string(placeholders) +
@@ -81,7 +74,7 @@ StatusOr<RequestId> RequestRunner::Add(const Prompt& p, const GenerateOptions& o
   r->tokens = p.tokens;
   r->types = p.token_types.empty() ? std::vector<int32_t>(p.tokens.size(), 0) : p.token_types;
   BlockIds(p, a.block_token_types, r->blocks);
-  for (int32_t t : p.tokens) r->embedded.push_back(Contains(a.image_token_ids, t));
+  for (int32_t t : p.tokens) r->embedded.push_back(a.IsPlaceholder(t));
   if (p.image_rows > 0) r->embeds.assign(p.image_embeds, p.image_embeds + p.image_rows * a.hidden);
   r->result.prompt_tokens = static_cast<int64_t>(p.tokens.size());
   TESSERA_RETURN_IF_ERROR(Place(*r));
@@ -118,9 +111,8 @@ Status RequestRunner::Place(Request& r) {
   Slot& slot = slots_[best];
   const int64_t held = session_->position(best);
   if (keep < held) {
-    if (keep > 0 && session_->CanRewindRow(best, held - keep).ok()) {
-      TESSERA_RETURN_IF_ERROR(session_->RewindRow(best, held - keep));
-    } else {
+    // A refused rewind (a ring that no longer holds the window) changes nothing: clear instead.
+    if (keep == 0 || !session_->RewindRow(best, held - keep).ok()) {
       TESSERA_RETURN_IF_ERROR(session_->ClearRow(best));
       keep = 0;
     }
@@ -168,7 +160,10 @@ Status RequestRunner::Step() {
     }
   }
   if (rows == 0) return Status::Ok();
-  TESSERA_RETURN_IF_ERROR(session_->Step(chunks_.data(), rows, logits_.data()));
+  if (const Status st = session_->Step(chunks_.data(), rows, logits_.data()); !st.ok()) {
+    FailStep(st, rows);
+    return st;
+  }
   for (int64_t s = 0; s < rows; ++s)
     if (slots_[s].request) Advance(s, *slots_[s].request, logits_.data() + s * model_.arch().vocab);
   return Status::Ok();
@@ -205,6 +200,23 @@ void RequestRunner::Advance(int64_t s, Request& r, const float* logits) {
     Finish(s, r);
   } else {
     r.next_token = r.stream.last();
+  }
+}
+
+void RequestRunner::FailStep(const Status& st, int64_t rows) {
+  // Validation in Add leaves only failures of the machine here (memory, a kernel error). The step
+  // may have written some layers' KV before failing: its requests end with the error and their
+  // rows are emptied, so no later request reuses a cache that does not match its tokens.
+  for (int64_t s = 0; s < rows; ++s) {
+    Request* r = slots_[s].request;
+    if (!r || r->step_count == 0) continue;
+    r->result.status = st;
+    Finish(s, *r);
+    if (!session_->ClearRow(s).ok()) continue;
+    Slot& slot = slots_[s];
+    for (auto* v : {&slot.tokens, &slot.types, &slot.blocks}) v->clear();
+    slot.embedded.clear();
+    slot.embeds.clear();
   }
 }
 

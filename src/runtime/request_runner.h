@@ -64,6 +64,8 @@ class RequestRunner {
   // After the step: records what the slot now holds, samples where the prompt is done.
   void Advance(int64_t slot, Request& r, const float* logits);
   void Finish(int64_t slot, Request& r);
+  // A step that failed ends its requests with the error and empties their rows.
+  void FailStep(const Status& st, int64_t rows);
 
   const model::GemmaModel& model_;
   std::unique_ptr<Session> session_;

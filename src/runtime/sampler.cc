@@ -23,10 +23,12 @@ Status ValidateSampling(const SamplingParams& p) {
 namespace tessera::runtime {
 
 Sampler::Sampler(const SamplingParams& params, int64_t vocab)
-    : p_(params), rng_(params.seed), order_(vocab), probs_(vocab) {}
+    : p_(params), rng_(params.seed), vocab_(vocab) {
+  if (p_.temperature > 0.0f) order_.resize(vocab), probs_.resize(vocab);  // greedy needs no scratch
+}
 
 Status Sampler::Sample(const float* logits, int32_t* token) {
-  const int64_t V = static_cast<int64_t>(order_.size());
+  const int64_t V = vocab_;
   const int64_t bad = FirstNonFinite(DType::kF32, logits, V);
   if (bad >= 0)
     return InvalidArgument("Sampler: logit of token " + std::to_string(bad) + " is " +
@@ -37,7 +39,7 @@ Status Sampler::Sample(const float* logits, int32_t* token) {
 }
 
 int32_t Sampler::Pick(const float* logits) {
-  const int64_t V = static_cast<int64_t>(order_.size());
+  const int64_t V = vocab_;
   if (p_.temperature == 0.0f) {
     int64_t best = 0;
     for (int64_t i = 1; i < V; ++i)

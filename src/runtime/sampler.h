@@ -16,7 +16,7 @@ using tessera::ValidateSampling;
 
 class Sampler {
  public:
-  // `vocab` bounds the scratch it allocates once here.
+  // `vocab` bounds the scratch it allocates once here (only when it samples: greedy needs none).
   Sampler(const SamplingParams& params, int64_t vocab);
   // Picks a token from logits [vocab] f32 (not modified) into *token. Logits holding a NaN or an
   // infinity are an error naming the first such id: the model has failed, and no token is a fair
@@ -28,6 +28,7 @@ class Sampler {
 
   SamplingParams p_;
   std::mt19937_64 rng_;
+  int64_t vocab_;
   std::vector<int32_t> order_;  // [vocab] candidate ids
   std::vector<float> probs_;    // [vocab]
 };

@@ -26,19 +26,23 @@ void BlockIds(const Prompt& p, const std::vector<int32_t>& block_types, std::vec
   }
 }
 
+int64_t BlockStart(const std::vector<int32_t>& blocks, int64_t end) {
+  if (end <= 0 || end >= static_cast<int64_t>(blocks.size()) || blocks[end] < 0 || blocks[end - 1] != blocks[end])
+    return end;
+  while (end > 0 && blocks[end - 1] == blocks[end]) --end;
+  return end;
+}
+
 namespace {
 
 // The chunk end at or before `end` that does not cut an image block of row b (tokens [done, end)).
 StatusOr<int64_t> ChunkEnd(const std::vector<int32_t>& blk, int64_t done, int64_t end, int64_t b) {
-  const int64_t len = static_cast<int64_t>(blk.size());
-  if (end >= len || end <= done || blk[end] < 0 || blk[end - 1] != blk[end]) return end;
-  int64_t start = end - 1;  // the block straddles the boundary: end the chunk before it
-  while (start > done && blk[start - 1] == blk[end]) --start;
-  if (start == done)
-    return InvalidArgument("Session::Prefill: image block of prompt " + std::to_string(b) + " at token " +
-                           std::to_string(done) + " is longer than the prefill chunk (max_chunk) and cannot be " +
-                           "prefilled in one chunk");
-  return start;
+  if (end <= done) return end;
+  const int64_t start = BlockStart(blk, end);  // a block straddling the boundary: end the chunk before it
+  if (start > done || start == end) return start;
+  return InvalidArgument("Session::Prefill: image block of prompt " + std::to_string(b) + " at token " +
+                         std::to_string(done) + " is longer than the prefill chunk (max_chunk) and cannot be " +
+                         "prefilled in one chunk");
 }
 
 }  // namespace
@@ -139,7 +143,7 @@ Status Session::ValidatePrompts(const std::vector<Prompt>& prompts) const {
       return InvalidArgument("Session::Prefill: " + row + " has " + std::to_string(p.token_types.size()) +
                              " token types for " + std::to_string(p.tokens.size()) + " tokens");
     int64_t placeholders = 0;
-    for (int32_t t : p.tokens) placeholders += Contains(a.image_token_ids, t);
+    for (int32_t t : p.tokens) placeholders += a.IsPlaceholder(t);
     if (placeholders != p.image_rows)
       return InvalidArgument("Session::Prefill: " + row + " has " + std::to_string(placeholders) +
                              " image placeholder tokens but " + std::to_string(p.image_rows) + " image embedding rows");
@@ -194,7 +198,7 @@ int64_t Session::Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq) {
       pos_[t] = static_cast<int32_t>(next_pos_[b] + i);
       block_[t] = real && c.block ? c.block[i] : -1;
       staged_blocks_ |= block_[t] >= 0;
-      use_embed_[t] = real && c.embeds && Contains(a.image_token_ids, tokens_[t]);
+      use_embed_[t] = real && c.embeds && a.IsPlaceholder(tokens_[t]);
       if (use_embed_[t]) std::memcpy(embeds_.data() + t * H, c.embeds + embed_row++ * H, H * sizeof(float));
     }
   }
@@ -255,7 +259,7 @@ Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, 
       const Prompt& p = prompts[b];
       chunks_[b] = {p.tokens.data() + done[b], blocks[b].data() + done[b],
                     p.image_embeds ? p.image_embeds + image_row[b] * H : nullptr, count_[b]};
-      for (int64_t i = 0; i < count_[b]; ++i) image_row[b] += Contains(a.image_token_ids, p.tokens[done[b] + i]);
+      for (int64_t i = 0; i < count_[b]; ++i) image_row[b] += a.IsPlaceholder(p.tokens[done[b] + i]);
     }
     const int64_t S = Stage(chunks_.data(), B, 0);
     TESSERA_RETURN_IF_ERROR(RunStep(B, S, all_logits != nullptr, tap));
@@ -330,8 +334,6 @@ Status Session::ClearRow(int64_t b) {
   next_pos_[b] = 0;
   return Status::Ok();
 }
-
-Status Session::CanRewindRow(int64_t b, int64_t n) const { return cache_->CanRewind(b, n); }
 
 Status Session::RewindRow(int64_t b, int64_t n) {
   TESSERA_RETURN_IF_ERROR(cache_->Rewind(b, n));

@@ -36,6 +36,9 @@ struct RowChunk {
 
 // Block ids of one prompt: each maximal run of block-forming token types gets its own id (-1: none).
 void BlockIds(const Prompt& p, const std::vector<int32_t>& block_types, std::vector<int32_t>& ids);
+// `end` itself, or, where tokens [.., end) would cut an image block (blocks[end - 1] ==
+// blocks[end] >= 0), the start of that block: a step must never split one.
+int64_t BlockStart(const std::vector<int32_t>& blocks, int64_t end);
 
 // Matmul precision bf16 rounds each Linear's input to bf16 so that bf16 x bf16 products are exact:
 // every Linear weight the forward pass uses must be bf16 (and have at most
@@ -71,7 +74,6 @@ class Session {
   // changing nothing, where a ring no longer holds what the shorter row needs).
   Status ClearRow(int64_t b);
   Status RewindRow(int64_t b, int64_t n);
-  Status CanRewindRow(int64_t b, int64_t n) const;
 
   // Called after each prefill chunk with (tokens done, tokens total) summed over rows.
   void set_progress(std::function<void(int64_t, int64_t)> fn) { progress_ = std::move(fn); }

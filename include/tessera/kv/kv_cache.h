@@ -67,8 +67,6 @@ class KvCache {
   Status CanRewind(int64_t b, int64_t n) const;
   // Empties row b in every store; the other rows keep their tokens.
   Status ClearRow(int64_t b);
-  // Tokens row b holds (the first owning layer's count; every store holds the same).
-  int64_t row_tokens(int64_t b) const;
   // What layer `layer` attends over (its owner's store for shared layers).
   KvView View(int64_t layer) const { return stores_[map_.owner(layer)]->View(); }
   const KvStore& store(int64_t layer) const { return *stores_[map_.owner(layer)]; }
