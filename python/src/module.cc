@@ -7,6 +7,8 @@ PYBIND11_MODULE(_tessera, m) {
   m.doc() = "Tessera: structured-mask attention for hybrid-attention multimodal decoders";
   tessera::py_bind::BindAttention(m);
   tessera::py_bind::BindModel(m);
+  tessera::py_bind::BindImage(m);
+  tessera::py_bind::BindVision(m);
   tessera::py_bind::BindOnnx(m.def_submodule("onnx", "ONNX-operator semantics on Tessera kernels"));
   tessera::py_bind::BindKv(m.def_submodule("kv", "KV cache stores and ONNX TensorScatter"));
 }
