@@ -21,9 +21,9 @@ const std::vector<std::string> kNoFlags;
 
 const Command kCommands[] = {
     {"demo", tessera::cli::DemoCommand, &kNoFlags,
-     " [--model DIR] [--max-new-tokens N] [--threads N]\n"
-     "      multimodal generation with the embedded Gemma-4-unified model, in the unified, bias and\n"
-     "      split modes\n"},
+     " [--model DIR] [--image FILE] [--max-new-tokens N] [--threads N]\n"
+     "      multimodal generation with the embedded Gemma-4-unified model from an image file (default:\n"
+     "      the model's astronaut.jpg), in the unified, bias and split modes\n"},
     {"run", tessera::cli::RunCommand, &tessera::cli::kRunFlags,
      " --model DIR (--ids 1,2,3 | --prompt TEXT) [--image FILE ...] [--image-tokens N]\n"
      "      [--image-embeds F.npy] [--token-types 0,1,...]\n"
