@@ -13,7 +13,8 @@ std::string ShapeString(const std::vector<int64_t>& s) {
 
 class Binder {
  public:
-  Binder(const io::SafetensorsCheckpoint& ckpt, ops::MatmulPrecision precision) : ckpt_(ckpt), precision_(precision) {}
+  Binder(const io::SafetensorsCheckpoint& ckpt, ops::MatmulPrecision precision, SiglipWeights& w)
+      : ckpt_(ckpt), precision_(precision), w_(w) {}
 
   // The first of `prefixes` under which `anchor` exists.
   StatusOr<std::string> Prefix(const std::vector<std::string>& prefixes, const std::string& anchor,
@@ -35,11 +36,11 @@ class Binder {
 
   // A matrix [out, in] (or any tensor of that many elements and `shape`) as a view.
   Status Matrix(const std::string& name, const std::vector<int64_t>& shape, int64_t out, int64_t in,
-                ops::WeightView* view) const {
+                ops::WeightView* view) {
     StatusOr<io::SafetensorsTensor> t = Tensor(name, shape);
     if (!t.ok()) return t.status();
-    TESSERA_RETURN_IF_ERROR(CheckPrecision(name, t.value().dtype));
     *view = {t.value().data, t.value().dtype, out, in};
+    ToBf16IfNeeded(view);
     return Status::Ok();
   }
 
@@ -53,33 +54,38 @@ class Binder {
 
   // mm_input_projection_weight is stored [in, out] (a torch.matmul operand): transposed once here
   // into Linear's [out, in], keeping its dtype.
-  Status Transposed(const std::string& name, int64_t in, int64_t out, SiglipWeights& w) const {
+  Status Transposed(const std::string& name, int64_t in, int64_t out, ops::WeightView* view) {
     StatusOr<io::SafetensorsTensor> t = Tensor(name, {in, out});
     if (!t.ok()) return t.status();
-    TESSERA_RETURN_IF_ERROR(CheckPrecision(name, t.value().dtype));
     const size_t es = DTypeSize(t.value().dtype);
-    w.owned.emplace_back(static_cast<size_t>(in * out) * es);
-    char* dst = static_cast<char*>(w.owned.back().data());
+    w_.owned.emplace_back(static_cast<size_t>(in * out) * es);
+    char* dst = static_cast<char*>(w_.owned.back().data());
     const char* src = static_cast<const char*>(t.value().data);
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i) std::memcpy(dst + (o * in + i) * es, src + (i * out + o) * es, es);
-    w.mm_proj = {dst, t.value().dtype, out, in};
+    *view = {dst, t.value().dtype, out, in};
+    ToBf16IfNeeded(view);
     return Status::Ok();
   }
 
  private:
-  Status CheckPrecision(const std::string& name, DType dtype) const {
-    if (precision_ == ops::MatmulPrecision::kBf16 && dtype != DType::kBF16)
-      return InvalidArgument("vision weights: matmul precision bf16 needs bf16 weights, tensor " + name + " in " +
-                             ckpt_.path() + " is " + DTypeName(dtype));
-    return Status::Ok();
+  // Precision bf16 reads bf16 matrices (Linear's requirement); one stored otherwise gets a bf16
+  // copy, the weights a bf16 model of the same checkpoint has (rounded to nearest even).
+  void ToBf16IfNeeded(ops::WeightView* view) {
+    if (precision_ != ops::MatmulPrecision::kBf16 || view->dtype == DType::kBF16) return;
+    const size_t n = static_cast<size_t>(view->out * view->in);
+    w_.owned.emplace_back(n * DTypeSize(DType::kBF16));
+    ConvertDType(view->dtype, view->data, DType::kBF16, w_.owned.back().data(), n);
+    view->data = w_.owned.back().data();
+    view->dtype = DType::kBF16;
   }
 
   const io::SafetensorsCheckpoint& ckpt_;
   ops::MatmulPrecision precision_;
+  SiglipWeights& w_;
 };
 
-Status LoadLayer(const Binder& b, const std::string& p, const SiglipConfig& c, SiglipLayerWeights& L) {
+Status LoadLayer(Binder& b, const std::string& p, const SiglipConfig& c, SiglipLayerWeights& L) {
   const int64_t D = c.hidden_size, I = c.intermediate_size;
   TESSERA_RETURN_IF_ERROR(b.Vector(p + "layer_norm1.weight", {D}, &L.ln1_w));
   TESSERA_RETURN_IF_ERROR(b.Vector(p + "layer_norm1.bias", {D}, &L.ln1_b));
@@ -103,7 +109,8 @@ Status LoadLayer(const Binder& b, const std::string& p, const SiglipConfig& c, S
 
 StatusOr<SiglipWeights> LoadSiglipWeights(const io::SafetensorsCheckpoint& ckpt, const SiglipConfig& c,
                                           int64_t text_hidden, ops::MatmulPrecision precision) {
-  const Binder b(ckpt, precision);
+  SiglipWeights w;
+  Binder b(ckpt, precision, w);
   const std::string anchor = "embeddings.patch_embedding.weight";
   StatusOr<std::string> tower = b.Prefix({"model.vision_tower.vision_model.", "model.vision_tower.",
                                           "vision_tower.vision_model.", "vision_tower."},
@@ -115,7 +122,6 @@ StatusOr<SiglipWeights> LoadSiglipWeights(const io::SafetensorsCheckpoint& ckpt,
   if (!proj.ok()) return proj.status();
   const std::string& t = tower.value();
   const int64_t D = c.hidden_size, P = c.patch_size;
-  SiglipWeights w;
   TESSERA_RETURN_IF_ERROR(b.Matrix(t + anchor, {D, c.num_channels, P, P}, D, c.patch_features(), &w.patch));
   TESSERA_RETURN_IF_ERROR(b.Vector(t + "embeddings.patch_embedding.bias", {D}, &w.patch_b));
   TESSERA_RETURN_IF_ERROR(b.Vector(t + "embeddings.position_embedding.weight", {c.num_patches(), D}, &w.position));
@@ -125,7 +131,7 @@ StatusOr<SiglipWeights> LoadSiglipWeights(const io::SafetensorsCheckpoint& ckpt,
   TESSERA_RETURN_IF_ERROR(b.Vector(t + "post_layernorm.weight", {D}, &w.post_w));
   TESSERA_RETURN_IF_ERROR(b.Vector(t + "post_layernorm.bias", {D}, &w.post_b));
   TESSERA_RETURN_IF_ERROR(b.Vector(proj.value() + "mm_soft_emb_norm.weight", {D}, &w.mm_norm_w));
-  TESSERA_RETURN_IF_ERROR(b.Transposed(proj.value() + "mm_input_projection_weight", D, text_hidden, w));
+  TESSERA_RETURN_IF_ERROR(b.Transposed(proj.value() + "mm_input_projection_weight", D, text_hidden, &w.mm_proj));
   return w;
 }
 

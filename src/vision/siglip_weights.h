@@ -35,8 +35,9 @@ struct SiglipWeights {
 
 // Binds every tensor under the vision tower prefix ("model.vision_tower.", "vision_tower.", each
 // optionally followed by "vision_model.") and the projector prefix ("model.multi_modal_projector."
-// or "multi_modal_projector."), checking names, shapes and dtypes. precision kBf16 requires every
-// matrix stored as bf16. Errors name the tensor and the checkpoint.
+// or "multi_modal_projector."), checking names and shapes. At precision kBf16 a matrix not stored as
+// bf16 is converted to a bf16 copy (Linear rounds its inputs only over bf16 weights). Errors name
+// the tensor and the checkpoint.
 StatusOr<SiglipWeights> LoadSiglipWeights(const io::SafetensorsCheckpoint& ckpt, const SiglipConfig& config,
                                           int64_t text_hidden, ops::MatmulPrecision precision);
 
