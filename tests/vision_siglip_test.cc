@@ -294,8 +294,13 @@ TEST_F(SiglipEncoderTest, BadInputsAreRefusedByName) {
   shape.shape = {3, 12, 10};
   count.pixels.pop_back();
   tokens.soft_tokens = 256;
-  const std::pair<const image::PixelInput*, const char*> cases[] = {
-      {&shape, "shape [3, 12, 10]"}, {&count, "pixel values"}, {&tokens, "256 soft tokens"}, {nullptr, "null"}};
+  image::PixelInput nan = good;
+  nan.pixels[(2 * 12 + 5) * 12 + 7] = std::nanf("");
+  const std::pair<const image::PixelInput*, const char*> cases[] = {{&shape, "shape [3, 12, 10]"},
+                                                                     {&count, "pixel values"},
+                                                                     {&tokens, "256 soft tokens"},
+                                                                     {&nan, "non-finite pixel value at [2, 5, 7]"},
+                                                                     {nullptr, "null"}};
   for (const auto& [in, what] : cases) {
     Status s = enc.value()->Encode({&good, in}, out.data(), pool_);
     ASSERT_FALSE(s.ok()) << what;

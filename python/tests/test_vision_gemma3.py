@@ -140,6 +140,18 @@ def test_bad_pixels_raise_naming_the_shape():
         m.encode_pixels(np.zeros((1, 3, 12, 10), np.float32))
 
 
+def test_non_finite_vision_weight_raises_naming_the_tensor(tmp_path):
+    vision, mm = SHAPES["layers3_heads4"]
+    model, _ = build(tmp_path, vision, mm, seed=11)
+    with torch.no_grad():
+        dict(model.named_parameters())["model.vision_tower.encoder.layers.1.mlp.fc1.weight"][3, 5] = float("nan")
+    ckpt = str(tmp_path / "nan")
+    model.save_pretrained(ckpt)
+    m = tessera.Model.load(ckpt, max_context=64)
+    with pytest.raises(ValueError, match=r"layers\.1\.mlp\.fc1\.weight.*non-finite"):
+        m.encode_pixels(pixels(model.config, 1, seed=12).numpy())
+
+
 # SigLIP-So400m as Gemma 3 uses it: 27 layers x 1152, 16 heads, MLP 4304, patch 14, 896^2.
 SO400M = {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
           "image_size": 896, "patch_size": 14}

@@ -63,6 +63,10 @@ Status SiglipEncoder::CheckInput(const image::PixelInput* in, size_t index) cons
   if (static_cast<int64_t>(in->pixels.size()) != C * S * S)
     return InvalidArgument(at + " has " + std::to_string(in->pixels.size()) + " pixel values for shape " +
                            ShapeString(in->shape));
+  const int64_t bad = FirstNonFinite(DType::kF32, in->pixels.data(), C * S * S);
+  if (bad >= 0)
+    return InvalidArgument(at + " has a non-finite pixel value at [" + std::to_string(bad / (S * S)) + ", " +
+                           std::to_string(bad / S % S) + ", " + std::to_string(bad % S) + "]");
   if (in->soft_tokens != config_.mm_tokens_per_image)
     return InvalidArgument(at + " declares " + std::to_string(in->soft_tokens) + " soft tokens, the projector makes " +
                            std::to_string(config_.mm_tokens_per_image));

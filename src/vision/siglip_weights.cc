@@ -31,6 +31,11 @@ class Binder {
     if (t.value().shape != shape)
       return InvalidArgument("vision weights: tensor " + name + " in " + ckpt_.path() + " has shape " +
                              ShapeString(t.value().shape) + ", expected " + ShapeString(shape));
+    // A NaN or inf weight would turn every soft token of every image into NaN: refused by name.
+    const int64_t bad = FirstNonFinite(t.value().dtype, t.value().data, t.value().numel());
+    if (bad >= 0)
+      return InvalidArgument("vision weights: tensor " + name + " in " + ckpt_.path() +
+                             " has a non-finite value at flat index " + std::to_string(bad));
     return t;
   }
 
