@@ -127,7 +127,7 @@ def hf_generate(name, ckpt, ids, types, pixels, n):
                                  "gemma4_unified": "Gemma4UnifiedForConditionalGeneration"}[name])
     model = cls.from_pretrained(ckpt, dtype=torch.float32).eval()
     kw = {"token_type_ids" if name == "gemma3" else "mm_token_type_ids": torch.tensor([types])}
-    kw.update({k: torch.tensor(np.asarray(v)) for k, v in pixels.items() if k != "num_soft_tokens_per_image"})
+    kw.update({k: torch.tensor(np.asarray(v)) for k, v in pixels.items() if k not in ("num_soft_tokens_per_image", "num_crops")})
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None, **kw)
     return out[0, len(ids):].tolist()
