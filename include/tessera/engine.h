@@ -14,6 +14,7 @@
 
 #include "tessera/attention.h"
 #include "tessera/dtype.h"
+#include "tessera/image.h"
 #include "tessera/precision.h"
 #include "tessera/sampling.h"
 #include "tessera/status.h"
@@ -144,6 +145,21 @@ struct SessionMemory {
 
 class Session;
 
+// Images to soft tokens (docs/images.md). The encoder runs at this matmul precision (kBf16 needs
+// bf16 vision weights, as real checkpoints store them).
+struct EncodeOptions {
+  // Soft tokens per image for the Gemma 4 families (70, 140, 280, 560 or 1120); 0: the
+  // checkpoint's processor config. Gemma 3 has one fixed count.
+  int64_t image_tokens = 0;
+  ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;
+};
+
+struct ImageFeatures {
+  std::vector<float> rows;  // [sum of tokens_per_image, hidden] f32: the prompt's image rows in order
+  int64_t hidden = 0;
+  std::vector<int64_t> tokens_per_image;
+};
+
 // KV cache memory of the reference Gemma-12B shapes (`tessera kv-memory`), at bf16, batch 1.
 enum class ReferenceShape { kGemma4_12B, kGemma3_12B };
 struct KvMemoryReport {
@@ -170,12 +186,29 @@ class Model {
   // in one chunk: the mask structure, computed from positions and blocks without any data.
   StatusOr<std::vector<TileCensus>> PrefillTiles(const Prompt& prompt) const;
 
+  // Images to soft tokens: the checkpoint's processor, then its vision encoder. Thread-safe.
+  StatusOr<ImageFeatures> EncodeImages(const std::vector<image::Image>& images, const EncodeOptions& options = {}) const;
+  // The encoder alone, on processed pixels (image::ImageProcessor's output, or transformers').
+  StatusOr<ImageFeatures> EncodePixels(const std::vector<image::PixelInput>& inputs,
+                                       const EncodeOptions& options = {}) const;
+  // The processor of the checkpoint (processor_config.json / preprocessor_config.json).
+  StatusOr<const image::ImageProcessor*> ImageProcessor() const;
+  // A prompt with images: every image marker in `tokens` (Gemma 3: the begin-of-image id; Gemma 4:
+  // the image id) becomes begin-of-image, one image id per soft token, end-of-image (Gemma 3 also
+  // puts `double_newline_id`, when given, on both sides, as its processor does). Without markers
+  // the images go after a leading BOS. Tokens that already hold every soft token are kept as they
+  // are. The prompt points into `features`, which must outlive it.
+  StatusOr<Prompt> LayoutImagePrompt(const std::vector<int32_t>& tokens, const ImageFeatures& features,
+                                     std::optional<int32_t> double_newline_id = std::nullopt) const;
+
   ~Model();
 
  private:
   friend class RequestBatch;  // tessera/requests.h: builds its session over the same model
   Model() = default;
+  struct Vision;  // the processor and the encoders, made on first use (runtime/engine_vision.cc)
   std::unique_ptr<model::LoadedModel> loaded_;
+  std::unique_ptr<Vision> vision_;
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
   ModelInfo info_;

@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "tessera/engine.h"
+#include "tessera/image.h"
 
 namespace tessera::py_bind {
 namespace {
@@ -191,6 +192,93 @@ py::tuple Generate(const PyModel& m, const std::vector<std::vector<int32_t>>& to
   return py::make_tuple(rows, finish);
 }
 
+// One image argument: a path (decoded here) or a uint8 array [H, W] / [H, W, C], C in 1, 3, 4.
+StatusOr<image::Image> DecodeImageArg(const py::handle& item, size_t index) {
+  if (py::isinstance<py::str>(item) || py::hasattr(item, "__fspath__")) {
+    const std::string path = py::str(py::module_::import("os").attr("fspath")(item));
+    py::gil_scoped_release release;
+    return image::LoadImageFile(path);
+  }
+  py::array a = py::array::ensure(item);
+  if (!a || a.dtype().kind() != 'u' || a.itemsize() != 1)
+    throw py::value_error("images[" + std::to_string(index) + "]: a path or a uint8 array [H, W(, C)] is needed");
+  auto u8 = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(a);
+  if (u8.ndim() != 2 && u8.ndim() != 3)
+    throw py::value_error("images[" + std::to_string(index) + "]: array must be [H, W] or [H, W, C], got " +
+                          std::to_string(u8.ndim()) + " dimensions");
+  return image::ImageFromPixels(u8.data(), u8.shape(0), u8.shape(1), u8.ndim() == 3 ? u8.shape(2) : 1);
+}
+
+image::Image ToImage(const py::handle& item, size_t index) {
+  StatusOr<image::Image> img = DecodeImageArg(item, index);
+  if (!img.ok())
+    ThrowIfError(Status(img.status().code(), "images[" + std::to_string(index) + "]: " + img.status().message()));
+  return std::move(img).value();
+}
+
+py::array_t<float> Rows(const ImageFeatures& f) {
+  const int64_t n = f.hidden > 0 ? static_cast<int64_t>(f.rows.size()) / f.hidden : 0;
+  py::array_t<float> out({n, f.hidden});
+  std::copy(f.rows.begin(), f.rows.end(), out.mutable_data());
+  return out;
+}
+
+// Images (paths or arrays) to soft tokens: ([N, hidden] rows, soft tokens per image).
+py::tuple EncodeImages(const PyModel& m, const py::list& items, int64_t image_tokens) {
+  std::vector<image::Image> images;
+  for (size_t i = 0; i < items.size(); ++i) images.push_back(ToImage(items[i], i));
+  EncodeOptions eo{image_tokens, m.options.matmul_precision};
+  std::optional<StatusOr<ImageFeatures>> f;
+  {
+    py::gil_scoped_release release;
+    f = m.model->EncodeImages(images, eo);
+  }
+  ThrowIfError(f->status());
+  return py::make_tuple(Rows(f->value()), f->value().tokens_per_image);
+}
+
+// Processed pixels (one array per image, as transformers' processors make them) to soft tokens.
+py::array_t<float> EncodePixels(const PyModel& m, const std::vector<F32Array>& pixels,
+                                const std::vector<std::optional<I32Array>>& positions,
+                                const std::vector<int64_t>& soft_tokens) {
+  if (positions.size() != pixels.size() || soft_tokens.size() != pixels.size())
+    throw py::value_error("pixels, positions and soft_tokens need one entry per image");
+  std::vector<image::PixelInput> inputs(pixels.size());
+  for (size_t i = 0; i < pixels.size(); ++i) {
+    image::PixelInput& in = inputs[i];
+    in.pixels.assign(pixels[i].data(), pixels[i].data() + pixels[i].size());
+    for (py::ssize_t d = 0; d < pixels[i].ndim(); ++d) in.shape.push_back(pixels[i].shape(d));
+    in.valid_rows = in.shape.empty() ? 0 : in.shape[0];
+    if (positions[i]) {
+      const I32Array& p = *positions[i];
+      if (p.ndim() != 2 || p.shape(1) != 2 || in.shape.empty() || p.shape(0) != in.shape[0])
+        throw py::value_error("image_position_ids[" + std::to_string(i) + "] must be [" +
+                              std::to_string(in.shape.empty() ? 0 : in.shape[0]) + ", 2]");
+      in.positions.assign(p.data(), p.data() + p.size());
+      in.valid_rows = 0;
+      for (py::ssize_t r = 0; r < p.shape(0); ++r) in.valid_rows += !(p.at(r, 0) == -1 && p.at(r, 1) == -1);
+    }
+    in.soft_tokens = soft_tokens[i];
+  }
+  std::optional<StatusOr<ImageFeatures>> f;
+  {
+    py::gil_scoped_release release;
+    f = m.model->EncodePixels(inputs, EncodeOptions{0, m.options.matmul_precision});
+  }
+  ThrowIfError(f->status());
+  return Rows(f->value());
+}
+
+// One row's tokens with its images laid out: (tokens, token types).
+py::tuple LayoutImages(const PyModel& m, const std::vector<int32_t>& tokens, const std::vector<int64_t>& counts,
+                       std::optional<int32_t> double_newline) {
+  ImageFeatures f;
+  f.tokens_per_image = counts;
+  StatusOr<Prompt> p = m.model->LayoutImagePrompt(tokens, f, double_newline);
+  ThrowIfError(p.status());
+  return py::make_tuple(p.value().tokens, p.value().token_types);
+}
+
 }  // namespace
 
 void BindModel(py::module_& m) {
@@ -207,6 +295,16 @@ void BindModel(py::module_& m) {
       .def_property_readonly("num_layers", [](const PyModel& m) { return m.model->info().layers.size(); })
       .def_property_readonly("eos_token_ids", [](const PyModel& m) { return m.model->info().eos_token_ids; })
       .def_property_readonly("_soft_token_ids", [](const PyModel& m) { return m.model->info().image_token_ids; })
+      .def("_encode_images", &EncodeImages)
+      .def("_encode_pixels", &EncodePixels)
+      .def("_layout_images", &LayoutImages)
+      .def_property_readonly("_special_ids", [](const PyModel& m) {
+        const ModelInfo& i = m.model->info();
+        py::dict d;
+        auto put = [&d](const char* k, const std::optional<int32_t>& v) { d[k] = v ? py::object(py::int_(*v)) : py::none(); };
+        put("bos", i.bos_token_id), put("image", i.image_token_id), put("boi", i.boi_token_id), put("eoi", i.eoi_token_id);
+        return d;
+      })
       .def("_forward", &Forward)
       .def("_hidden_states", &HiddenStates)
       .def("_generate", &Generate, py::arg("tokens"), py::arg("types"), py::arg("embeds"), py::arg("max_new"),

@@ -1,6 +1,8 @@
 """tessera.Model: run a Hugging Face Gemma 3 / Gemma 4 checkpoint (config.json + safetensors)."""
 from __future__ import annotations
 
+import json
+import os
 import queue
 import threading
 
@@ -8,13 +10,14 @@ import numpy as np
 
 from . import _tessera
 from ._args import INT32, INT64, THREADS, UINT64, int_arg, int_values
+from ._images import ImagesMixin
 
 __all__ = ["Model"]
 
 _PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
 
 
-class Model:
+class Model(ImagesMixin):
     """A loaded checkpoint. Use `Model.load(path)`.
 
     Batches are numpy arrays [B, S] with an optional 2-D `attention_mask` (1 = real token); each
@@ -25,8 +28,11 @@ class Model:
     come from `token_type_ids` (Gemma 3) or `mm_token_type_ids` (Gemma 4).
     """
 
-    def __init__(self, impl):
+    def __init__(self, impl, path=None):
         self._impl = impl
+        self._path = None if path is None else str(path)
+        self._tokenizer = None
+        self._config = None
 
     @classmethod
     def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
@@ -60,7 +66,7 @@ class Model:
         return cls(_tessera._Model(str(path), str(dtype), max_batch, max_context, max_chunk,
                                    str(kv_dtype), num_threads, str(mode),
                                    _PRECISIONS.get(attention_precision, str(attention_precision)),
-                                   _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack)))
+                                   _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack)), path)
 
     vocab_size = property(lambda self: self._impl.vocab_size)
     hidden_size = property(lambda self: self._impl.hidden_size)
@@ -117,9 +123,15 @@ class Model:
         return sum(1 for t in row_tokens if t in ids)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, mm_token_type_ids=None,
-                image_embeds=None):
-        """A fresh prefill; returns logits [B, S, vocab] float32 (zeros at padding positions)."""
+                image_embeds=None, pixel_values=None, image_position_ids=None):
+        """A fresh prefill; returns logits [B, S, vocab] float32 (zeros at padding positions).
+        pixel_values (with image_position_ids for Gemma 4), as transformers' processors make them,
+        are encoded here instead of giving image_embeds."""
         types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
+        if pixel_values is not None:
+            if image_embeds is not None:
+                raise ValueError("give image_embeds or pixel_values, not both")
+            image_embeds = self.encode_pixels(pixel_values, image_position_ids)
         spans, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
         packed = self._impl._forward(tokens, type_rows, embeds)
         B, S = np.asarray(input_ids).reshape(len(tokens), -1).shape
@@ -128,9 +140,10 @@ class Model:
             out[b, lo:hi] = packed[b, :hi - lo]
         return out
 
-    def generate(self, input_ids, max_new_tokens, attention_mask=None, token_type_ids=None,
+    def generate(self, input_ids=None, max_new_tokens=32, attention_mask=None, token_type_ids=None,
                  mm_token_type_ids=None, image_embeds=None, temperature=0.0, top_k=0, top_p=1.0, seed=0,
-                 stop_tokens=None, on_token=None, stream=False, return_finish_reasons=False):
+                 stop_tokens=None, on_token=None, stream=False, return_finish_reasons=False, prompt=None,
+                 images=None, image_tokens=0, pixel_values=None, image_position_ids=None):
         """Generates up to max_new_tokens per row (greedy when temperature == 0); stops after an
         end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
         token-id lists, one per row (with return_finish_reasons, also a list of "stop", "length",
@@ -141,7 +154,19 @@ class Model:
         that row, an exception stops every row and is raised here. stream=True instead returns an
         iterator of (row, token) pairs as they are produced; closing it early (break) stops the
         generation. Logits holding NaN or inf (from NaN image_embeds, say) raise ValueError naming
-        the step and row rather than yield a token (docs/reliability.md)."""
+        the step and row rather than yield a token (docs/reliability.md).
+
+        prompt: text instead of input_ids (encoded with the checkpoint's tokenizer.model, with BOS).
+        images: paths or uint8 arrays (a list per row when B > 1), encoded by the checkpoint's
+        processor and vision encoder; each image marker in the row (Gemma 3: <start_of_image>;
+        Gemma 4: <|image|>) takes one image in order, and without markers the images go first.
+        image_tokens: the Gemma 4 soft-token budget per image (70 ... 1120; 0: the config's).
+        pixel_values / image_position_ids: processed pixels (as in forward) instead of image_embeds."""
+        input_ids = self._prompt_ids(input_ids, prompt)
+        if pixel_values is not None:
+            if image_embeds is not None:
+                raise ValueError("give image_embeds or pixel_values, not both")
+            image_embeds = self.encode_pixels(pixel_values, image_position_ids)
         types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
         max_new_tokens = int_arg("max_new_tokens", max_new_tokens, 0, INT64[1])
         top_k = int_arg("top_k", top_k, 0, INT64[1])
@@ -152,7 +177,11 @@ class Model:
             raise TypeError(f"on_token must be callable, got {type(on_token).__name__}")
         if stream and on_token is not None:
             raise ValueError("give on_token or stream=True, not both")
+        if images is not None and (image_embeds is not None or types is not None):
+            raise ValueError("images are laid out here: give them without image_embeds or token types")
         _, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
+        if images is not None:
+            tokens, type_rows, embeds = self._with_images(tokens, images, image_tokens)
         args = (tokens, type_rows, embeds, max_new_tokens, float(temperature), top_k, float(top_p), seed, stop)
         if stream:
             return self._stream(args)

@@ -6,6 +6,7 @@
 #include "model/loaded_model.h"
 #include "model/reference_configs.h"
 #include "runtime/generator.h"
+#include "runtime/model_vision.h"
 #include "runtime/session.h"
 #include "runtime/session_plan.h"
 
@@ -88,6 +89,7 @@ Model::~Model() = default;
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
+  m->vision_ = std::make_unique<Vision>();
   m->pool_ = options.pool;
   if (!m->pool_) {
     StatusOr<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(options.threads > 0 ? options.threads : DefaultThreadCount());
