@@ -78,18 +78,25 @@ def encode(model, pv, pos):
     return np.asarray(model.encode_pixels(pv, image_position_ids=pos), np.float32)
 
 
-def perturb(model, seed, clip=False, standardize=False):
-    """Random vision weights with O(1) spread (transformers' init leaves norms at 1, tables at 1)."""
+def perturb(model, seed, clip=False, standardize=False, weight_std=None):
+    """Random vision weights (transformers' init leaves norms and tables at 1): norm weights 1 +
+    N(0, 0.2^2); matrices and tables N(0, 1 / fan_in), or N(0, weight_std^2) when given."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "language_model" in name:
                 continue
-            if name.endswith("norm.weight") or "layernorm" in name or "_ln" in name:
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                # Attention runs at scaling 1.0: q/k norm weights ~ head_dim^-1/4 keep the scores
+                # O(1), as a trained tower's do; at ~1 the scores are O(head_dim^1/2) and every layer
+                # multiplies float32 rounding noise (~2.5x per layer at the real shape).
+                p.copy_((1.0 + 0.2 * torch.randn(p.shape, generator=g)) * p.shape[-1] ** -0.25)
+            elif name.endswith("norm.weight") or "layernorm" in name or "_ln" in name:
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
             else:
                 fan_in = p.shape[-1] if p.dim() > 1 else 1
-                p.copy_(torch.randn(p.shape, generator=g) / max(fan_in, 1) ** 0.5)
+                std = weight_std if weight_std is not None else max(fan_in, 1) ** -0.5
+                p.copy_(torch.randn(p.shape, generator=g) * std)
         for name, b in model.named_buffers():
             if clip and name.endswith(("input_min", "output_min")):
                 b.fill_(-0.5 - torch.rand((), generator=g).item())
@@ -102,13 +109,14 @@ def perturb(model, seed, clip=False, standardize=False):
     return model
 
 
-def build_gemma4(path, seed, dtype=torch.float32, **vision):
+def build_gemma4(path, seed, dtype=torch.float32, weight_std=None, **vision):
     config = transformers.Gemma4Config.from_pretrained(os.path.join(TINY, "gemma4"))
     for key, value in vision.items():
         setattr(config.vision_config, key, value)
     torch.manual_seed(seed)
     model = perturb(transformers.Gemma4ForConditionalGeneration(config).eval(), seed,
-                    clip=vision.get("use_clipped_linears", False), standardize=vision.get("standardize", False))
+                    clip=vision.get("use_clipped_linears", False), standardize=vision.get("standardize", False),
+                    weight_std=weight_std)
     model = model.to(dtype)
     model.save_pretrained(str(path))
     return model
@@ -168,7 +176,6 @@ GEMMA4_SHAPES = {
     "deeper_gqa": dict(num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                        hidden_size=32, intermediate_size=48),
     "clipped_standardized": dict(num_hidden_layers=2, use_clipped_linears=True, standardize=True),
-    "kernel1": dict(num_hidden_layers=1, pooling_kernel_size=1),
     "kernel3_mqa": dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=12,
                         hidden_size=24, intermediate_size=40, pooling_kernel_size=3, patch_size=3,
                         position_embedding_size=32),
