@@ -28,6 +28,15 @@ StatusOr<const image::ImageProcessor*> Model::ImageProcessor() const {
     StatusOr<image::Family> family = FamilyOf(*loaded_);
     vision_->processor = family.ok() ? image::ImageProcessor::FromCheckpoint(loaded_->dir(), family.value())
                                      : StatusOr<image::ImageProcessor>(family.status());
+    // Gemma 3's token count is the projector's (config.json mm_tokens_per_image), whatever the
+    // processor config says: the encoder makes exactly that many.
+    const std::optional<int64_t> mm = loaded_->config().mm_tokens_per_image;
+    if (vision_->processor->ok() && family.value() == image::Family::kGemma3 && mm &&
+        vision_->processor->value().config().image_seq_length != *mm) {
+      image::ProcessorConfig c = vision_->processor->value().config();
+      c.image_seq_length = *mm;
+      vision_->processor = image::ImageProcessor::FromConfig(c);
+    }
   }
   if (!vision_->processor->ok()) return vision_->processor->status();
   return &vision_->processor->value();
