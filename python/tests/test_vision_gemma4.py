@@ -210,7 +210,6 @@ REAL_FIELDS = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_att
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("TESSERA_RUN_SLOW"), reason="minutes and ~3 GB: set TESSERA_RUN_SLOW=1")
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gemma4_real_shape(tmp_path, dtype):
     defaults = transformers.Gemma4VisionConfig()
