@@ -13,6 +13,7 @@
 #include "tessera/attention.h"
 #include "tessera/npy.h"
 #include "vision/gemma4_ops.h"
+#include "vision/vision_ops.h"
 #include "vision/gemma4_vision_config.h"
 #include "vision/vision_encoder.h"
 
@@ -72,7 +73,7 @@ TEST(VisionGemma4Ops, LayerNormAndRmsNormMatchPlainLoops) {
   const std::vector<float> x = Random(n * d, 2, -3.0f, 5.0f), w = Random(d, 3), b = Random(d, 4);
   std::vector<float> ln(n * d), rms(n * d);
   ThreadPool pool(3);
-  LayerNormRows(x.data(), n, d, w.data(), b.data(), 1e-5f, ln.data(), pool);
+  LayerNorm(x.data(), w.data(), b.data(), 1e-5f, n, d, ln.data(), &pool);
   RmsNormRows(x.data(), d, w.data(), 1e-6f, n, d, rms.data(), d, pool);
   for (int64_t r = 0; r < n; ++r) {
     double mean = 0, var = 0, ms = 0;

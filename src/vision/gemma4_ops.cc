@@ -33,24 +33,6 @@ void RmsNormRows(const float* x, int64_t x_stride, const float* w, float eps, in
   });
 }
 
-void LayerNormRows(const float* x, int64_t n, int64_t d, const float* w, const float* b, float eps, float* y,
-                   ThreadPool& pool) {
-  ForRowChunks(n, pool, [&](int64_t r0, int64_t rows) {
-    for (int64_t r = r0; r < r0 + rows; ++r) {
-      const float* xr = x + r * d;
-      float* yr = y + r * d;
-      double sum = 0.0;
-      for (int64_t i = 0; i < d; ++i) sum += xr[i];
-      const double mean = sum / static_cast<double>(d);
-      double var = 0.0;
-      for (int64_t i = 0; i < d; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-      const float m = static_cast<float>(mean);
-      const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(d) + eps));
-      for (int64_t i = 0; i < d; ++i) yr[i] = (xr[i] - m) * inv * w[i] + b[i];
-    }
-  });
-}
-
 std::vector<float> AxialInvFreq(int64_t head_dim, double theta) {
   const int64_t spatial = head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(spatial / 2));

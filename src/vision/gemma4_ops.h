@@ -14,11 +14,6 @@ namespace tessera::vision {
 void RmsNormRows(const float* x, int64_t x_stride, const float* w, float eps, int64_t n, int64_t d, float* y,
                  int64_t y_stride, ThreadPool& pool);
 
-// torch.nn.LayerNorm on n contiguous rows of width d: (x - mean) / sqrt(var + eps) * w + b, with the
-// biased variance. Statistics are accumulated in double. May alias.
-void LayerNormRows(const float* x, int64_t n, int64_t d, const float* w, const float* b, float eps, float* y,
-                   ThreadPool& pool);
-
 // The head_dim / 4 inverse frequencies of the axial rope: 1 / theta^(2i / (head_dim / 2)), in f32
 // as transformers computes them.
 std::vector<float> AxialInvFreq(int64_t head_dim, double theta);

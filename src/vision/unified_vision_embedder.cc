@@ -4,6 +4,7 @@
 
 #include "tessera/gemm.h"
 #include "vision/gemma4_ops.h"
+#include "vision/vision_ops.h"
 #include "vision/gemma4_weight_reader.h"
 #include "vision/loaders.h"
 
@@ -98,11 +99,11 @@ Status UnifiedVisionEmbedder::CheckInput(const image::PixelInput& in, size_t ind
 void UnifiedVisionEmbedder::Embed(const image::PixelInput& in, float* x, float* tmp, uint32_t* x_pairs,
                                   ThreadPool& pool) const {
   const int64_t n = in.valid_rows, P = patch_dense_.in, E = config_.mm_embed_dim;
-  LayerNormRows(in.pixels.data(), n, P, ln1_w_.data(), ln1_b_.data(), kLayerNormEps, tmp, pool);
+  LayerNorm(in.pixels.data(), ln1_w_.data(), ln1_b_.data(), kLayerNormEps, n, P, tmp, &pool);
   ops::Linear(patch_dense_, tmp, n, P, x, E, &pool, options_.matmul_precision, x_pairs);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < E; ++i) x[r * E + i] += dense_b_[i];
-  LayerNormRows(x, n, E, ln2_w_.data(), ln2_b_.data(), kLayerNormEps, x, pool);
+  LayerNorm(x, ln2_w_.data(), ln2_b_.data(), kLayerNormEps, n, E, x, &pool);
   // pos_embedding[x][0] + pos_embedding[y][1], decoded from the stored dtype.
   const size_t es = DTypeSize(pos_dtype_);
   const char* table = static_cast<const char*>(pos_table_);
@@ -114,7 +115,7 @@ void UnifiedVisionEmbedder::Embed(const image::PixelInput& in, float* x, float* 
     float* xr = x + r * E;
     for (int64_t i = 0; i < E; ++i) xr[i] += xe[i] + ye[i];
   }
-  LayerNormRows(x, n, E, pos_norm_w_.data(), pos_norm_b_.data(), kLayerNormEps, x, pool);
+  LayerNorm(x, pos_norm_w_.data(), pos_norm_b_.data(), kLayerNormEps, n, E, x, &pool);
   RmsNormRows(x, E, nullptr, static_cast<float>(config_.rms_norm_eps), n, E, x, E, pool);
 }
 
