@@ -461,23 +461,24 @@ def measure_shape(shape, args, eng, log_probe):
         return None
     tess, res = run_all(shape, base, hf, png, models, args, eng)
     bw, gemm = log_probe()
+    gemm = gemm if gemm == gemm else None  # nan when the probe's GEMM is unavailable
     rows, good_t = table_rows(tess, res, args.precisions, notes)
     fma = statistics.median(r["fma_peak_gflops"] for r in good_t) if good_t else None
     dot = statistics.median(r["bf16_dot_peak_gflops"] for r in good_t) if good_t else None
-    peak = {"f32": fma or gemm, "bf16": dot or 2 * (fma or gemm)}
+    peak = {"f32": fma or gemm, "bf16": dot or (2 * (fma or gemm) if fma or gemm else None)}
     tess_s = {dt: s for n, dt, s in rows if n == "Tessera EncodePixels"}
     title = "Gemma 3 SigLIP-So400m, 896 x 896" if shape == "siglip" else "Gemma 4 vision, 280 soft tokens"
     lines = [f"### {shape}: {title}", "",
              f"{g['patches']} patches, {g['soft_tokens']} soft tokens of width {g['text_hidden']}; "
              f"{flops / 1e9:.1f} GFLOP per image; {args.threads} threads; peaks: f32 FMA {fmt(fma, 1)}, "
-             f"bf16 dot {fmt(dot, 1)} GFLOP/s (tessera_bench_vision's probes), numpy f32 GEMM {gemm:.1f} "
+             f"bf16 dot {fmt(dot, 1)} GFLOP/s (tessera_bench_vision's probes), numpy f32 GEMM {fmt(gemm, 1)} "
              f"GFLOP/s; medians of {args.repeat} process(es) x {args.reps} encodes", "",
              "| engine | precision | s / image | GFLOP/s | % of peak | Tessera EncodePixels faster by |",
              "|---|---|---|---|---|---|"]
     for n, dt, sec in rows:
         gf = flops / sec / 1e9 if sec else None
         sp = sec / tess_s[dt] if tess_s.get(dt) and sec else None
-        lines.append(f"| {n} | {dt} | {fmt(sec)} | {fmt(gf, 1)} | {fmt(100 * gf / peak[dt] if gf else None, 0)} | "
+        lines.append(f"| {n} | {dt} | {fmt(sec)} | {fmt(gf, 1)} | {fmt(100 * gf / peak[dt] if gf and peak[dt] else None, 0)} | "
                      f"{'—' if n.startswith('Tessera') or not sp else f'{sp:.2f}x'} |")
     lines.append("")
     ref = os.path.join(base, "model.onnx.ref.npy")
