@@ -129,9 +129,37 @@ def configs():
     put("model_config", "bad_type.json", json.dumps(dict(base, hidden_size="64")))
 
 
+def images():
+    """Tiny JPEG/PNG seeds for the image decoder (needs PIL): each colour type and JPEG mode once."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    rgb = Image.fromarray(rng.integers(0, 256, (6, 5, 3), dtype=np.uint8))
+
+    def enc(im, fmt, **kw):
+        b = io.BytesIO()
+        im.save(b, fmt, **kw)
+        return b.getvalue()
+
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    put("image_decode", "rgb.png", enc(rgb, "PNG"))
+    put("image_decode", "rgba.png", enc(rgb.convert("RGBA"), "PNG"))
+    put("image_decode", "gray1.png", enc(rgb.convert("1"), "PNG"))
+    put("image_decode", "la.png", enc(rgb.convert("LA"), "PNG"))
+    put("image_decode", "palette_trns.png", enc(rgb.convert("P"), "PNG", transparency=2))
+    put("image_decode", "rgb.jpg", enc(rgb, "JPEG", quality=50))
+    put("image_decode", "gray.jpg", enc(rgb.convert("L"), "JPEG", quality=50))
+    put("image_decode", "cmyk.jpg", enc(rgb.convert("CMYK"), "JPEG", quality=50))
+    put("image_decode", "progressive.jpg", enc(rgb, "JPEG", quality=50, progressive=True))
+    put("image_decode", "exif6.jpg", enc(rgb, "JPEG", quality=50, exif=exif.tobytes()))
+    put("image_decode", "exif6.png", enc(rgb, "PNG", exif=exif.tobytes()))
+
+
 if __name__ == "__main__":
     npy()
     st_header()
     st_index()
     configs()
+    images()
     sys.exit(0)

@@ -22,7 +22,8 @@ log() { printf '[setup] %s\n' "$*"; }
 
 # --- Debian packages -----------------------------------------------------------------------------
 # (libdnnl-dev: oneDNN, the peer of bench/onednn_bench.cc; the engine itself does not use it.)
-debs=(cmake ninja-build g++ libgtest-dev python3-venv nlohmann-json3-dev libsentencepiece-dev sentencepiece libdnnl-dev)
+debs=(cmake ninja-build g++ libgtest-dev python3-venv nlohmann-json3-dev libsentencepiece-dev sentencepiece libdnnl-dev
+      libjpeg62-turbo-dev libpng-dev)
 # Fuzzing only: Debian's clang, plus libclang-rt-dev for libFuzzer and the sanitizer runtimes (clang
 # merely recommends it). About 250 MB, so not part of the default set.
 if [ "$want_fuzz" -eq 1 ]; then debs+=(clang libclang-rt-dev); fi

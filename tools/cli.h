@@ -13,19 +13,23 @@ namespace tessera::cli {
 // --name value / --flag arguments after the subcommand.
 class Args {
  public:
-  // `flags`: options without a value. Unknown or repeated options are errors, and so are
-  // positional arguments unless allow_positional. Options several commands share are checked
+  // `flags`: options without a value; `repeatable`: valued options that may be given several
+  // times (GetAll). Unknown or repeated options are errors, and so are positional arguments unless
+  // allow_positional. Options several commands share are checked
   // here: --threads must be >= 1, --max-new-tokens >= 0.
   static StatusOr<Args> Parse(int argc, char** argv, const std::vector<std::string>& valued,
-                              const std::vector<std::string>& flags, bool allow_positional = false);
+                              const std::vector<std::string>& flags, bool allow_positional = false,
+                              const std::vector<std::string>& repeatable = {});
   bool Has(const std::string& name) const { return values_.count(name) > 0; }
   std::string Get(const std::string& name, const std::string& fallback = "") const;
+  std::vector<std::string> GetAll(const std::string& name) const;  // a repeatable option's values
   StatusOr<int64_t> Int(const std::string& name, int64_t fallback) const;
   StatusOr<double> Float(const std::string& name, double fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_;
   std::vector<std::string> positional_;
 };
 

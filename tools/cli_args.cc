@@ -8,7 +8,8 @@
 namespace tessera::cli {
 
 StatusOr<Args> Args::Parse(int argc, char** argv, const std::vector<std::string>& valued,
-                           const std::vector<std::string>& flags, bool allow_positional) {
+                           const std::vector<std::string>& flags, bool allow_positional,
+                           const std::vector<std::string>& repeatable) {
   Args a;
   for (int i = 0; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -19,14 +20,16 @@ StatusOr<Args> Args::Parse(int argc, char** argv, const std::vector<std::string>
     }
     const std::string name = arg.substr(2);
     const bool is_flag = std::find(flags.begin(), flags.end(), name) != flags.end();
-    const bool is_valued = std::find(valued.begin(), valued.end(), name) != valued.end();
+    const bool is_repeatable = std::find(repeatable.begin(), repeatable.end(), name) != repeatable.end();
+    const bool is_valued = is_repeatable || std::find(valued.begin(), valued.end(), name) != valued.end();
     if (!is_flag && !is_valued) return InvalidArgument("unknown option " + arg);
-    if (a.values_.count(name)) return InvalidArgument("option " + arg + " given twice");
+    if (a.values_.count(name) && !is_repeatable) return InvalidArgument("option " + arg + " given twice");
     if (is_flag) {
       a.values_[name] = "1";
     } else {
       if (i + 1 >= argc) return InvalidArgument("option " + arg + " needs a value");
       a.values_[name] = argv[++i];
+      a.all_[name].push_back(a.values_[name]);
     }
   }
   // Shared options: a negative count would otherwise run as if it were 0 or 1.
@@ -52,6 +55,11 @@ bool HelpRequested(int argc, char** argv, const std::vector<std::string>& flags)
 std::string Args::Get(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);
   return it == values_.end() ? fallback : it->second;
+}
+
+std::vector<std::string> Args::GetAll(const std::string& name) const {
+  auto it = all_.find(name);
+  return it == all_.end() ? std::vector<std::string>{} : it->second;
 }
 
 StatusOr<int64_t> Args::Int(const std::string& name, int64_t fallback) const {

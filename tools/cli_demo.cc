@@ -1,6 +1,7 @@
 // tessera demo: a Gemma-4-unified multimodal generation with the embedded random-weight model
-// (models/demo-gemma4-unified): a prompt with one image block, run in the unified, bias and split
-// modes, printing the per-layer mask structure, the tokens of each mode and their speed.
+// (models/demo-gemma4-unified): an image file decoded, processed and embedded by the model's own
+// vision path, laid out in a prompt as one image block, run in the unified, bias and split modes,
+// printing the per-layer mask structure, the tokens of each mode and their speed.
 #include <algorithm>
 #include <chrono>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "cli.h"
 #include "tessera/engine.h"
+#include "tessera/image.h"
 
 #ifndef TESSERA_SOURCE_DIR
 #define TESSERA_SOURCE_DIR "."
@@ -22,12 +24,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Layout {
-  std::vector<int32_t> tokens, types;
+  Prompt prompt;
   int64_t image_start = 0, image_len = 0;
 };
 
-// BOS, text, BOI, image placeholders (one block), EOI, text. Text ids avoid the special ids.
-StatusOr<Layout> MakePrompt(const ModelInfo& c, int64_t before, int64_t image, int64_t after) {
+// BOS, text, one image marker, text. Text ids avoid the special ids.
+StatusOr<std::vector<int32_t>> MakeText(const ModelInfo& c, int64_t before, int64_t after) {
   if (!c.image_token_id || !c.boi_token_id || !c.eoi_token_id)
     return InvalidArgument("demo: the model config has no image/boi/eoi token ids");
   std::vector<int32_t> special;
@@ -39,31 +41,50 @@ StatusOr<Layout> MakePrompt(const ModelInfo& c, int64_t before, int64_t image, i
   if (c.vocab < 64) return InvalidArgument("demo: vocabulary too small for a demo prompt");
   std::mt19937 rng(2026);
   std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab - 1));
-  auto text = [&](std::mt19937& r) {
+  auto text = [&] {
     for (;;) {
-      const int32_t t = draw(r);
+      const int32_t t = draw(rng);
       if (std::find(special.begin(), special.end(), t) == special.end()) return t;
     }
   };
-  Layout p;
-  auto push = [&](int64_t id, int32_t type) { p.tokens.push_back(static_cast<int32_t>(id)), p.types.push_back(type); };
-  push(c.bos_token_id.value_or(2), 0);
-  for (int64_t i = 0; i < before; ++i) push(text(rng), 0);
-  push(*c.boi_token_id, 0);
-  p.image_start = static_cast<int64_t>(p.tokens.size());
-  p.image_len = image;
-  for (int64_t i = 0; i < image; ++i) push(*c.image_token_id, 1);
-  push(*c.eoi_token_id, 0);
-  for (int64_t i = 0; i < after; ++i) push(text(rng), 0);
-  return p;
+  std::vector<int32_t> tokens{c.bos_token_id.value_or(2)};
+  for (int64_t i = 0; i < before; ++i) tokens.push_back(text());
+  tokens.push_back(*c.image_token_id);  // where the image goes
+  for (int64_t i = 0; i < after; ++i) tokens.push_back(text());
+  return tokens;
+}
+
+// The image file through the model's processor and vision embedder, laid out in the text.
+StatusOr<Layout> MakePrompt(const Model& m, const std::string& image_file, ImageFeatures* features) {
+  StatusOr<image::Image> img = image::LoadImageFile(image_file);
+  if (!img.ok()) return img.status();
+  const auto t0 = Clock::now();
+  StatusOr<ImageFeatures> f = m.EncodeImages({img.value()});
+  if (!f.ok()) return f.status();
+  *features = std::move(f).value();
+  std::printf("image %s: %lld x %lld pixels -> %lld soft tokens in %.2f ms (processor + vision embedder)\n",
+              image_file.c_str(), (long long)img.value().width, (long long)img.value().height,
+              (long long)features->tokens_per_image[0],
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  StatusOr<std::vector<int32_t>> text = MakeText(m.info(), 40, 40);
+  if (!text.ok()) return text.status();
+  StatusOr<Prompt> p = m.LayoutImagePrompt(text.value(), *features);
+  if (!p.ok()) return p.status();
+  Layout l;
+  l.prompt = std::move(p).value();
+  const std::vector<int32_t>& ty = l.prompt.token_types;
+  l.image_start = std::find(ty.begin(), ty.end(), 1) - ty.begin();
+  l.image_len = std::count(ty.begin(), ty.end(), 1);
+  return l;
 }
 
 // The tile structure each layer's prefill attention sees for this prompt (no data needed).
 Status PrintMaskStructure(const Model& m, const Layout& p) {
   const ModelInfo& a = m.info();
-  StatusOr<std::vector<TileCensus>> tiles = m.PrefillTiles({p.tokens, p.types, nullptr, 0});
+  StatusOr<std::vector<TileCensus>> tiles = m.PrefillTiles(p.prompt);
   if (!tiles.ok()) return tiles.status();
-  std::printf("per-layer mask (prefill of %zu tokens, image block at %lld..%lld; tiles of 64 keys):\n", p.tokens.size(),
+  std::printf("per-layer mask (prefill of %zu tokens, image block at %lld..%lld; tiles of 64 keys):\n",
+              p.prompt.tokens.size(),
               (long long)p.image_start, (long long)(p.image_start + p.image_len - 1));
   std::printf("  layer  kind     heads(q/kv x dim)  window  mask                        tiles empty/full/partial\n");
   for (size_t l = 0; l < a.layers.size(); ++l) {
@@ -118,7 +139,7 @@ int Fail(const Status& s) {
 }  // namespace
 
 int DemoCommand(int argc, char** argv) {
-  StatusOr<Args> parsed = Args::Parse(argc, argv, {"model", "max-new-tokens", "threads"}, {});
+  StatusOr<Args> parsed = Args::Parse(argc, argv, {"model", "image", "max-new-tokens", "threads"}, {});
   if (!parsed.ok()) return Fail(parsed.status()) + 1;
   const Args& args = parsed.value();
   const char* env = std::getenv("TESSERA_DEMO_MODEL");
@@ -138,17 +159,12 @@ int DemoCommand(int argc, char** argv) {
   std::printf("loaded %s in %.1f ms: %zu layers, hidden %lld, vocab %lld\n\n", a.model_type.c_str(),
               std::chrono::duration<double, std::milli>(Clock::now() - t_load).count(), a.layers.size(),
               (long long)a.hidden, (long long)a.vocab);
-  StatusOr<Layout> layout = MakePrompt(a, 40, 48, 40);
+  ImageFeatures features;  // the prompt's image rows point into it
+  StatusOr<Layout> layout = MakePrompt(m, args.Get("image", dir + "/astronaut.jpg"), &features);
   if (!layout.ok()) return Fail(layout.status());
   const Layout& p = layout.value();
   if (Status st = PrintMaskStructure(m, p); !st.ok()) return Fail(st);
-
-  // Image soft-token embeddings (what a vision tower would produce): fixed random rows.
-  std::vector<float> image(p.image_len * a.hidden);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  for (float& x : image) x = nd(rng);
-  const Prompt prompt{p.tokens, p.types, image.data(), p.image_len};
+  const Prompt& prompt = p.prompt;
 
   std::vector<int32_t> reference;
   bool agree = true;
@@ -158,7 +174,7 @@ int DemoCommand(int argc, char** argv) {
     StatusOr<ModeRun> r = RunMode(m, mode, prompt, max_new.value());
     if (!r.ok()) return Fail(r.status());
     const ModeRun& run = r.value();
-    std::printf("%-8s %10.2f %12.0f %12.0f  ", ModeName(mode), run.prefill_s * 1e3, p.tokens.size() / run.prefill_s,
+    std::printf("%-8s %10.2f %12.0f %12.0f  ", ModeName(mode), run.prefill_s * 1e3, prompt.tokens.size() / run.prefill_s,
                 (run.tokens.size() - 1) / run.decode_s);
     for (int32_t t : run.tokens) std::printf(" %d", t);
     std::printf("\n");

@@ -1,12 +1,14 @@
-// tessera run: load a checkpoint, prefill a prompt (ids, optional image embeddings), stream the
-// generated tokens, then report prefill and decode speed.
+// tessera run: load a checkpoint, prefill a prompt (ids or text, with image files or image
+// embeddings), stream the generated tokens, then report prefill and decode speed.
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <vector>
 
 #include "cli.h"
 #include "tessera/engine.h"
+#include "tessera/image.h"
 #include "tessera/npy.h"
 #include "tessera/tokenizer.h"
 
@@ -73,6 +75,40 @@ Status ReadImageInputs(const Args& a, int64_t hidden, Prompt* prompt, io::NpyArr
   return Status::Ok();
 }
 
+// --image files: decoded, processed and encoded by the checkpoint's vision path, then laid out in
+// the prompt (each image marker takes one image; without markers they go first). The image rows
+// are kept in *features, which the prompt points into.
+Status ReadImages(const Args& a, const Model& m, const tokenizer::SentencePieceTokenizer* tok,
+                  ops::MatmulPrecision precision, Prompt* prompt, ImageFeatures* features) {
+  const std::vector<std::string> files = a.GetAll("image");
+  if (files.empty()) return Status::Ok();
+  if (a.Has("image-embeds") || a.Has("token-types"))
+    return InvalidArgument("--image lays the images out itself: give it without --image-embeds / --token-types");
+  StatusOr<int64_t> budget = a.Int("image-tokens", 0);
+  TESSERA_RETURN_IF_ERROR(budget.status());
+  std::vector<image::Image> images;
+  for (const std::string& f : files) {
+    StatusOr<image::Image> img = image::LoadImageFile(f);
+    TESSERA_RETURN_IF_ERROR(img.status());
+    images.push_back(std::move(img).value());
+  }
+  const auto t0 = Clock::now();
+  StatusOr<ImageFeatures> enc = m.EncodeImages(images, EncodeOptions{budget.value(), precision});
+  TESSERA_RETURN_IF_ERROR(enc.status());
+  *features = std::move(enc).value();
+  std::fprintf(stderr, "encoded %zu image(s) into %lld soft tokens in %.3f s\n", images.size(),
+               static_cast<long long>(features->rows.size() / features->hidden), Seconds(t0, Clock::now()));
+  std::optional<int32_t> newline;
+  if (tok) {
+    StatusOr<std::vector<int32_t>> nl = tok->Encode("\n\n", /*add_bos=*/false);
+    if (nl.ok() && nl.value().size() == 1) newline = nl.value()[0];
+  }
+  StatusOr<Prompt> p = m.LayoutImagePrompt(prompt->tokens, *features, newline);
+  TESSERA_RETURN_IF_ERROR(p.status());
+  *prompt = std::move(p).value();
+  return Status::Ok();
+}
+
 // The prompt's ids: parsed from --ids, or --prompt encoded with DIR/tokenizer.model. Only a text
 // prompt reads the tokenizer (--ids runs, and prints, ids alone); it is read before the model so a
 // bad one fails before the long load.
@@ -98,10 +134,11 @@ Status ReadPromptTokens(const Args& a, Prompt* prompt,
 
 int RunCommand(int argc, char** argv) {
   StatusOr<Args> parsed = Args::Parse(argc, argv,
-                                      {"model", "ids", "prompt", "image-embeds", "token-types", "max-new-tokens",
-                                       "mode", "temperature", "top-k", "top-p", "seed", "max-context", "max-chunk",
-                                       "threads", "kv-dtype", "attention-precision", "matmul-precision", "dtype"},
-                                      kRunFlags);
+                                      {"model", "ids", "prompt", "image-embeds", "token-types", "image-tokens",
+                                       "max-new-tokens", "mode", "temperature", "top-k", "top-p", "seed",
+                                       "max-context", "max-chunk", "threads", "kv-dtype", "attention-precision",
+                                       "matmul-precision", "dtype"},
+                                      kRunFlags, /*allow_positional=*/false, {"image"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
   if (!a.Has("model")) return Fail("--model DIR is required");
@@ -125,6 +162,9 @@ int RunCommand(int argc, char** argv) {
                Seconds(t_load, Clock::now()), info.repacked ? "weights repacked for the GEMM" : "weights read as stored");
   io::NpyArray embeds;
   if (Status st = ReadImageInputs(a, info.hidden, &prompt, &embeds); !st.ok()) return Fail(st.message());
+  ImageFeatures features;
+  if (Status st = ReadImages(a, m, tok.get(), opt.matmul_precision, &prompt, &features); !st.ok())
+    return Fail(st.message());
   StatusOr<std::unique_ptr<Session>> session = m.NewSession(opt);
   if (!session.ok()) {
     const bool hint = opt.matmul_precision == ops::MatmulPrecision::kBf16 && !load.convert_to;

@@ -21,18 +21,22 @@ const std::vector<std::string> kNoFlags;
 
 const Command kCommands[] = {
     {"demo", tessera::cli::DemoCommand, &kNoFlags,
-     " [--model DIR] [--max-new-tokens N] [--threads N]\n"
-     "      multimodal generation with the embedded Gemma-4-unified model, in the unified, bias and\n"
-     "      split modes\n"},
+     " [--model DIR] [--image FILE] [--max-new-tokens N] [--threads N]\n"
+     "      multimodal generation with the embedded Gemma-4-unified model from an image file (default:\n"
+     "      the model's astronaut.jpg), in the unified, bias and split modes\n"},
     {"run", tessera::cli::RunCommand, &tessera::cli::kRunFlags,
-     " --model DIR (--ids 1,2,3 | --prompt TEXT) [--image-embeds F.npy] [--token-types 0,1,...]\n"
+     " --model DIR (--ids 1,2,3 | --prompt TEXT) [--image FILE ...] [--image-tokens N]\n"
+     "      [--image-embeds F.npy] [--token-types 0,1,...]\n"
      "      [--max-new-tokens N] [--mode unified|bias|split] [--temperature T] [--top-k K]\n"
      "      [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
      "      [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
      "      [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
      "      [--no-repack]   (read the weights as stored: faster load, slower prefill) [--no-stop]\n"
      "      --ids prints the generated ids (DIR/tokenizer.model is not read); --prompt needs\n"
-     "      DIR/tokenizer.model and prints text\n"},
+     "      DIR/tokenizer.model and prints text. --image (JPEG/PNG, repeatable) goes through the\n"
+     "      checkpoint's processor and vision encoder; each image marker in the prompt (Gemma 3\n"
+     "      <start_of_image>, Gemma 4 <|image|>) takes one, else they go first. --image-tokens:\n"
+     "      Gemma 4 soft tokens per image (70, 140, 280, 560, 1120)\n"},
     {"inspect", tessera::cli::InspectCommand, &kNoFlags,
      " --model DIR [--max-chunk N]\n"
      "      layers, head geometry, mask rules, KV memory per context\n"},

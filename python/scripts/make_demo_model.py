@@ -178,10 +178,23 @@ def copy_checkpoint_files(model, path):
     save_config_and_weights(model, path)
 
 
+def save_demo_assets(path):
+    """The processor config matching the embedder (4-pixel patches, no merge, 70-token budget) and the
+    demo's image: scikit-image's astronaut photograph (NASA, public domain), 128 x 128 JPEG."""
+    from transformers.models.gemma4_unified.image_processing_gemma4_unified import Gemma4UnifiedImageProcessor
+    Gemma4UnifiedImageProcessor(patch_size=VISION["patch_size"], pooling_kernel_size=VISION["pooling_kernel_size"],
+                                max_soft_tokens=70).save_pretrained(path)
+    from PIL import Image
+    from skimage import data
+    Image.fromarray(data.astronaut()).resize((128, 128), Image.BICUBIC).save(os.path.join(path, DEMO_IMAGE),
+                                                                              quality=90)
+
+
 def save_checkpoint(model, path):
     """save_pretrained into a temporary folder, keep config.json + model.safetensors; check bf16 throughout."""
     import torch
     copy_checkpoint_files(model, path)
+    save_demo_assets(path)
     with open(os.path.join(path, "config.json")) as f:
         cfg = json.load(f)
     assert cfg["dtype"] == cfg["text_config"]["dtype"] == cfg["vision_config"]["dtype"] == "bfloat16", cfg
@@ -192,6 +205,9 @@ def save_checkpoint(model, path):
 # ----------------------------------------------------------------------------------------------------------------
 # Demo inputs
 # ----------------------------------------------------------------------------------------------------------------
+
+DEMO_IMAGE = "astronaut.jpg"
+
 
 def demo_inputs():
     """The 96-token demo prompt: (input_ids [1, 96], mm_token_type_ids [1, 96], pixel_values [1, 32, 48],
@@ -289,7 +305,10 @@ real Gemma 4 unified checkpoint end to end without a download.
 - Made by `python/scripts/make_demo_model.py` (seed {SEED}) with transformers {v['transformers']};
   `make_demo_model.py --check` regenerates it in memory and compares. Files:
   `config.json` and `model.safetensors` exactly as `save_pretrained` wrote them (bfloat16, tied embeddings, no
-  `lm_head.weight`); no tokenizer, processor or generation config.
+  `lm_head.weight`); `preprocessor_config.json` as `Gemma4UnifiedImageProcessor.save_pretrained` writes it
+  (4-pixel patches, no merge, a 70-token budget: the 128 x 128 demo image becomes 8 x 8 = 64 soft tokens);
+  `astronaut.jpg`, the demo's image (scikit-image's astronaut photograph, NASA, public domain, 128 x 128);
+  no tokenizer or generation config.
 - Text decoder (prefix `model.language_model.`): vocab {t['vocab_size']}, hidden {t['hidden_size']},
   {t['num_hidden_layers']} layers `S S S F S S S F` (sliding window {t['sliding_window']}),
   {t['num_attention_heads']} query heads. Sliding layers: {t['num_key_value_heads']} KV heads, head dim

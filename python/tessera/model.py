@@ -143,7 +143,7 @@ class Model(ImagesMixin):
     def generate(self, input_ids=None, max_new_tokens=32, attention_mask=None, token_type_ids=None,
                  mm_token_type_ids=None, image_embeds=None, temperature=0.0, top_k=0, top_p=1.0, seed=0,
                  stop_tokens=None, on_token=None, stream=False, return_finish_reasons=False, prompt=None,
-                 images=None, image_tokens=0):
+                 images=None, image_tokens=0, pixel_values=None, image_position_ids=None):
         """Generates up to max_new_tokens per row (greedy when temperature == 0); stops after an
         end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
         token-id lists, one per row (with return_finish_reasons, also a list of "stop", "length",
@@ -160,8 +160,13 @@ class Model(ImagesMixin):
         images: paths or uint8 arrays (a list per row when B > 1), encoded by the checkpoint's
         processor and vision encoder; each image marker in the row (Gemma 3: <start_of_image>;
         Gemma 4: <|image|>) takes one image in order, and without markers the images go first.
-        image_tokens: the Gemma 4 soft-token budget per image (70 ... 1120; 0: the config's)."""
+        image_tokens: the Gemma 4 soft-token budget per image (70 ... 1120; 0: the config's).
+        pixel_values / image_position_ids: processed pixels (as in forward) instead of image_embeds."""
         input_ids = self._prompt_ids(input_ids, prompt)
+        if pixel_values is not None:
+            if image_embeds is not None:
+                raise ValueError("give image_embeds or pixel_values, not both")
+            image_embeds = self.encode_pixels(pixel_values, image_position_ids)
         types = mm_token_type_ids if mm_token_type_ids is not None else token_type_ids
         max_new_tokens = int_arg("max_new_tokens", max_new_tokens, 0, INT64[1])
         top_k = int_arg("top_k", top_k, 0, INT64[1])

@@ -26,10 +26,12 @@ StatusOr<ImageLayout> LayoutImages(const std::vector<int32_t>& tokens, const std
   const int64_t total = std::accumulate(tokens_per_image.begin(), tokens_per_image.end(), int64_t{0});
   const int64_t images = static_cast<int64_t>(tokens_per_image.size());
   const int64_t soft = std::count(tokens.begin(), tokens.end(), ids.soft);
-  const int64_t markers = ids.marker == ids.soft ? (soft == images ? soft : 0)
-                                                 : std::count(tokens.begin(), tokens.end(), ids.marker);
+  // Soft tokens already present mean a laid-out prompt, except where the marker is the soft id
+  // itself and there is exactly one per image (Gemma 4's <|image|> markers).
+  const bool laid_out = soft > 0 && !(ids.marker == ids.soft && soft == images);
+  const int64_t markers = laid_out ? 0 : std::count(tokens.begin(), tokens.end(), ids.marker);
   ImageLayout out;
-  if (markers == 0 && soft > 0) {  // laid out by the caller: every soft token must be there
+  if (laid_out) {  // every soft token must be there
     if (soft != total)
       return InvalidArgument("the prompt has " + std::to_string(soft) + " image soft tokens (id " +
                              std::to_string(ids.soft) + ") but the images make " + std::to_string(total));
