@@ -152,18 +152,23 @@ def write_image(path, wh, seed=3):
     Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(path)
 
 
+def image_processor(shape, cfg):
+    if shape == "siglip":
+        from transformers import Gemma3ImageProcessor
+        return Gemma3ImageProcessor(size={"height": 896, "width": 896}, do_pan_and_scan=False)
+    from transformers import Gemma4ImageProcessor
+    v = cfg["vision_config"]
+    return Gemma4ImageProcessor(patch_size=v["patch_size"], pooling_kernel_size=v["pooling_kernel_size"],
+                                max_soft_tokens=280)
+
+
 def pixel_inputs(shape, cfg, png):
     """The transformers processor's arrays for the PNG: {"pixel_values", ["image_position_ids"]}."""
     from PIL import Image
     img = Image.open(png).convert("RGB")
+    p = image_processor(shape, cfg)
     if shape == "siglip":
-        from transformers import Gemma3ImageProcessor
-        p = Gemma3ImageProcessor(size={"height": 896, "width": 896}, do_pan_and_scan=False)
         return {"pixel_values": p(images=[img], return_tensors="np")["pixel_values"].astype(np.float32)}
-    from transformers import Gemma4ImageProcessor
-    v = cfg["vision_config"]
-    p = Gemma4ImageProcessor(patch_size=v["patch_size"], pooling_kernel_size=v["pooling_kernel_size"],
-                             max_soft_tokens=280)
     out = p(images=[img], return_tensors="np")
     return {"pixel_values": out["pixel_values"].astype(np.float32),
             "image_position_ids": out["image_position_ids"].astype(np.int64)}
@@ -176,6 +181,9 @@ def prepare_checkpoint(shape, work):
     info = checkpoint.make_checkpoint(hf, cfg, log=log)
     with open(os.path.join(hf, "config.json")) as f:
         saved = json.load(f)
+    if not os.path.exists(os.path.join(hf, "preprocessor_config.json")):
+        # llama.cpp's --mmproj conversion reads image_mean / image_std from it; Tessera reads it too
+        image_processor(shape, saved).save_pretrained(hf)
     png = os.path.join(base, "image.png")
     if not os.path.exists(png):
         write_image(png, IMAGE_WH[shape])
@@ -189,6 +197,41 @@ def prepare_checkpoint(shape, work):
 
 
 # --- peers' preparation ------------------------------------------------------------------------------
+# llama.cpp's Gemma 3 projector converter takes the original checkpoints' names (transformers
+# renames them on load); the bench's writer stores transformers' in-memory names.
+LLAMA_RENAMES = {"siglip": (("model.vision_tower.", "vision_tower.vision_model."),
+                            ("model.multi_modal_projector.", "multi_modal_projector."))}
+
+
+def renamed_view(hf, out, renames):
+    """out/: hf's checkpoint with tensor names rewritten by prefix (data copied, other files linked)."""
+    dst = os.path.join(out, "model.safetensors")
+    if os.path.exists(dst):
+        return out
+    os.makedirs(out, exist_ok=True)
+    src = os.path.join(hf, "model.safetensors")
+    with open(src, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        new = {}
+        for k, v in header.items():
+            for a, b in renames:
+                if k.startswith(a):
+                    k = b + k[len(a):]
+            new[k] = v
+        hb = json.dumps(new, separators=(",", ":")).encode()
+        hb += b" " * (-len(hb) % 8)
+        with open(dst + ".part", "wb") as g:
+            g.write(len(hb).to_bytes(8, "little") + hb)
+            while chunk := f.read(1 << 26):
+                g.write(chunk)
+    os.replace(dst + ".part", dst)
+    for name in os.listdir(hf):
+        if name != "model.safetensors" and not os.path.lexists(os.path.join(out, name)):
+            os.symlink(os.path.join(hf, name), os.path.join(out, name))
+    return out
+
+
 def convert_gguf(hf, out, mmproj, outtype):
     if os.path.exists(out):
         return out, None
@@ -199,8 +242,11 @@ def convert_gguf(hf, out, mmproj, outtype):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     log(f"convert_hf_to_gguf {'--mmproj ' if mmproj else ''}--outtype {outtype}: rc {p.returncode}, "
         f"{time.time() - t:.0f} s")
-    if p.returncode != 0 or not os.path.exists(out):
-        return None, engines.tail(p.stderr + p.stdout)
+    if p.returncode != 0 or not os.path.exists(out) or os.path.getsize(out) < 1 << 20:
+        why = engines.tail(p.stderr + p.stdout)
+        if os.path.exists(out):  # a metadata-only file (no tensor matched) is a failure too
+            os.replace(out, out + ".empty")
+        return None, why
     return out, None
 
 
@@ -396,8 +442,9 @@ def prepare_peers(shape, base, hf, png, pix, args, eng):
         text, why = convert_gguf(hf, os.path.join(base, "text.f32.gguf"), False, "f32")
         if not text:
             notes.append(f"llama.cpp text GGUF: {why}")
+        src = renamed_view(hf, os.path.join(base, "hf-llama"), LLAMA_RENAMES[shape]) if shape in LLAMA_RENAMES else hf
         for dt in args.precisions:
-            mm, why = convert_gguf(hf, os.path.join(base, f"mmproj.{dt}.gguf"), True, dt)
+            mm, why = convert_gguf(src, os.path.join(base, f"mmproj.{dt}.gguf"), True, dt)
             if text and mm:
                 models[f"llamacpp-{dt}"] = {"engine": "llamacpp", "text": text, "mmproj": mm, "image": png}
             elif not mm:
