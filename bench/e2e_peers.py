@@ -35,17 +35,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-VENV_PY = os.path.join(HERE, ".peers", "venv", "bin", "python")
+sys.path.insert(0, HERE)
+from e2e.peers_venv import reexec_in_peers_venv  # noqa: E402
 
-if os.path.abspath(sys.prefix) != os.path.abspath(os.path.join(HERE, ".peers", "venv")) and \
-        not os.environ.get("TESSERA_E2E_NO_REEXEC"):
-    if not os.path.exists(VENV_PY):
-        sys.exit("bench/e2e_peers.py: peers not installed; run `bash bench/setup_peers.sh` first")
-    os.execv(VENV_PY, [VENV_PY] + sys.argv)
+reexec_in_peers_venv("bench/e2e_peers.py")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, HERE)
 from e2e import checkpoint, engines, roofline  # noqa: E402
 
 T0 = time.time()
