@@ -1,4 +1,5 @@
-"""Bad image input through the public entry points: each a ValueError naming what is wrong."""
+"""Bad image input through the public entry points: each a ValueError naming what is wrong; and
+encoding from several threads at once."""
 from __future__ import annotations
 
 import json
@@ -83,3 +84,27 @@ def test_checkpoint_without_vision_weights(tmp_path):
         m.encode_images([PHOTO])
     # the text path still runs
     assert len(m.generate([[2, 10, 11]], 2, stop_tokens=[])[0]) == 2
+
+
+def test_threads_encode_at_once(demo):
+    """The encoder is made once under the model's lock (here by whichever of four threads comes
+    first), then runs outside it: threads encoding at the same time get what a single caller gets."""
+    import threading
+    want = demo.encode_images([PHOTO])[0]
+    fresh = tessera.Model.load(DEMO, max_context=256, max_chunk=128)
+    got, errors = [None] * 4, []
+
+    def work(i):
+        try:
+            got[i] = fresh.encode_images([PHOTO])[0]
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for g in got:
+        np.testing.assert_array_equal(g, want)
