@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "tessera/dtype.h"
+#include "tessera/quant.h"
 #include "tessera/precision.h"
 #include "tessera/thread_pool.h"
 
@@ -24,6 +25,9 @@ struct WeightView {
   const void* data = nullptr;  // [out, in] row-major
   DType dtype = DType::kF32;
   int64_t out = 0, in = 0;
+  // Where not kNone, `data` holds GGUF-layout blocks (tessera/quant.h): row r starts at byte
+  // r * QuantRowBytes(quant, in), and `dtype` is unused. `pairs` and `panels` are never set then.
+  QuantType quant = QuantType::kNone;
   // The same bf16 matrix prepacked for precision bf16's dot-product kernels, or null: pair panels
   // [ceil(out / 16)][ceil(in / 2)][16] words, 64-byte aligned (tessera/gemm.h PackPairPanels). Where
   // set, Linear at precision bf16 with an x_pairs scratch on a CPU with the dot product reads them
