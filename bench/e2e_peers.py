@@ -3,7 +3,7 @@
 
   python3 bench/e2e_peers.py [--quick] [--only gemma3|gemma4] [--engines tessera,ortgenai,llamacpp]
                              [--cells check,d1024] [--repeat 5]
-                             [--threads 2] [--decode-steps 32] [--dtype f32|bf16]
+                             [--threads 2] [--decode-steps 32] [--dtype f32|bf16|q8_0|q4_0|q4_k_m]
 
 (it re-executes itself with bench/.peers/venv/bin/python, the peers' venv). Checkpoints
 (bench/e2e/checkpoint.py: a Gemma-3-1B shape and the Gemma-4-12B width with 6 layers, f32 random
@@ -22,6 +22,9 @@ f32 weights and f32 KV cache everywhere:
 --dtype bf16: the same checkpoints rounded to bf16 (a bf16 safetensors copy for Tessera, llama.cpp's
 --outtype bf16 GGUF), bf16 KV; Tessera at attention and matmul precision bf16 (a bf16 model's
 roundings, AVX-512-BF16 where present); onnxruntime-genai skipped (no bf16 on CPU).
+--dtype q8_0|q4_0|q4_k_m: llama.cpp's f32 GGUF quantized by llama.cpp's own quantizer; both engines
+run that one file (Tessera: `tessera run --model file.gguf`), bf16 KV, attention at precision bf16;
+the roofline counts the file's tensor bytes; onnxruntime-genai skipped.
 --quick: 2 layers, vocab 8192, prompts 128/512, decode at 256/1024, 8 steps (minutes, development).
 Prompts are random ids in [16, 255999), avoiding Gemma's specials and multimodal ids.
 """
@@ -119,9 +122,10 @@ def main():
     ap.add_argument("--work", default=os.path.join(HERE, ".work"))
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "release", "tessera"))
     ap.add_argument("--tessera-chunk", type=int, default=256, help="tessera run --max-chunk (its default)")
-    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+    ap.add_argument("--dtype", choices=["f32", "bf16"] + list(engines.QUANT_FTYPES), default="f32",
                     help="bf16: a bf16 copy of each checkpoint, bf16 KV; Tessera at attention and matmul precision "
-                         "bf16, llama.cpp on its bf16 GGUF (onnxruntime-genai has no bf16 on CPU: skipped)")
+                         "bf16, llama.cpp on its bf16 GGUF (onnxruntime-genai has no bf16 on CPU: skipped); q8_0, q4_0, "
+                         "q4_k_m: one llama.cpp-quantized GGUF for both engines")
     ap.add_argument("--llama-batch", type=int, default=512, help="llama.cpp n_batch = n_ubatch")
     ap.add_argument("--llama-flash-attn", choices=["on", "off"], default="on")
     ap.add_argument("--retry-failed", action="store_true", help="retry exports/conversions that failed before")
@@ -138,9 +142,10 @@ def main():
     args = ap.parse_args()
     cells = {c for c in args.cells.split(",") if c}
     eng = [e for e in args.engines.split(",") if e]
-    if args.dtype == "bf16" and "ortgenai" in eng:
+    quant = args.dtype in engines.QUANT_FTYPES
+    if args.dtype != "f32" and "ortgenai" in eng:
         eng.remove("ortgenai")
-        log("onnxruntime-genai skipped at --dtype bf16 (its CPU export has no bf16: bench/PEERS.md)")
+        log(f"onnxruntime-genai skipped at --dtype {args.dtype} (its CPU export is f32 here: bench/PEERS.md)")
     for e in eng:
         if e not in engines.ENGINES:
             sys.exit(f"unknown engine {e}; choose from {','.join(engines.ENGINES)}")
@@ -185,8 +190,23 @@ def main():
         models, notes = {}, []
         bf16 = args.dtype == "bf16"
         src = checkpoint.bf16_copy(hf, os.path.join(base, "hf-bf16"), log) if bf16 else hf
+        qfile = None
+        if quant:  # one quantized file for both engines
+            qpath = os.path.join(base, f"model.{args.dtype}.gguf")
+            f32, why = (None, None) if os.path.exists(qpath) else \
+                engines.prepare_llamacpp(hf, os.path.join(base, "model.f32.gguf"), log, args.retry_failed)
+            qfile, why = (qpath, None) if os.path.exists(qpath) else \
+                engines.prepare_llamacpp_quant(f32, qpath, args.dtype, args.threads, log, args.retry_failed) \
+                if f32 else (None, why)
+            if not qfile:
+                notes.append(f"quantized file: {why}")
+                log(f"{tag}: no {args.dtype} file: {why}")
         for e in eng:
             t = time.time()
+            if quant:
+                if qfile:
+                    models[e] = qfile
+                continue
             if e == "tessera":
                 m, why = engines.prepare_tessera(src, os.path.join(base, "tessera-bf16" if bf16 else "tessera"))
             elif e == "ortgenai":
@@ -200,14 +220,14 @@ def main():
             else:
                 notes.append(f"{e}: {why}")
                 log(f"{tag}: {e} unavailable: {why}")
-        weight_bytes = info["text_weight_bytes"] // (2 if bf16 else 1)
-        kv_elem = 2 if bf16 else 4
+        weight_bytes = engines.gguf_tensor_bytes(qfile) if qfile else info["text_weight_bytes"] // (2 if bf16 else 1)
+        kv_elem = 2 if bf16 or quant else 4
         if args.prepare_only:
             log(f"{tag}: prepared {sorted(models)}" + "".join(f"; {n}" for n in notes))
             continue
 
         def warm(e):  # page cache holds the file an mmap engine will touch (not timed)
-            path = os.path.join(src, "model.safetensors") if e == "tessera" else models[e]
+            path = os.path.join(src, "model.safetensors") if e == "tessera" and not quant else models[e]
             if e == "ortgenai":
                 return
             with open(path, "rb") as f:
@@ -219,7 +239,7 @@ def main():
                 return engines.run_tessera(args.tessera, models[e], ids, decode, args.threads, args.tessera_chunk,
                                            args.timeout, dtype=args.dtype)
             extra = {"batch": args.llama_batch, "flash_attn": args.llama_flash_attn == "on",
-                     "kv_type": 30 if bf16 else 0} if e == "llamacpp" \
+                     "kv_type": 30 if bf16 or quant else 0} if e == "llamacpp" \
                 else {"window": checkpoint.text_config(saved_cfg)["sliding_window"]}
             return engines.run_peer(e, models[e], ids, decode, args.threads, args.timeout, extra)
 
@@ -270,14 +290,15 @@ def main():
         ctx_rss = P["decode"][-1]
         kv_t = tessera_kv_f32_bytes(args.tessera, models.get("tessera", os.path.join(base, "tessera")), ctx_rss) \
             if "tessera" in models else None
-        if kv_t and bf16:
+        if kv_t and (bf16 or quant):
             kv_t /= 2
-        lines = [f"### {tag}{' at bf16' if bf16 else ''}: "
+        lines = [f"### {tag}{' at ' + args.dtype if args.dtype != 'f32' else ''}: "
                  f"{'Gemma-3-1B shape' if shape == 'gemma3' else 'Gemma-4-12B width, 6 layers'}"
                  f"{' (quick)' if args.quick else ''}",
                  "",
-                 f"{args.dtype} weights {weight_bytes / 2**30:.2f} GiB (text decoder), {args.dtype} KV, "
-                 f"{args.threads} threads{', Tessera at attention and matmul precision bf16' if bf16 else ''}, "
+                 f"{args.dtype} weights {weight_bytes / 2**30:.2f} GiB (text decoder), {'bf16' if quant else args.dtype} KV, "
+                 f"{args.threads} threads{', Tessera at attention and matmul precision bf16' if bf16 else ''}"
+                 f"{', Tessera at attention precision bf16' if quant else ''}, "
                  f"roofline bandwidth {bw:.1f} GB/s. Decode roofline: "
                  + ", ".join(f"{roofline.decode_roofline(bw, weight_bytes, saved_cfg, n + steps // 2, kv_elem):.2f} "
                              f"tok/s @{n}"
@@ -323,7 +344,7 @@ def main():
             lines += ["", f"Tessera peak RSS over the {ctx_rss}-token prefill (+{steps} decode): "
                           f"{rt['maxrss_kb'] * 1024 / 2**30:.2f} GiB vs weights + KV {budget / 2**30:.2f} GiB "
                           f"(weights {weight_bytes / 2**30:.2f} + KV plan {kv_t / 2**30:.2f}, `tessera inspect` "
-                          f"f32{' / 2' if bf16 else ''} @{ctx_rss}): {100 * (rt['maxrss_kb'] * 1024 / budget - 1):+.0f}% "
+                          f"f32{' / 2' if bf16 or quant else ''} @{ctx_rss}): {100 * (rt['maxrss_kb'] * 1024 / budget - 1):+.0f}% "
                           f"(target ≤ +25%)"]
         for e in models:
             d = res[e].get("check", {})

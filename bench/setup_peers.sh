@@ -4,7 +4,9 @@
 # own venv bench/.peers/venv (git-ignored) so the project's .venv is untouched, and fetches the
 # llama-cpp-python sdist for llama.cpp's convert_hf_to_gguf.py (bench/.peers/llama-sdist).
 # No peer source is committed. Idempotent: a second run only checks.
-#   bash bench/setup_peers.sh
+#   bash bench/setup_peers.sh               everything the end-to-end benchmark needs
+#   bash bench/setup_peers.sh --llama-only  llama-cpp-python and the converter only: the peer of the
+#                                           GGUF and quantization tests (scripts/test.sh runs this)
 # The llama-cpp-python build (~8 min on 2 cores) runs under `flock /tmp/tessera-cpu.lock` so it
 # does not disturb timing runs that take the same lock.
 set -euo pipefail
@@ -16,6 +18,8 @@ llama_version="0.3.36"            # llama-cpp-python (vendors llama.cpp / ggml 0
 reqs="bench/requirements-e2e.txt"
 lock="${TESSERA_CPU_LOCK:-/tmp/tessera-cpu.lock}"
 log() { printf '[setup_peers] %s\n' "$*"; }
+llama_only=0
+[ "${1:-}" = "--llama-only" ] && llama_only=1
 
 # --- Debian packages (compilers for the llama.cpp build) ----------------------------------------
 debs=(cmake ninja-build g++ python3-venv util-linux)
@@ -36,7 +40,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.stamp-requirements-e2e.txt"
-if ! cmp -s "$reqs" "$stamp" 2>/dev/null; then
+if [ "$llama_only" -eq 0 ] && ! cmp -s "$reqs" "$stamp" 2>/dev/null; then
   log "pip install -r $reqs (torch pulls large wheels: a few minutes the first time)"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$reqs"
   cp "$reqs" "$stamp"
@@ -65,6 +69,11 @@ if [ ! -f "$sd/vendor/llama.cpp/convert_hf_to_gguf.py" ]; then
   rm -rf "$peers/dl"
 fi
 
+if [ "$llama_only" -eq 1 ]; then
+  "$venv/bin/python" -c 'import llama_cpp; print("[setup_peers] llama_cpp_python", llama_cpp.__version__)'
+  log "ok (llama.cpp only): $venv, converter in $sd/vendor/llama.cpp"
+  exit 0
+fi
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as m
 for p in ("onnxruntime", "onnxruntime-genai", "llama_cpp_python", "torch", "transformers", "onnx-ir"):

@@ -3,7 +3,7 @@
 #   scripts/test.sh              release build, C++ and Python tests (with transformers peers)
 #   scripts/test.sh --sanitize   ASan+UBSan build of the C++ tests only
 #   scripts/test.sh --tsan       ThreadSanitizer build of the C++ tests; runs the threading suites
-# TESSERA_SKIP_PEERS=1 skips installing torch/transformers (the golden comparisons still run).
+# TESSERA_SKIP_PEERS=1 skips installing torch/transformers and llama.cpp (the golden comparisons still run).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -20,6 +20,12 @@ case "${1:-}" in
   --tsan) sanitizer_suite tsan; exit 0 ;;
 esac
 
-if [ "${TESSERA_SKIP_PEERS:-0}" = "1" ]; then bash scripts/setup.sh; else bash scripts/setup.sh --peers; fi
+if [ "${TESSERA_SKIP_PEERS:-0}" = "1" ]; then
+  bash scripts/setup.sh
+else
+  bash scripts/setup.sh --peers
+  # llama.cpp (llama-cpp-python built once, its converter): the GGUF and quantization tests' peer.
+  bash bench/setup_peers.sh --llama-only
+fi
 ctest --preset release -j"$(nproc)"
 .venv/bin/python -m pytest -q python/tests

@@ -149,18 +149,62 @@ def prepare_llamacpp(hf, out_file, log, retry=False, outtype="f32"):
     return out_file, None
 
 
+QUANT_FTYPES = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15}  # llama.cpp's llama_ftype numbers
+
+QUANTIZE_SCRIPT = """
+import sys, ctypes, llama_cpp
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype = int(sys.argv[3])
+p.nthread = int(sys.argv[4])
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(p)))
+"""
+
+
+def prepare_llamacpp_quant(f32_gguf, out_file, qtype, threads, log, retry=False):
+    """llama.cpp's own quantizer (llama_model_quantize, no importance matrix) on the f32 GGUF: the
+    file users get from `llama-quantize model.f32.gguf out.gguf Q4_K_M`. Both engines run it."""
+    failed = out_file + ".FAILED"
+    if os.path.exists(failed) and not retry:
+        return None, open(failed).read().strip()
+    if not os.path.exists(out_file):
+        log(f"llama.cpp: quantizing {f32_gguf} -> {out_file} ({qtype})")
+        cmd = [sys.executable, "-c", QUANTIZE_SCRIPT, f32_gguf, out_file + ".part", str(QUANT_FTYPES[qtype]),
+               str(threads)]
+        rc, so, se, rss, wall = run_measured(cmd, timeout=3 * 3600)
+        log(f"llama.cpp quantize: rc {rc}, {wall:.0f} s")
+        if rc != 0:
+            why = f"quantize failed (rc {rc}): {tail(se + so)}"
+            with open(failed, "w") as f:
+                f.write(why + "\n")
+            return None, why
+        os.replace(out_file + ".part", out_file)
+    return out_file, None
+
+
+def gguf_tensor_bytes(path):
+    """Bytes of a GGUF's tensors (the weights a decode step streams, the tied embedding once)."""
+    sys.path.insert(0, os.path.join(SDIST, "gguf-py"))
+    import gguf  # the sdist's gguf-py, matching its converter
+
+    return sum(int(t.n_bytes) for t in gguf.GGUFReader(path).tensors)
+
+
 # --- one measured run -----------------------------------------------------------------------------------
 TESSERA_LINE = re.compile(r"prefill (\d+) tokens in ([\d.]+) s .*decode (\d+) tokens in ([\d.]+) s")
 
 
 def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32"):
-    """dtype bf16: a bf16 checkpoint, bf16 KV, attention and matmuls at precision bf16."""
+    """dtype bf16: a bf16 checkpoint, bf16 KV, attention and matmuls at precision bf16. A quantized
+    dtype (q8_0, q4_0, q4_k_m): `model` is the GGUF file, bf16 KV, attention at precision bf16."""
     ctx = len(ids) + decode
     cmd = [binary, "run", "--model", model, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(decode),
-           "--max-context", str(ctx), "--threads", str(threads), "--kv-dtype", dtype, "--no-stop",
+           "--max-context", str(ctx), "--threads", str(threads),
+           "--kv-dtype", dtype if dtype in ("f32", "bf16") else "bf16", "--no-stop",
            "--max-chunk", str(chunk)]
     if dtype == "bf16":
         cmd += ["--attention-precision", "bf16", "--matmul-precision", "bf16"]
+    elif dtype != "f32":
+        cmd += ["--attention-precision", "bf16"]
     w = [sys.executable, os.path.join(HERE, "worker.py"), json.dumps({"engine": "exec", "cmd": cmd})]
     rc, wo, we, _, wall = run_measured(w, timeout)
     line = [l for l in wo.splitlines() if l.startswith("RESULT ")]
