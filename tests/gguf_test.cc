@@ -376,5 +376,157 @@ TEST(Gguf, WriterIntoAMissingDirectoryFails) {
   EXPECT_NE(s.message().find("no/such/dir/m.gguf"), std::string::npos) << s.message();
 }
 
+// A small valid image: two metadata entries and an f32 and a q8_0 tensor.
+std::string SmallFile() {
+  Bytes b;
+  b.Header(2, 2).Str("general.architecture").U32(8).Str("gemma3").Str("n").U32(4).U32(7);
+  b.Info("w", {32, 2}, 8, 0).Info("v", {3}, 0, 96).PadTo(32);
+  for (int i = 0; i < 68; ++i) b.U8(static_cast<uint8_t>(i));
+  b.Zeros(28);
+  b.F32(1).F32(2).F32(3);
+  return b.str();
+}
+
+TEST(GgufRead, HandMadeFileReads) {
+  StatusOr<GgufFile> f = Parse(SmallFile());
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f.value().GetInt("n").value(), 7);
+  const GgufTensor* w = f.value().Find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{2, 32}));  // ne reversed
+  EXPECT_EQ(w->quant, QuantType::kQ8_0);
+  EXPECT_EQ(w->nbytes, 68u);
+  EXPECT_EQ(static_cast<const uint8_t*>(w->data)[67], 67);
+  const GgufTensor* v = f.value().Find("v");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(static_cast<const float*>(v->data)[2], 3.0f);
+  EXPECT_EQ(v->numel(), 3);
+}
+
+TEST(GgufRead, EveryTruncationIsAnError) {
+  const std::string full = SmallFile();
+  ASSERT_TRUE(Parse(full).ok());
+  const size_t data_end = full.size();  // the last tensor ends the file
+  for (size_t n = 0; n < data_end; ++n) {
+    StatusOr<GgufFile> f = Parse(full.substr(0, n));
+    EXPECT_FALSE(f.ok()) << "prefix of " << n << " bytes accepted";
+    if (!f.ok()) {
+      EXPECT_NE(f.status().message().find("test.gguf"), std::string::npos);
+    }
+  }
+}
+
+TEST(GgufRead, WriterOutputTruncatedAnywhereIsAnErrorOrStillWhole) {
+  TempDir dir;
+  GgufWriter w;
+  SetEveryType(&w);
+  AddCases(&w);
+  ASSERT_TRUE(w.Write(dir.File("m.gguf")).ok());
+  std::ifstream in(dir.File("m.gguf"), std::ios::binary);
+  const std::string full((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_TRUE(Parse(full).ok());
+  // The last tensor (q6_K, 840 bytes) is followed by padding to 864; cutting only padding is fine.
+  ASSERT_EQ(Cases().back().nbytes, 840u);
+  const size_t last_end = full.size() - (864 - 840);
+  for (size_t n = 0; n < full.size(); ++n) {
+    StatusOr<GgufFile> f = Parse(full.substr(0, n));
+    EXPECT_EQ(f.ok(), n >= last_end) << "prefix of " << n << " bytes: " << f.status().message();
+  }
+}
+
+TEST(GgufRead, Refusals) {
+  // Header.
+  ExpectRefused("", {"the magic needs 4 bytes at offset 0", "truncated"});
+  ExpectRefused("GGML" + std::string(20, '\0'), {"not a GGUF file"});
+  ExpectRefused(Bytes().Header(0, 0, 0x03000000).str(), {"big-endian"});
+  ExpectRefused(Bytes().Header(0, 0, 1).str(), {"version 1 is not supported"});
+  ExpectRefused(Bytes().Header(0, 0, 4).str(), {"unsupported GGUF version 4"});
+  ExpectRefused(Bytes().Header(0, 0, 0).str(), {"unsupported GGUF version 0"});
+  ExpectRefused(Bytes().Header(uint64_t{1} << 40, 0).str(), {"tensor count 1099511627776 exceeds the limit"});
+  ExpectRefused(Bytes().Header(0, uint64_t{1} << 21).str(), {"metadata count 2097152 exceeds the limit"});
+  ExpectRefused(Bytes().Header(0, 1000).Zeros(100).str(), {"1000 metadata entries", "cannot fit"});
+  ExpectRefused(Bytes().Header(1000, 0).Zeros(100).str(), {"1000 tensors cannot fit"});
+  // Metadata.
+  ExpectRefused(Bytes().Header(0, 1).U64(uint64_t{1} << 20).Zeros(16).str(),
+                {"key of metadata entry 0 length 1048576 exceeds the limit of 65535"});
+  ExpectRefused(Bytes().Header(0, 1).U64(100).Zeros(16).str(), {"key of metadata entry 0 needs 100 bytes", "truncated"});
+  ExpectRefused(Bytes().Header(0, 1).Str("").U32(4).U32(1).str(), {"metadata entry 0 has an empty key"});
+  ExpectRefused(Bytes().Header(0, 2).Str("k").U32(4).U32(1).Str("k").U32(4).U32(2).str(),
+                {"duplicate metadata key 'k'"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(13).U32(1).str(), {"key 'k' has unknown value type 13"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(8).U64(uint64_t{65} << 20).Zeros(8).str(),
+                {"value of 'k' length 68157440 exceeds the limit of 67108864"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(8).U64(10).Zeros(3).str(), {"value of 'k' needs 10 bytes"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(9).U32(9).U64(1).U32(4).U64(1).U32(5).str(),
+                {"array 'k' holds arrays; nested arrays are not supported"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(9).U32(77).U64(0).str(), {"array 'k' has unknown element type 77"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(9).U32(0).U64(uint64_t{1} << 27).str(),
+                {"array 'k' length 134217728 exceeds the limit of 67108864"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(9).U32(4).U64(4).U32(1).str(), {"value of 'k' needs 16 bytes"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(9).U32(8).U64(2).Str("a").U64(5).str(),
+                {"value of 'k'[1] needs 5 bytes"});
+  ExpectRefused(Bytes().Header(0, 1).Str("k").U32(9).U32(8).U64(1000).Zeros(100).str(),
+                {"value of 'k' needs 8000 bytes"});
+  ExpectRefused(Bytes().Header(0, 1).Str("general.alignment").U32(10).U64(32).str(),
+                {"general.alignment must be u32, got u64"});
+  ExpectRefused(Bytes().Header(0, 1).Str("general.alignment").U32(4).U32(48).str(),
+                {"general.alignment = 48 is not a power of two"});
+  ExpectRefused(Bytes().Header(0, 1).Str("general.alignment").U32(4).U32(0).str(),
+                {"general.alignment = 0 is not a power of two"});
+  // Tensor infos.
+  auto one = [](const std::string& name, const std::vector<int64_t>& ne, uint32_t type, uint64_t offset,
+                size_t data) { return Bytes().Header(1, 0).Info(name, ne, type, offset).PadTo(32).Zeros(data).str(); };
+  ExpectRefused(one("", {4}, 0, 0, 16), {"tensor 0 has an empty name"});
+  ExpectRefused(Bytes().Header(1, 0).Str("t").U32(5).Zeros(64).str(), {"tensor 't' has 5 dimensions (at most 4)"});
+  ExpectRefused(one("t", {4, -2}, 0, 0, 16), {"tensor 't' has negative dimension ne[1] = -2"});
+  ExpectRefused(one("t", {int64_t{1} << 32, int64_t{1} << 32}, 0, 0, 16), {"tensor 't' shape", "overflows the element count"});
+  ExpectRefused(one("t", {int64_t{1} << 31, int64_t{1} << 31}, 0, 0, 16), {"tensor 't' shape", "overflows the byte count"});
+  ExpectRefused(one("t", {32}, 3, 0, 64), {"tensor 't' has ggml type q4_1 (id 3)", "does not run"});
+  ExpectRefused(one("t", {32}, 10, 0, 64), {"tensor 't' has ggml type q2_K (id 10)"});
+  ExpectRefused(one("t", {32}, 28, 0, 64), {"tensor 't' has ggml type f64 (id 28)"});
+  ExpectRefused(one("t", {32}, 4, 0, 64), {"q4_2 (removed from ggml)"});
+  ExpectRefused(one("t", {32}, 43, 0, 64), {"tensor 't' has unknown ggml type id 43"});
+  ExpectRefused(one("t", {48, 2}, 8, 0, 200), {"tensor 't' of q8_0 has rows of 48 values, not a multiple of its block of 32"});
+  ExpectRefused(one("t", {128}, 12, 0, 144), {"tensor 't' of q4_K has rows of 128 values, not a multiple of its block of 256"});
+  ExpectRefused(one("t", {}, 2, 0, 64), {"rows of 1 values"});
+  ExpectRefused(one("t", {4}, 0, 0, 15), {"tensor 't' data [0, +16) runs past the 15-byte data section"});
+  ExpectRefused(one("t", {4}, 0, uint64_t{1} << 63, 16), {"tensor 't' data [9223372036854775808, +16) runs past"});
+  ExpectRefused(one("t", {4}, 0, 64, 16), {"tensor 't' data [64, +16) runs past"});
+  ExpectRefused(one("t", {4}, 0, 16, 64), {"tensor 't' data offset 16 is not a multiple of the alignment 32"});
+  ExpectRefused(Bytes().Header(2, 0).Info("a", {4}, 0, 0).Info("a", {4}, 0, 32).PadTo(32).Zeros(64).str(),
+                {"duplicate tensor name 'a'"});
+  ExpectRefused(Bytes().Header(2, 0).Info("a", {16}, 0, 0).Info("b", {4}, 0, 32).PadTo(32).Zeros(64).str(),
+                {"tensors 'a' and 'b' overlap"});
+  ExpectRefused(Bytes().Header(2, 0).Info("a", {4}, 0, 32).Info("b", {32}, 0, 0).PadTo(32).Zeros(128).str(),
+                {"tensors 'b' and 'a' overlap"});
+  ExpectRefused(Bytes().Header(1, 0).Info("t", {0}, 0, 0).str(), {"data section would start at offset 64, past the end of the 57-byte file"});
+  // Element alignment when the file's alignment is below it.
+  // header 24 + alignment entry 33 + info 33: the data starts at 90, not a multiple of 4.
+  ExpectRefused(Bytes().Header(1, 1).Str("general.alignment").U32(4).U32(2).Info("t", {1}, 0, 0).PadTo(2).Zeros(8).str(),
+                {"tensor 't' data at file offset 90 is not aligned to 4 bytes"});
+}
+
+TEST(GgufRead, AcceptedOddities) {
+  // Zero-size tensors (ggml allows them), tensors in any order with gaps, version 2, no metadata.
+  Bytes b;
+  b.Header(3, 0, 2).Info("z", {0, 4}, 8, 64).Info("b", {4}, 0, 32).Info("a", {2}, 1, 0).PadTo(32).Zeros(96);
+  StatusOr<GgufFile> f = Parse(b.str());
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  EXPECT_EQ(f.value().version(), 2u);
+  EXPECT_EQ(f.value().Find("z")->nbytes, 0u);
+  EXPECT_EQ(f.value().Find("z")->data, nullptr);
+  EXPECT_EQ(f.value().Find("z")->shape, (std::vector<int64_t>{4, 0}));
+  EXPECT_EQ(f.value().tensors()[0].name, "z");  // file order kept
+  // No tensors and no padding after the metadata.
+  ASSERT_TRUE(Parse(Bytes().Header(0, 1).Str("k").U32(7).U8(2).str()).ok());
+  EXPECT_TRUE(Parse(Bytes().Header(0, 1).Str("k").U32(7).U8(2).str()).value().GetBool("k").value());
+}
+
+TEST(GgufRead, OpenNamesAMissingFile) {
+  StatusOr<GgufFile> f = GgufFile::Open("/nonexistent/model.gguf");
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("/nonexistent/model.gguf"), std::string::npos) << f.status().message();
+}
+
 }  // namespace
 }  // namespace tessera::io
