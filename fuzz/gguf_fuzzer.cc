@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -78,14 +79,23 @@ void CheckSameValue(const GgufFile& a, const GgufFile& b, const std::string& key
   if (t == GgufType::kU64) FUZZ_CHECK(a.GetU64(key).value() == b.GetU64(key).value(), "u64");
 }
 
-const std::string& ScratchPath() {
-  static const std::string path = [] {
-    char tmpl[] = "/tmp/gguf_fuzz_XXXXXX";
-    FUZZ_CHECK(::mkdtemp(tmpl) != nullptr, "mkdtemp");
-    std::atexit([] { ::unlink(ScratchPath().c_str()); ::rmdir(ScratchPath().substr(0, 21).c_str()); });
-    return std::string(tmpl) + "/rt.gguf";
+// A scratch directory for the round trip's file, removed at exit (plain char arrays: they outlive
+// the exit handlers, where a static std::string might already be destroyed).
+char g_scratch_dir[] = "/tmp/gguf_fuzz_XXXXXX";
+char g_scratch_file[sizeof(g_scratch_dir) + 8];
+
+const char* ScratchPath() {
+  static const bool made = [] {
+    FUZZ_CHECK(::mkdtemp(g_scratch_dir) != nullptr, "mkdtemp");
+    std::snprintf(g_scratch_file, sizeof(g_scratch_file), "%s/rt.gguf", g_scratch_dir);
+    std::atexit([] {
+      ::unlink(g_scratch_file);
+      ::rmdir(g_scratch_dir);
+    });
+    return true;
   }();
-  return path;
+  (void)made;
+  return g_scratch_file;
 }
 
 void CheckRoundTrip(const GgufFile& f) {
