@@ -248,7 +248,7 @@ StatusOr<std::string> GgufWriter::EncodeHeader(uint32_t alignment, std::vector<u
     const int64_t row_bytes = gguf::RowBytes(*type, ne0);
     if (row_bytes < 0)
       return InvalidArgument(what + " of " + type->name + " has rows of " + std::to_string(ne0) +
-                             " values, not a multiple of its block of " + std::to_string(type->block_elems));
+                             " values, not a multiple of its block of " + std::to_string(gguf::BlockElems(*type)));
     uint64_t nbytes = 0;
     if (__builtin_mul_overflow(ne0 == 0 ? 0 : numel / static_cast<uint64_t>(ne0), static_cast<uint64_t>(row_bytes),
                                &nbytes) ||
