@@ -336,6 +336,12 @@ TEST(Gguf, WriterFailuresLeaveNoFile) {
       {"alignment not a power of two", [](GgufWriter* w) {}, 48, "alignment 48 is not a power of two"},
       {"general.alignment disagrees", [](GgufWriter* w) { w->SetU32("general.alignment", 64); }, 32,
        "general.alignment must be the u32 alignment 32"},
+      {"total size overflows", [](GgufWriter* w) {
+         w->AddTensor("a", {int64_t{1} << 59}, DType::kF32, Pattern(0, 1));
+         w->AddTensor("b", {int64_t{1} << 59}, DType::kF32, Pattern(0, 1));
+       }, 32, "tensor 'b': the tensors' total size overflows"},
+      {"byte count overflows", [](GgufWriter* w) { w->AddTensor("t", {int64_t{1} << 62}, DType::kF32, Pattern(0, 1)); },
+       32, "tensor 't' shape [4611686018427387904] of f32 overflows the byte count"},
       {"missing fill", [](GgufWriter* w) { w->AddTensor("t", {1}, DType::kF32, nullptr); }, 32,
        "tensor 't' has no fill function"},
   };

@@ -214,24 +214,7 @@ Status ReadTensorInfo(Cursor& c, const std::string& where, uint64_t index, GgufT
                          "q5_K, q6_K)");
   t->dtype = type->dtype;
   t->quant = type->quant;
-  // Element count with overflow detection; a zero dimension makes it 0 whatever came before.
-  uint64_t numel = 1;
-  bool overflow = false;
-  for (int64_t d : ne) overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
-  if (std::find(ne.begin(), ne.end(), 0) != ne.end()) numel = 0, overflow = false;
-  if (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    return InvalidArgument(what + " shape " + gguf::ShapeString(t->shape) + " overflows the element count");
-  const int64_t ne0 = n_dims == 0 ? 1 : ne[0];
-  const int64_t row_bytes = gguf::RowBytes(*type, ne0);
-  if (row_bytes < 0)
-    return InvalidArgument(what + " of " + type->name + " has rows of " + std::to_string(ne0) +
-                           " values, not a multiple of its block of " + std::to_string(gguf::BlockElems(*type)));
-  const uint64_t rows = ne0 == 0 ? 0 : numel / static_cast<uint64_t>(ne0);
-  if (__builtin_mul_overflow(rows, static_cast<uint64_t>(row_bytes), &t->nbytes) ||
-      t->nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    return InvalidArgument(what + " shape " + gguf::ShapeString(t->shape) + " of " + type->name +
-                           " overflows the byte count");
-  return Status::Ok();
+  return gguf::TensorBytes(*type, t->shape, what, &t->nbytes);
 }
 
 // The data of each tensor: aligned, inside the file, and not overlapping another.
