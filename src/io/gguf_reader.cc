@@ -57,6 +57,16 @@ class Cursor {
     return Status::Ok();
   }
   const uint8_t* here() const { return b_ + pos_; }
+  // Skips a string of at most `limit` bytes when one is there; otherwise stays put (the caller
+  // then reads it with Str for the message). Vocabulary arrays hold 10^5 strings: no messages built.
+  bool TrySkipString(uint64_t limit) {
+    if (left() < 8) return false;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | b_[pos_ + i];
+    if (n > limit || n > left() - 8) return false;
+    pos_ += 8 + n;
+    return true;
+  }
 
  private:
   const uint8_t* b_;
@@ -137,7 +147,8 @@ Status ReadValue(Cursor& c, const std::string& where, gguf::Kv* kv) {
   if (kv->elem_type == GgufType::kString) {
     TESSERA_RETURN_IF_ERROR(c.Need(kv->count * 8, what));  // each string has an 8-byte length
     for (uint64_t i = 0; i < kv->count; ++i)
-      TESSERA_RETURN_IF_ERROR(SkipScalar(c, elem, what + "[" + std::to_string(i) + "]"));
+      if (!c.TrySkipString(gguf::kMaxStringBytes))
+        TESSERA_RETURN_IF_ERROR(SkipScalar(c, elem, what + "[" + std::to_string(i) + "]"));
   } else {
     TESSERA_RETURN_IF_ERROR(c.Skip(kv->count * gguf::ScalarBytes(elem), what));  // count < 2^26: no overflow
   }
