@@ -5,6 +5,9 @@
 #include "tessera/gguf.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <cstdint>
 #include <cstring>
@@ -373,6 +376,26 @@ TEST(Gguf, WriterReplacesAnExistingFileOnlyOnSuccess) {
   ASSERT_TRUE(good.Write(path).ok());
   EXPECT_EQ(GgufFile::Open(path).value().GetString("k").value(), "v");
   EXPECT_EQ(Listing(dir.path()).size(), 1u);
+}
+
+// No space: the file-size limit stands in for a full disk (both fail the up-front allocation).
+TEST(Gguf, WriterOutOfSpaceIsResourceExhaustedAndLeavesNoFile) {
+  TempDir dir;
+  GgufWriter w;
+  w.AddTensor("big", {1 << 20}, DType::kF32, Pattern(4 << 20, 1));
+  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // else the kernel's SIGXFSZ ends the process
+  struct rlimit old_limit {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = 1 << 20;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const Status s = w.Write(dir.File("big.gguf"));
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.message();
+  EXPECT_NE(s.message().find("big.gguf"), std::string::npos) << s.message();
+  EXPECT_TRUE(Listing(dir.path()).empty());
 }
 
 TEST(Gguf, WriterIntoAMissingDirectoryFails) {

@@ -321,7 +321,7 @@ class TempFile {
   Status Errno(const char* what) const {
     const int err = errno;
     const std::string msg = std::string("GgufWriter::Write: ") + what + " '" + path_ + "': " + std::strerror(err);
-    if (err == ENOSPC || err == EDQUOT || err == ENOMEM) return ResourceExhausted(msg);
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG || err == ENOMEM) return ResourceExhausted(msg);
     return InvalidArgument(msg);
   }
 
