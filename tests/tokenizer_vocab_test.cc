@@ -48,7 +48,7 @@ TokenizerVocab VocabOf(const std::string& path, const std::set<std::string>& use
 }
 
 TokenizerVocab GemmaStyleVocab() {
-  return VocabOf(kGemmaStyle, {"<start_of_turn>", "<end_of_turn>", "\n\n", "\t"}, false);
+  return VocabOf(kGemmaStyle, {"\n\n", "\t", "\xe2\x96\x81\xe2\x96\x81\xe2\x96\x81\xe2\x96\x81", "tessera"}, false);
 }
 
 std::vector<std::string> Corpus() {
@@ -113,6 +113,17 @@ TEST(TokenizerVocab, GemmaStyleModelRebuiltFromItsPiecesAgrees) {
   EXPECT_EQ(got.value()->eos_id(), 1);
 }
 
+TEST(TokenizerVocab, UnknownTokenMarkedControlAsGemmasConverterWritesIt) {
+  // Gemma's tokenizer_config lists <unk> as special, so the converter writes it as a control
+  // token and no unknown_token_id: it must still serve as SentencePiece's unknown piece.
+  auto ref = SentencePieceTokenizer::Load(kGemmaStyle);
+  TokenizerVocab v = GemmaStyleVocab();
+  v.token_types[3] = TokenizerVocab::kControl, v.unk_id = -1;
+  auto got = Tokenizer::FromVocab(v, "unk_control");
+  ASSERT_TRUE(ref.ok() && got.ok()) << got.status().message();
+  ExpectSameTokenizer(*ref.value(), *got.value(), Corpus());
+}
+
 TEST(TokenizerVocab, UserDefinedPiecesWithPlainSpacesAsTheConverterWritesThem) {
   // llama.cpp's converter writes U+2581 in user-defined pieces as plain spaces; a user-defined
   // "\t" stays; both must still match. Normal pieces never hold a plain space.
@@ -167,9 +178,10 @@ TEST(TokenizerVocab, BadVocabulariesAreClearErrors) {
       {[](TokenizerVocab& v) { v.eos_id = -7; }, "tokenizer.ggml.eos_token_id -7"},
       {[](TokenizerVocab& v) { v.pad_id = 1 << 30; }, "tokenizer.ggml.padding_token_id"},
       {[](TokenizerVocab& v) { v.unk_id = 100000; }, "tokenizer.ggml.unknown_token_id 100000"},
-      {[](TokenizerVocab& v) { v.unk_id = 1; }, "unknown_token_id 1 names a token of type 3"},
-      {[](TokenizerVocab& v) { v.unk_id = -1, v.token_types[3] = 1; }, "exactly one unknown token"},
-      {[](TokenizerVocab& v) { v.token_types[400] = 2; }, "exactly one unknown token (tokenizer.ggml"},
+      {[](TokenizerVocab& v) { v.unk_id = 20; }, "unknown_token_id 20 names a token of type 6"},
+      {[](TokenizerVocab& v) { v.unk_id = -1, v.token_types[400] = 2; }, "tokens 3 and 400 both have the unknown"},
+      {[](TokenizerVocab& v) { v.unk_id = -1, v.tokens[3] = "<?>", v.token_types[3] = 3, v.token_types[0] = 5; },
+       "no unknown token"},
       {[](TokenizerVocab& v) { v.token_types[20] = 1; }, "all 256 byte tokens"},
       {[](TokenizerVocab& v) { v.tokens[20] = "<0x0G>"; }, "has the byte type but is not of the form"},
       {[](TokenizerVocab& v) { v.tokens[20] = v.tokens[21]; }, "appears twice"},

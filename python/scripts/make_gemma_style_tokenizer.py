@@ -16,8 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OUT = os.path.join(ROOT, "tests", "testdata", "tokenizer", "gemma_style.model")
 
 # Ids as in Gemma: pad 0, eos 1, bos 2, unk 3, then control and user-defined pieces.
-CONTROL = ["<mask>", "<start_of_image>", "<end_of_image>"]
-USER_DEFINED = ["<start_of_turn>", "<end_of_turn>", "\n\n", "\t"]
+# The turn markers are control pieces, as a GGUF of Gemma holds them (special tokens).
+CONTROL = ["<mask>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"]
+USER_DEFINED = ["\n\n", "\t", "\u2581\u2581\u2581\u2581", "tessera"]
 
 
 def corpus():

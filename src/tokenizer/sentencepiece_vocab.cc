@@ -55,30 +55,54 @@ Status Bad(const std::string& name, const std::string& what) {
   return InvalidArgument(std::string(kWho) + ": '" + name + "': " + what);
 }
 
-// The piece types as SentencePiece will see them: the unknown id given in the metadata wins.
-StatusOr<std::vector<int32_t>> SpmTypes(const TokenizerVocab& v, const std::string& name) {
-  std::vector<int32_t> types(v.tokens.size());
-  for (size_t i = 0; i < types.size(); ++i) types[i] = TypeOf(v, i);
+// The piece index SentencePiece needs as its unknown piece (it refuses a model without one):
+// tokenizer.ggml.unknown_token_id, else the one token of the unknown type, else a token "<unk>"
+// (Gemma's converter marks it control), else id 0, llama.cpp's default. With byte fallback the
+// unknown piece is never produced by Encode.
+StatusOr<size_t> UnknownIndex(const TokenizerVocab& v, const std::string& name) {
   if (v.unk_id >= 0) {
-    int32_t& t = types[static_cast<size_t>(v.unk_id)];
-    if (t != TokenizerVocab::kNormal && t != TokenizerVocab::kUnknown)
+    const int32_t t = TypeOf(v, static_cast<size_t>(v.unk_id));
+    if (t == TokenizerVocab::kByte || t == TokenizerVocab::kUnused)
       return Bad(name, "tokenizer.ggml.unknown_token_id " + std::to_string(v.unk_id) + " names a token of type " +
-                           std::to_string(t) + ", not a normal or unknown one");
-    t = TokenizerVocab::kUnknown;
+                           std::to_string(t) + " (byte or unused)");
+    return static_cast<size_t>(v.unk_id);
   }
-  int unknowns = 0, bytes = 0;
+  std::vector<size_t> unknown;
+  size_t named = v.tokens.size();
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (TypeOf(v, i) == TokenizerVocab::kUnknown) unknown.push_back(i);
+    if (v.tokens[i] == "<unk>" && TypeOf(v, i) != TokenizerVocab::kByte) named = i;
+  }
+  if (unknown.size() > 1)
+    return Bad(name, "tokens " + std::to_string(unknown[0]) + " and " + std::to_string(unknown[1]) +
+                         " both have the unknown type (2); SentencePiece takes one");
+  if (unknown.size() == 1) return unknown[0];
+  if (named < v.tokens.size()) return named;
+  if (TypeOf(v, 0) == TokenizerVocab::kByte || TypeOf(v, 0) == TokenizerVocab::kUnused)
+    return Bad(name, "no unknown token: neither tokenizer.ggml.unknown_token_id, a token of type 2, '<unk>', "
+                     "nor a usable token 0");
+  return size_t{0};
+}
+
+// The piece types as SentencePiece will see them: one unknown piece, chosen as above.
+StatusOr<std::vector<int32_t>> SpmTypes(const TokenizerVocab& v, const std::string& name) {
+  StatusOr<size_t> unk = UnknownIndex(v, name);
+  if (!unk.ok()) return unk.status();
+  std::vector<int32_t> types(v.tokens.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    types[i] = TypeOf(v, i);
+    if (types[i] == TokenizerVocab::kUnknown) types[i] = TokenizerVocab::kControl;  // a second one: inert
+  }
+  types[unk.value()] = TokenizerVocab::kUnknown;
+  int bytes = 0;
   std::vector<bool> seen_byte(256, false);
   for (size_t i = 0; i < types.size(); ++i) {
-    if (types[i] == TokenizerVocab::kUnknown) ++unknowns;
     if (types[i] != TokenizerVocab::kByte) continue;
     const int b = ByteTokenValue(v.tokens[i]);
     if (seen_byte[b]) return Bad(name, "byte token " + v.tokens[i] + " appears twice");
     seen_byte[b] = true;
     ++bytes;
   }
-  if (unknowns != 1)
-    return Bad(name, "SentencePiece needs exactly one unknown token (tokenizer.ggml.unknown_token_id or one "
-                     "token of type 2); found " + std::to_string(unknowns));
   if (bytes != 0 && bytes != 256)
     return Bad(name, "byte fallback needs all 256 byte tokens <0x00>..<0xFF>; found " + std::to_string(bytes));
   return types;
