@@ -1,19 +1,28 @@
-"""Regenerates tests/testdata/tokenizer/gemma_style.model: a small SentencePiece model with the
-options Gemma's tokenizer.model has (BPE, byte fallback, identity normalization, no dummy prefix,
-whitespace kept as is, digits split), control and user-defined pieces, for the tests of
-Tokenizer::FromVocab (tests/tokenizer_vocab_test.cc, python/tests/test_gguf_tokenizer.py).
+"""Regenerates the test tokenizers of Tokenizer::FromVocab (tests/tokenizer_vocab_test.cc,
+python/tests/test_gguf_tokenizer.py), 512 tokens each (the vocabulary size of the tiny checkpoints):
 
-512 pieces, the vocabulary size of tests/testdata/models/gemma3_text. Needs the `sentencepiece`
-package (python/requirements.txt). Usage: python python/scripts/make_gemma_style_tokenizer.py
+tests/testdata/tokenizer/gemma_style.model   a SentencePiece model with the options Gemma 3's
+    tokenizer.model has (BPE, byte fallback, identity normalization, no dummy prefix, whitespace
+    kept as is, digits split), control and user-defined pieces.
+tests/testdata/tokenizer/gemma4_style.json   a tokenizer.json shaped like Gemma 4's: the same
+    vocabulary as transformers converts it (BPE with merges, byte fallback, spaces replaced by
+    U+2581), no pre-tokenizer, the control pieces as special added tokens, and one non-special
+    added token "<|channel>" (the converter marks it user-defined) in place of "tessera".
+
+Needs `sentencepiece` (python/requirements.txt) and transformers (python/requirements-peers.txt).
+Usage: python python/scripts/make_gemma_style_tokenizer.py
 """
 import io
+import json
 import os
 import random
+import tempfile
 
 import sentencepiece as spm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "testdata", "tokenizer", "gemma_style.model")
+OUT_JSON = os.path.join(ROOT, "tests", "testdata", "tokenizer", "gemma4_style.json")
 
 # Ids as in Gemma: pad 0, eos 1, bos 2, unk 3, then control and user-defined pieces.
 # The turn markers are control pieces, as a GGUF of Gemma holds them (special tokens).
@@ -47,6 +56,30 @@ def main():
         f.write(model.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     print(OUT, sp.vocab_size(), "pieces")
+    write_tokenizer_json()
+
+
+def write_tokenizer_json():
+    import transformers
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "tokenizer.model"), "wb") as f, open(OUT, "rb") as src:
+            f.write(src.read())
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "GemmaTokenizer"}, f)
+        transformers.AutoTokenizer.from_pretrained(d).save_pretrained(os.path.join(d, "out"))
+        with open(os.path.join(d, "out", "tokenizer.json"), encoding="utf-8") as f:
+            j = json.load(f)
+    j["pre_tokenizer"] = None
+    j["post_processor"] = None
+    vocab = j["model"]["vocab"]
+    channel = vocab.pop("tessera")
+    vocab["<|channel>"] = channel
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["special"]]
+    j["added_tokens"].append({"id": channel, "content": "<|channel>", "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": False})
+    with open(OUT_JSON, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False, indent=1)
+    print(OUT_JSON, len(vocab), "tokens,", len(j["model"]["merges"]), "merges")
 
 
 if __name__ == "__main__":
