@@ -193,5 +193,99 @@ TEST(TokenizerVocab, BadVocabulariesAreClearErrors) {
   }
 }
 
+// A hand-made "gemma4" vocabulary; the expected ids below are worked out by hand from the BPE
+// rules (lowest merge rank first, then leftmost) and llama.cpp's handling of the GGUF.
+TokenizerVocab HandMadeBpe() {
+  TokenizerVocab v;
+  v.model = "gemma4";
+  v.tokens = {"<pad>", "<eos>", "<bos>", "<unk>", "<|channel>", "a", "b", "c", "\xe2\x96\x81", "ab", "bc", "abc",
+              "\xe2\x96\x81" "a", "\n", "\n\n", "aa", "\n\n\n\n"};
+  v.token_types = {3, 3, 3, 2, 4, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  static const char* kHex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+    v.token_types.push_back(TokenizerVocab::kByte);
+  }
+  v.scores.assign(v.tokens.size(), -1000.0f);
+  v.merges = {"b c", "a b", "a bc", "\xe2\x96\x81 a", "\n \n", "a a"};
+  v.bos_id = 2, v.eos_id = 1, v.pad_id = 0;
+  return v;
+}
+
+constexpr int32_t kByte0 = 17;  // id of <0x00> in HandMadeBpe
+
+TEST(TokenizerVocab, BpeMergesByRankThenLeftmost) {
+  auto t = Tokenizer::FromVocab(HandMadeBpe(), "hand.gguf");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  const Tokenizer& tok = *t.value();
+  EXPECT_EQ(tok.vocab_size(), 273);
+  const std::vector<std::pair<std::string, std::vector<int32_t>>> cases = {
+      {"", {}},
+      {"abc", {11}},          // b+c (rank 0) before a+b (rank 1), then a+bc
+      {"ab", {9}},
+      {"cab", {7, 9}},
+      {" a b", {12, 8, 6}},   // spaces become U+2581; only the first one merges
+      {"aaa", {15, 5}},       // a tie: the leftmost pair merges first
+      {"\xc3\xa9" "d", {kByte0 + 0xc3, kByte0 + 0xa9, kByte0 + 'd'}},  // not tokens: bytes
+      {"\n\n", {14}},
+      {"\n\n\n", {14, 13}},
+      {"\n\n\n\n", {16}},   // a whole newline run that is a token, although no merge makes it
+      {"a\nb", {5, 13, 6}},
+      {"x<|channel>abc", {kByte0 + 'x', 4, 11}},  // user-defined tokens are cut out first
+      {"<bos>", {kByte0 + '<', 6, kByte0 + 'o', kByte0 + 's', kByte0 + '>'}},  // control: text
+  };
+  for (const auto& [text, ids] : cases) {
+    EXPECT_EQ(tok.Encode(text, false).value(), ids) << "'" << text << "'";
+    std::vector<int32_t> with_bos = {2};
+    with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+    EXPECT_EQ(tok.Encode(text, true).value(), with_bos) << "'" << text << "'";
+    EXPECT_EQ(tok.Decode(ids).value(), text);
+  }
+  EXPECT_EQ(tok.Decode({2, 12, 8, 6, kByte0 + 0xc3, kByte0 + 0xa9, 4, 1}).value(), " a b\xc3\xa9<|channel>");
+  EXPECT_EQ(tok.Piece(8), " ");
+  EXPECT_EQ(tok.Piece(2), "");
+  EXPECT_EQ(tok.Piece(kByte0 + 0xc3), "\xc3");
+  EXPECT_EQ(tok.Piece(-1), "");
+  EXPECT_EQ(tok.Piece(273), "");
+  EXPECT_EQ(tok.bos_id(), 2);
+  EXPECT_EQ(tok.eos_id(), 1);
+  auto bad = tok.Decode({5, 273});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("id 273 is outside [0, 273)"), std::string::npos);
+}
+
+TEST(TokenizerVocab, BpeWithoutByteTokens) {
+  TokenizerVocab v = HandMadeBpe();
+  v.tokens.resize(kByte0), v.token_types.resize(kByte0), v.scores.resize(kByte0);
+  auto no_unk = Tokenizer::FromVocab(v, "nobytes.gguf");
+  ASSERT_TRUE(no_unk.ok()) << no_unk.status().message();
+  auto err = no_unk.value()->Encode("abz", false);
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(err.status().message().find("byte 122 of the text has no token"), std::string::npos);
+  v.unk_id = 3;
+  auto with_unk = Tokenizer::FromVocab(v, "nobytes.gguf");
+  ASSERT_TRUE(with_unk.ok());
+  EXPECT_EQ(with_unk.value()->Encode("abz", false).value(), (std::vector<int32_t>{9, 3}));
+}
+
+TEST(TokenizerVocab, BadBpeVocabulariesAreClearErrors) {
+  const std::vector<std::pair<std::function<void(TokenizerVocab&)>, std::string>> cases = {
+      {[](TokenizerVocab& v) { v.merges.clear(); }, "tokenizer.ggml.merges is missing or empty"},
+      {[](TokenizerVocab& v) { v.merges[2] = "abc"; }, "tokenizer.ggml.merges[2] is not two UTF-8 parts"},
+      {[](TokenizerVocab& v) { v.merges[2] = " a"; }, "tokenizer.ggml.merges[2]"},
+      {[](TokenizerVocab& v) { v.merges[2] = "a "; }, "tokenizer.ggml.merges[2]"},
+      {[](TokenizerVocab& v) { v.merges[2] = "a \xff"; }, "tokenizer.ggml.merges[2]"},
+      {[](TokenizerVocab& v) { v.tokens[10] = "ab"; }, "tokenizer.ggml.tokens[10] 'ab' repeats token 9"},
+      {[](TokenizerVocab& v) { v.token_types[5] = 6; }, "tokens[5] 'a' has the byte type"},
+      {[](TokenizerVocab& v) { v.eos_id = 273; }, "tokenizer.ggml.eos_token_id 273"},
+      {[](TokenizerVocab& v) { v.scores.resize(3); }, "tokenizer.ggml.scores has 3 entries"},
+  };
+  for (const auto& [mutate, needle] : cases) {
+    TokenizerVocab v = HandMadeBpe();
+    mutate(v);
+    ExpectError(v, needle);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::tokenizer
