@@ -1,0 +1,235 @@
+// Block-quantized formats: sizes, names, the dispatchers, and the 32-value formats (Q4_0, Q5_0,
+// Q8_0). The K-quants are in quant_k.cc. Built with -ffp-contract=off (CMakeLists.txt): llama.cpp's
+// reference library rounds every product and sum separately, and so must we to match its bytes.
+#include "tessera/quant.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+
+#include "core/quant_internal.h"
+#include "tessera/check.h"
+#include "tessera/dtype.h"
+
+namespace tessera {
+
+namespace {
+
+struct QuantInfo {
+  QuantType type;
+  const char* name;
+  int64_t elems;
+  int64_t bytes;
+};
+
+constexpr QuantInfo kQuantInfo[] = {
+    {QuantType::kQ4_0, "q4_0", 32, sizeof(BlockQ4_0)}, {QuantType::kQ5_0, "q5_0", 32, sizeof(BlockQ5_0)},
+    {QuantType::kQ8_0, "q8_0", 32, sizeof(BlockQ8_0)}, {QuantType::kQ4_K, "q4_k", 256, sizeof(BlockQ4_K)},
+    {QuantType::kQ5_K, "q5_k", 256, sizeof(BlockQ5_K)}, {QuantType::kQ6_K, "q6_k", 256, sizeof(BlockQ6_K)},
+};
+
+const QuantInfo* Find(QuantType t) {
+  for (const QuantInfo& q : kQuantInfo) {
+    if (q.type == t) return &q;
+  }
+  return nullptr;
+}
+
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// Blocks in a row of n values; a caller passing a ragged row or kNone is a bug (loaders validate
+// shapes against QuantRowBytes first and return a Status).
+int64_t BlockCount(QuantType t, int64_t n) {
+  const QuantInfo* q = Find(t);
+  TESSERA_CHECK(q != nullptr, "not a block-quantized type");
+  TESSERA_CHECK(n >= 0 && n % q->elems == 0, "row length is not a multiple of the block size");
+  return n / q->elems;
+}
+
+bool NonFiniteHalf(uint16_t h) { return (h & 0x7c00u) == 0x7c00u; }
+
+}  // namespace
+
+int64_t QuantBlockElems(QuantType t) {
+  const QuantInfo* q = Find(t);
+  return q ? q->elems : 0;
+}
+
+int64_t QuantBlockBytes(QuantType t) {
+  const QuantInfo* q = Find(t);
+  return q ? q->bytes : 0;
+}
+
+int64_t QuantRowBytes(QuantType t, int64_t n) {
+  const QuantInfo* q = Find(t);
+  if (q == nullptr || n < 0 || n % q->elems != 0) return -1;
+  return n / q->elems * q->bytes;
+}
+
+const char* QuantTypeName(QuantType t) {
+  const QuantInfo* q = Find(t);
+  return q ? q->name : "none";
+}
+
+bool ParseQuantType(std::string_view name, QuantType* out) {
+  for (const QuantInfo& q : kQuantInfo) {
+    const std::string_view want(q.name);
+    if (name.size() != want.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < name.size() && same; ++i) same = Lower(name[i]) == want[i];
+    if (same) {
+      *out = q.type;
+      return true;
+    }
+  }
+  return false;
+}
+
+void DequantizeRow(QuantType t, const void* src, float* dst, int64_t n) {
+  using namespace quant_detail;
+  const int64_t nb = BlockCount(t, n);
+  switch (t) {
+    case QuantType::kQ4_0: return DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
+    case QuantType::kQ5_0: return DequantizeQ5_0(static_cast<const BlockQ5_0*>(src), dst, nb);
+    case QuantType::kQ8_0: return DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
+    case QuantType::kQ4_K: return DequantizeQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb);
+    case QuantType::kQ5_K: return DequantizeQ5_K(static_cast<const BlockQ5_K*>(src), dst, nb);
+    case QuantType::kQ6_K: return DequantizeQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb);
+    case QuantType::kNone: break;
+  }
+}
+
+void QuantizeRow(QuantType t, const float* src, void* dst, int64_t n) {
+  using namespace quant_detail;
+  const int64_t nb = BlockCount(t, n);
+  switch (t) {
+    case QuantType::kQ4_0: return QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), nb);
+    case QuantType::kQ5_0: return QuantizeQ5_0(src, static_cast<BlockQ5_0*>(dst), nb);
+    case QuantType::kQ8_0: return QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), nb);
+    case QuantType::kQ4_K: return QuantizeQ4_K(src, static_cast<BlockQ4_K*>(dst), nb);
+    case QuantType::kQ5_K: return QuantizeQ5_K(src, static_cast<BlockQ5_K*>(dst), nb);
+    case QuantType::kQ6_K: return QuantizeQ6_K(src, static_cast<BlockQ6_K*>(dst), nb);
+    case QuantType::kNone: break;
+  }
+}
+
+int64_t FirstNonFiniteBlock(QuantType t, const void* src, int64_t n) {
+  const int64_t nb = BlockCount(t, n);
+  const int64_t stride = QuantBlockBytes(t);
+  const auto* base = static_cast<const uint8_t*>(src);
+  // Where the f16 scales sit in each block: d first (and dmin after it in Q4_K/Q5_K), or d last (Q6_K).
+  int64_t offset = 0;
+  bool has_dmin = false;
+  if (t == QuantType::kQ6_K) offset = offsetof(BlockQ6_K, d);
+  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) has_dmin = true;
+  for (int64_t i = 0; i < nb; ++i) {
+    uint16_t h[2] = {0, 0};
+    std::memcpy(h, base + i * stride + offset, has_dmin ? 4 : 2);
+    if (NonFiniteHalf(h[0]) || NonFiniteHalf(h[1])) return i;
+  }
+  return -1;
+}
+
+namespace quant_detail {
+
+void DequantizeQ4_0(const BlockQ4_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(x[i].d);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (x[i].qs[j] & 0x0f) - 8;
+      const int hi = (x[i].qs[j] >> 4) - 8;
+      y[j] = static_cast<float>(lo) * d;
+      y[j + 16] = static_cast<float>(hi) * d;
+    }
+  }
+}
+
+void DequantizeQ5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(x[i].d);
+    uint32_t qh;
+    std::memcpy(&qh, x[i].qh, 4);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = ((x[i].qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - 16;
+      const int hi = ((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
+      y[j] = static_cast<float>(lo) * d;
+      y[j + 16] = static_cast<float>(hi) * d;
+    }
+  }
+}
+
+void DequantizeQ8_0(const BlockQ8_0* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const float d = F16ToF32(x[i].d);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
+  }
+}
+
+// Q4_0: d = (the value of largest magnitude) / -8, so that value maps to q = 0 exactly and the
+// rest to round(x / d) + 8 clamped to 15. ggml rounds by truncating x/d + 8.5 through an int8 cast.
+void QuantizeQ4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -8;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = F32ToF16(d);
+    for (int j = 0; j < 16; ++j) {
+      const int8_t q0 = static_cast<int8_t>(TruncToInt32(x[j] * id + 8.5f));
+      const int8_t q1 = static_cast<int8_t>(TruncToInt32(x[j + 16] * id + 8.5f));
+      const uint8_t lo = static_cast<uint8_t>(q0 < 15 ? q0 : 15);
+      const uint8_t hi = static_cast<uint8_t>(q1 < 15 ? q1 : 15);
+      y[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+    }
+  }
+}
+
+// Q5_0: as Q4_0 with 32 levels (d = max / -16, offset 16); the fifth bits go to qh.
+void QuantizeQ5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (amax < std::fabs(x[j])) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    const float d = max / -16;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = F32ToF16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int8_t q0 = static_cast<int8_t>(TruncToInt32(x[j] * id + 16.5f));
+      const int8_t q1 = static_cast<int8_t>(TruncToInt32(x[j + 16] * id + 16.5f));
+      const uint8_t lo = static_cast<uint8_t>(q0 < 31 ? q0 : 31);
+      const uint8_t hi = static_cast<uint8_t>(q1 < 31 ? q1 : 31);
+      y[i].qs[j] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
+      qh |= static_cast<uint32_t>((lo & 0x10u) >> 4) << j;
+      qh |= static_cast<uint32_t>((hi & 0x10u) >> 4) << (j + 16);
+    }
+    std::memcpy(y[i].qh, &qh, 4);
+  }
+}
+
+// Q8_0: symmetric, d = amax / 127, q = round half away from zero (roundf, as ggml).
+void QuantizeQ8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float a = std::fabs(x[j]);
+      amax = amax > a ? amax : a;  // ggml's MAX(amax, a): a NaN a is taken, a NaN amax is dropped
+    }
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = F32ToF16(d);
+    for (int j = 0; j < 32; ++j) y[i].qs[j] = static_cast<int8_t>(TruncToInt32(std::round(x[j] * id)));
+  }
+}
+
+}  // namespace quant_detail
+}  // namespace tessera
