@@ -1,12 +1,15 @@
-// Text <-> token ids with a checkpoint's SentencePiece `tokenizer.model` (the Gemma tokenizer
-// format), through Debian's libsentencepiece. Raw ids never need it.
+// Text <-> token ids. Two sources of a tokenizer: a checkpoint's SentencePiece `tokenizer.model`
+// (through Debian's libsentencepiece), or a vocabulary given as data (a GGUF's tokenizer
+// metadata, TokenizerVocab). Raw ids never need one.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tessera/status.h"
+#include "tessera/tokenizer_vocab.h"
 
 namespace sentencepiece {
 class SentencePieceProcessor;
@@ -14,20 +17,42 @@ class SentencePieceProcessor;
 
 namespace tessera::tokenizer {
 
-class SentencePieceTokenizer {
+// What the engine needs of a tokenizer, whichever format it came from.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer();
+
+  // From a vocabulary as data (`name`, e.g. the GGUF path, is used in messages). "llama" gives a
+  // SentencePieceTokenizer, "gemma4" a merges-ranked BPE tokenizer. Every field is validated.
+  static StatusOr<std::unique_ptr<Tokenizer>> FromVocab(const TokenizerVocab& vocab, const std::string& name);
+
+  // Ids of `text`, with BOS first when add_bos. Control tokens written in the text are plain text.
+  virtual StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_bos) const = 0;
+  virtual StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const = 0;
+  // The surface text of one id (for streaming output); empty for control tokens and bad ids.
+  virtual std::string Piece(int32_t id) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 when the vocabulary has none
+  virtual int32_t eos_id() const = 0;
+};
+
+class SentencePieceTokenizer final : public Tokenizer {
  public:
   static StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::string& model_path);
   // From the bytes of a tokenizer.model (`name` is used in messages). For tests and fuzzing.
   static StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromSerializedModel(const std::string& bytes,
                                                                                const std::string& name);
-  ~SentencePieceTokenizer();
+  // From a "llama" (SentencePiece) vocabulary: rebuilds the model Gemma's converter started from.
+  static StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromVocab(const TokenizerVocab& vocab,
+                                                                     const std::string& name);
+  ~SentencePieceTokenizer() override;
 
-  // Ids of `text`, with the model's BOS first when add_bos.
-  StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_bos) const;
-  StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
-  // The surface text of one id (for streaming output); empty for control tokens.
-  std::string Piece(int32_t id) const;
-  int32_t vocab_size() const;
+  StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_bos) const override;
+  StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const override;
+  std::string Piece(int32_t id) const override;
+  int32_t vocab_size() const override;
+  int32_t bos_id() const override;
+  int32_t eos_id() const override;
 
  private:
   SentencePieceTokenizer() = default;

@@ -73,4 +73,13 @@ std::string SentencePieceTokenizer::Piece(int32_t id) const {
 
 int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
+int32_t SentencePieceTokenizer::bos_id() const { return sp_->bos_id(); }
+
+int32_t SentencePieceTokenizer::eos_id() const { return sp_->eos_id(); }
+
+StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromVocab(const TokenizerVocab&,
+                                                                                    const std::string& name) {
+  return Unimplemented("SentencePieceTokenizer::FromVocab: '" + name + "': not implemented yet");
+}
+
 }  // namespace tessera::tokenizer

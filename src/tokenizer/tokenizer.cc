@@ -1,0 +1,17 @@
+#include "tessera/tokenizer.h"
+
+namespace tessera::tokenizer {
+
+Tokenizer::~Tokenizer() = default;
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(const TokenizerVocab& vocab, const std::string& name) {
+  if (vocab.model == "llama") {
+    StatusOr<std::unique_ptr<SentencePieceTokenizer>> t = SentencePieceTokenizer::FromVocab(vocab, name);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(t.value()));
+  }
+  return Unimplemented("Tokenizer: '" + name + "': tokenizer.ggml.model '" + vocab.model +
+                       "' is not supported (known: llama, gemma4)");
+}
+
+}  // namespace tessera::tokenizer
