@@ -57,6 +57,7 @@ class SentencePieceTokenizer final : public Tokenizer {
  private:
   SentencePieceTokenizer() = default;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  int32_t bos_id_ = -1, eos_id_ = -1;  // the model's own, or the vocabulary's
 };
 
 }  // namespace tessera::tokenizer

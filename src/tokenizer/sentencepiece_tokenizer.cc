@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "io/input_file.h"
+#include "tokenizer/vocab_check.h"
 
 namespace tessera::tokenizer {
 namespace {
@@ -29,6 +30,8 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromSe
     t->sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
     const auto st = t->sp_->LoadFromSerializedProto(bytes);
     if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + st.ToString());
+    t->bos_id_ = t->sp_->bos_id();
+    t->eos_id_ = t->sp_->eos_id();
     return t;
   } catch (const std::exception& e) {  // e.g. its trie builder throws on an empty piece
     return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + e.what());
@@ -40,7 +43,7 @@ StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(const std::string&
   const auto st = sp_->Encode(text, &ids);
   if (!st.ok()) return InvalidArgument("SentencePieceTokenizer::Encode: " + st.ToString());
   std::vector<int32_t> out;
-  if (add_bos && sp_->bos_id() >= 0) out.push_back(sp_->bos_id());
+  if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
   out.insert(out.end(), ids.begin(), ids.end());
   return out;
 }
@@ -58,6 +61,11 @@ StatusOr<std::string> SentencePieceTokenizer::Decode(const std::vector<int32_t>&
 
 std::string SentencePieceTokenizer::Piece(int32_t id) const {
   if (id < 0 || id >= sp_->GetPieceSize() || sp_->IsControl(id)) return "";
+  // A byte-fallback piece <0xXX> stands for that one byte (part of a UTF-8 sequence).
+  if (sp_->IsByte(id)) {
+    const int b = ByteTokenValue(sp_->IdToPiece(id));
+    if (b >= 0) return std::string(1, static_cast<char>(b));
+  }
   // The piece text with SentencePiece's word marker U+2581 shown as a space.
   std::string piece = sp_->IdToPiece(id), out;
   for (size_t i = 0; i < piece.size(); ++i) {
@@ -73,13 +81,9 @@ std::string SentencePieceTokenizer::Piece(int32_t id) const {
 
 int32_t SentencePieceTokenizer::vocab_size() const { return sp_->GetPieceSize(); }
 
-int32_t SentencePieceTokenizer::bos_id() const { return sp_->bos_id(); }
+int32_t SentencePieceTokenizer::bos_id() const { return bos_id_; }
 
-int32_t SentencePieceTokenizer::eos_id() const { return sp_->eos_id(); }
+int32_t SentencePieceTokenizer::eos_id() const { return eos_id_; }
 
-StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromVocab(const TokenizerVocab&,
-                                                                                    const std::string& name) {
-  return Unimplemented("SentencePieceTokenizer::FromVocab: '" + name + "': not implemented yet");
-}
 
 }  // namespace tessera::tokenizer

@@ -1,5 +1,7 @@
 #include "tessera/tokenizer.h"
 
+#include "tokenizer/bpe_tokenizer.h"
+
 namespace tessera::tokenizer {
 
 Tokenizer::~Tokenizer() = default;
@@ -7,6 +9,11 @@ Tokenizer::~Tokenizer() = default;
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(const TokenizerVocab& vocab, const std::string& name) {
   if (vocab.model == "llama") {
     StatusOr<std::unique_ptr<SentencePieceTokenizer>> t = SentencePieceTokenizer::FromVocab(vocab, name);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(t.value()));
+  }
+  if (vocab.model == "gemma4") {
+    StatusOr<std::unique_ptr<BpeTokenizer>> t = BpeTokenizer::FromVocab(vocab, name);
     if (!t.ok()) return t.status();
     return std::unique_ptr<Tokenizer>(std::move(t.value()));
   }

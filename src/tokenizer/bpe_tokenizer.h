@@ -1,0 +1,48 @@
+// The "gemma4" GGUF vocabulary: BPE ranked by tokenizer.ggml.merges over raw UTF-8, spaces written
+// as U+2581, byte fallback through <0xXX> tokens (docs/tokenizers.md). Built by
+// Tokenizer::FromVocab; no external library.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tessera/tokenizer.h"
+
+namespace tessera::tokenizer {
+
+class BpeTokenizer final : public Tokenizer {
+ public:
+  static StatusOr<std::unique_ptr<BpeTokenizer>> FromVocab(const TokenizerVocab& vocab, const std::string& name);
+
+  StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_bos) const override;
+  StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const override;
+  std::string Piece(int32_t id) const override;
+  int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
+  int32_t bos_id() const override { return bos_id_; }
+  int32_t eos_id() const override { return eos_id_; }
+
+ private:
+  BpeTokenizer() = default;
+  // Appends the ids of one run of escaped text without user-defined tokens.
+  Status EncodeRun(std::string_view run, std::vector<int32_t>* out) const;
+  // BPE over the characters of `word` (no newline mixed with other characters).
+  Status EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
+  // A symbol that is not a token: its bytes as <0xXX> tokens, else the unknown token.
+  Status Fallback(std::string_view symbol, std::vector<int32_t>* out) const;
+  int32_t Rank(std::string_view left, std::string_view right) const;
+
+  std::vector<std::string> tokens_;
+  std::vector<int32_t> types_;
+  std::unordered_map<std::string, int32_t> ids_;
+  std::unordered_map<std::string, int32_t> ranks_;  // key: left, NUL, right (tokens hold no NUL)
+  std::vector<int32_t> user_defined_;               // matched in the raw text first, longest first
+  int32_t byte_ids_[256];
+  int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
+  std::string name_;
+};
+
+}  // namespace tessera::tokenizer
