@@ -263,12 +263,14 @@ def test_q8_0_gguf_logits(work, name):
     assert agree >= 0.75, agree  # the quantization's effect on top-1 (llama.cpp's: test_llama_cpp_q8_0)
 
 
+# One token per batch: llama.cpp 0.3.36 segfaults multiplying a multi-token batch by these tiny
+# q8_0 matrices (its q8_0 GEMM path); one at a time it runs, and the logits are the same positions'.
 LLAMA_DRIVER = r"""
 import json, sys
 import numpy as np
 from llama_cpp import Llama
 path, ids, n = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-llm = Llama(model_path=path, n_ctx=64, n_threads=2, logits_all=True, verbose=False)
+llm = Llama(model_path=path, n_ctx=64, n_threads=2, logits_all=True, verbose=False, n_batch=1, n_ubatch=1)
 llm.eval(ids)
 first = [np.asarray(llm.scores[i]).tolist() for i in range(len(ids))]
 out = []
