@@ -171,7 +171,7 @@ double GemmTolerance(const Problem& p, MatmulPrecision prec, const std::vector<f
   return (p.in + 2) * kU * s + kU * std::fabs(ref[t * p.ys + o]);
 }
 
-std::vector<float> Run(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, bool row_dot,
+std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, bool row_dot,
                        int64_t t0 = 0) {
   std::vector<float> y(n * p.ys, kUnwritten);
   const float* x = p.x.data() + t0 * p.xs;
@@ -226,7 +226,10 @@ TEST(LinearQuant, ActivationQuantizationIsPerBlockNearest) {
         EXPECT_LE(std::abs(int(q[i])), 127);
         EXPECT_LE(std::fabs(double(x[b * be + i]) - double(d) * q[i]), d / 2 * (1 + 1e-5) + 1e-30) << i;
         sum += q[i];
-        if ((i + 1) % group == 0) EXPECT_EQ(sum, sums[i / group]), sum = 0;
+        if ((i + 1) % group == 0) {
+          EXPECT_EQ(sum, sums[i / group]);
+          sum = 0;
+        }
       }
     }
   }
@@ -258,12 +261,12 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
           ops::SetQuantDotForTesting(kernels[k]);
           for (MatmulPrecision prec : {MatmulPrecision::kF32, MatmulPrecision::kBf16})
             for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-              const std::vector<float> y = Run(p, n, tp, prec, false);
+              const std::vector<float> y = RunLinear(p, n, tp, prec, false);
               EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
               EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
               // Each token alone gives its result in the batch, bit for bit.
               for (int64_t i = 0; i < n; ++i) {
-                const std::vector<float> one = Run(p, 1, tp, prec, true, i);
+                const std::vector<float> one = RunLinear(p, 1, tp, prec, true, i);
                 for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
               }
             }
@@ -294,10 +297,10 @@ TEST(LinearQuant, GemmMatchesReference) {
           for (int64_t i = 0; i < n; ++i)
             for (int64_t o = 0; o < out; ++o) tol[i * p.ys + o] = GemmTolerance(p, prec, ref, i, o);
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            const std::vector<float> y = Run(p, n, tp, prec, false);
+            const std::vector<float> y = RunLinear(p, n, tp, prec, false);
             EXPECT_TRUE(WithinTolerances(y, ref, tol, p));
             // The last four tokens as their own batch: the same bits.
-            const std::vector<float> tail = Run(p, 4, tp, prec, false, n - 4);
+            const std::vector<float> tail = RunLinear(p, 4, tp, prec, false, n - 4);
             for (int64_t i = 0; i < 4; ++i)
               for (int64_t o = 0; o < out; ++o)
                 ASSERT_EQ(tail[i * p.ys + o], y[(n - 4 + i) * p.ys + o]) << "token " << n - 4 + i << " o=" << o;
@@ -320,7 +323,7 @@ TEST(LinearQuant, NonFiniteActivationsGiveNaN) {
       p.x[p.xs + 5] = bad;
       for (int k = 0; k < n_kernels; ++k) {
         ops::SetQuantDotForTesting(kernels[k]);
-        const std::vector<float> y = Run(p, 2, nullptr, MatmulPrecision::kF32, true);
+        const std::vector<float> y = RunLinear(p, 2, nullptr, MatmulPrecision::kF32, true);
         for (int64_t o = 0; o < p.out; ++o) {
           EXPECT_TRUE(std::isfinite(y[o])) << QuantTypeName(t) << " " << kernels[k]->name;
           EXPECT_TRUE(std::isnan(y[p.ys + o])) << QuantTypeName(t) << " " << kernels[k]->name;
