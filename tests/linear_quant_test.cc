@@ -235,6 +235,37 @@ TEST(LinearQuant, ActivationQuantizationIsPerBlockNearest) {
   }
 }
 
+// Every kernel table's activation quantization and dequantization give the portable code's bytes
+// and values exactly (the GEMM's panels then hold DequantizeRow's values, and the row-dot path's
+// activations are LinearReferenceInt8's).
+TEST(LinearQuant, KernelConversionsMatchPortableCodeExactly) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  for (QuantType t : kTypes) {
+    const int64_t in = 6 * QuantBlockElems(t);
+    const std::vector<uint8_t> w = RandomBlocks(rng, t, 1, in);
+    std::vector<float> ref(in), got(in);
+    DequantizeRow(t, w.data(), ref.data(), in);
+    std::vector<float> x(in);
+    for (float& v : x) v = nd(rng) * (rng() % 5 == 0 ? 1e3f : 1.0f);
+    std::fill(x.begin(), x.begin() + 32, 0.0f);
+    x[in - 3] = std::numeric_limits<float>::infinity();
+    std::vector<unsigned char> xq_ref(ops::ActRowBytes(t, in)), xq(xq_ref.size());
+    ops::QuantizeActivations(t, x.data(), in, xq_ref.data());
+    for (int k = 0; k < n_kernels; ++k) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " " + kernels[k]->name);
+      kernels[k]->dequantize(t, w.data(), got.data(), in);
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(std::memcmp(&got[i], &ref[i], 4), 0) << i << ": " << got[i] << " vs " << ref[i];
+      std::fill(xq.begin(), xq.end(), 0xAB);
+      kernels[k]->quantize_act(t, x.data(), in, xq.data());
+      // Bytes compared block by block: the last block's NaN scale compares by bits too.
+      EXPECT_EQ(std::memcmp(xq.data(), xq_ref.data(), xq.size()), 0);
+    }
+  }
+}
+
 // Every dot kernel this CPU runs, the row-dot path (n = 1..3), both precisions, 1 and 2 threads.
 TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   const ops::QuantDotKernels* kernels[4];

@@ -41,7 +41,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   const char* base = static_cast<const char*>(w.data);
   for (int64_t t0 = 0; t0 < n; t0 += group) {
     const int64_t g = std::min(group, n - t0);
-    for (int64_t i = 0; i < g; ++i) QuantizeActivations(t, x + (t0 + i) * x_stride, w.in, xq + i * act_bytes);
+    for (int64_t i = 0; i < g; ++i) k.quantize_act(t, x + (t0 + i) * x_stride, w.in, xq + i * act_bytes);
     auto run = [&](int64_t item, int) {
       const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
       for (int64_t o = item * rows_per_item; o < o1; o += chunk) {
