@@ -171,12 +171,16 @@ double GemmTolerance(const Problem& p, MatmulPrecision prec, const std::vector<f
   return (p.in + 2) * kU * s + kU * std::fabs(ref[t * p.ys + o]);
 }
 
-std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, bool row_dot,
-                       int64_t t0 = 0) {
+enum class Path { kLinear, kRowDot, kGemm };
+
+std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, Path path,
+                             int64_t t0 = 0) {
   std::vector<float> y(n * p.ys, kUnwritten);
   const float* x = p.x.data() + t0 * p.xs;
-  if (row_dot) {
+  if (path == Path::kRowDot) {
     ops::LinearRowDot(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
+  } else if (path == Path::kGemm) {
+    ops::Gemm(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
   } else {
     ops::Linear(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
   }
@@ -292,12 +296,13 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
           ops::SetQuantDotForTesting(kernels[k]);
           for (MatmulPrecision prec : {MatmulPrecision::kF32, MatmulPrecision::kBf16})
             for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-              const std::vector<float> y = RunLinear(p, n, tp, prec, false);
+              const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kLinear);
+              EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kRowDot));  // a few tokens: Linear's row-dot
               EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
               EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
               // Each token alone gives its result in the batch, bit for bit.
               for (int64_t i = 0; i < n; ++i) {
-                const std::vector<float> one = RunLinear(p, 1, tp, prec, true, i);
+                const std::vector<float> one = RunLinear(p, 1, tp, prec, Path::kRowDot, i);
                 for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
               }
             }
@@ -308,7 +313,7 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   }
 }
 
-// The GEMM on dequantized panels (n = 4..64), both precisions, 1 and 2 threads; a token's result is
+// The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions, 1 and 2 threads; a token's result is
 // the same in every batch.
 TEST(LinearQuant, GemmMatchesReference) {
   std::mt19937 rng(5);
@@ -328,10 +333,13 @@ TEST(LinearQuant, GemmMatchesReference) {
           for (int64_t i = 0; i < n; ++i)
             for (int64_t o = 0; o < out; ++o) tol[i * p.ys + o] = GemmTolerance(p, prec, ref, i, o);
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            const std::vector<float> y = RunLinear(p, n, tp, prec, false);
+            const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kGemm);
             EXPECT_TRUE(WithinTolerances(y, ref, tol, p));
+            if (n >= 32) {
+              EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kLinear));  // many tokens: Linear's GEMM
+            }
             // The last four tokens as their own batch: the same bits.
-            const std::vector<float> tail = RunLinear(p, 4, tp, prec, false, n - 4);
+            const std::vector<float> tail = RunLinear(p, 4, tp, prec, Path::kGemm, n - 4);
             for (int64_t i = 0; i < 4; ++i)
               for (int64_t o = 0; o < out; ++o)
                 ASSERT_EQ(tail[i * p.ys + o], y[(n - 4 + i) * p.ys + o]) << "token " << n - 4 + i << " o=" << o;
@@ -354,7 +362,7 @@ TEST(LinearQuant, NonFiniteActivationsGiveNaN) {
       p.x[p.xs + 5] = bad;
       for (int k = 0; k < n_kernels; ++k) {
         ops::SetQuantDotForTesting(kernels[k]);
-        const std::vector<float> y = RunLinear(p, 2, nullptr, MatmulPrecision::kF32, true);
+        const std::vector<float> y = RunLinear(p, 2, nullptr, MatmulPrecision::kF32, Path::kRowDot);
         for (int64_t o = 0; o < p.out; ++o) {
           EXPECT_TRUE(std::isfinite(y[o])) << QuantTypeName(t) << " " << kernels[k]->name;
           EXPECT_TRUE(std::isnan(y[p.ys + o])) << QuantTypeName(t) << " " << kernels[k]->name;
