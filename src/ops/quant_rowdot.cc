@@ -17,8 +17,9 @@ constexpr int64_t kItemsPerThread = 8;
 // Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
 // enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
 constexpr int64_t kChunkBytes = 32 * 1024;
-// The largest quantized activations: 3 tokens (Linear's row-dot calls) at kMaxQuantRowDotIn features
-// in 32-blocks (the larger form; 256-blocks take 292 bytes per 256 values).
+// Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
+// larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
+// row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls go in groups of tokens.
 constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * int64_t(sizeof(ActBlock32));
 
 }  // namespace
