@@ -156,10 +156,85 @@ def images():
     put("image_decode", "exif6.png", enc(rgb, "PNG", exif=exif.tobytes()))
 
 
+def gguf_bytes(kvs, tensors, version=3, alignment=32, pad=True):
+    """A GGUF image written field by field (little-endian). kvs: [(key, type id, packed value bytes)];
+    tensors: [(name, ne innermost first, ggml type id, data bytes)], laid out packed at `alignment`."""
+    def s(x):
+        x = x.encode() if isinstance(x, str) else x
+        return struct.pack("<Q", len(x)) + x
+
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, t, value in kvs:
+        out += s(key) + struct.pack("<I", t) + value
+    offset, data = 0, b""
+    for name, ne, t, blob in tensors:
+        out += s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<q", d) for d in ne)
+        out += struct.pack("<IQ", t, offset)
+        padded = blob + b"\0" * (-len(blob) % alignment)
+        data += padded
+        offset += len(padded)
+    if pad and tensors:
+        out += b"\0" * (-len(out) % alignment)
+    return out + data
+
+
+def gguf():
+    def s(x):
+        x = x.encode()
+        return struct.pack("<Q", len(x)) + x
+
+    def arr(t, fmt, values):
+        return struct.pack("<IQ", t, len(values)) + b"".join(struct.pack("<" + fmt, v) for v in values)
+
+    rng = np.random.default_rng(0)
+    kvs = [
+        ("general.architecture", 8, s("gemma3")),
+        ("gemma3.block_count", 4, struct.pack("<I", 2)),
+        ("gemma3.attention.layer_norm_rms_epsilon", 6, struct.pack("<f", 1e-6)),
+        ("u8", 0, b"\xff"), ("i8", 1, b"\x80"), ("u16", 2, b"\xff\xff"), ("i16", 3, b"\x00\x80"),
+        ("i32", 5, struct.pack("<i", -7)), ("b", 7, b"\x01"), ("u64", 10, struct.pack("<Q", 2**64 - 1)),
+        ("i64", 11, struct.pack("<q", -(2**63))), ("f64", 12, struct.pack("<d", 0.1)),
+        ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 3) + s("<pad>") + s("\u2581a") + s("")),
+        ("tokenizer.ggml.scores", 9, arr(6, "f", [0.0, -1.5, 2.0])),
+        ("tokenizer.ggml.token_type", 9, arr(5, "i", [3, 1, 1])),
+        ("bools", 9, arr(7, "B", [1, 0])), ("u64s", 9, arr(10, "Q", [0, 2**64 - 1])),
+        ("f64s", 9, arr(12, "d", [1e300])), ("empty", 9, arr(0, "B", [])),
+    ]
+
+    def blocks(n_blocks, block_bytes):
+        return rng.integers(0, 256, n_blocks * block_bytes, dtype=np.uint8).tobytes()
+
+    tensors = [
+        ("token_embd.weight", [4, 3], 0, rng.standard_normal(12).astype("<f4").tobytes()),
+        ("f16", [8], 1, rng.standard_normal(8).astype("<f2").tobytes()),
+        ("bf16", [4, 2], 30, blocks(8, 2)),
+        ("blk.0.attn_q.weight", [64, 2], 2, blocks(4, 18)),
+        ("q5_0", [32], 6, blocks(1, 22)),
+        ("blk.0.ffn_down.weight", [32, 2], 8, blocks(2, 34)),
+        ("q4_K", [256], 12, blocks(1, 144)),
+        ("q5_K", [256], 13, blocks(1, 176)),
+        ("q6_K", [256], 14, blocks(1, 210)),
+        ("empty", [0, 4], 0, b""),
+    ]
+    put("gguf", "full.gguf", gguf_bytes(kvs, tensors))
+    put("gguf", "q8_0_only.gguf", gguf_bytes(kvs[:3], tensors[5:6]))
+    put("gguf", "v2.gguf", gguf_bytes(kvs[:1], tensors[:2], version=2))
+    put("gguf", "align64.gguf", gguf_bytes([("general.alignment", 4, struct.pack("<I", 64))] + kvs[:2],
+                                           tensors[3:5], alignment=64))
+    put("gguf", "metadata_only.gguf", gguf_bytes(kvs, []))
+    put("gguf", "empty.gguf", gguf_bytes([], []))
+    # refused: nested array, q4_1 tensor, truncated data, big-endian version
+    put("gguf", "nested.gguf", gguf_bytes([("n", 9, struct.pack("<IQ", 9, 1) + arr(4, "I", [1]))], []))
+    put("gguf", "q4_1.gguf", gguf_bytes([], [("t", [32], 3, blocks(1, 20))]))
+    put("gguf", "truncated.gguf", gguf_bytes(kvs[:1], tensors[:1])[:-20])
+    put("gguf", "big_endian.gguf", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
+
+
 if __name__ == "__main__":
     npy()
     st_header()
     st_index()
     configs()
     images()
+    gguf()
     sys.exit(0)

@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/gguf.h"
 #include "tessera/npy.h"
 #include "model/config.h"
 #include "tessera/tokenizer.h"
+#include "temp_dir.h"
 
 namespace tessera {
 namespace {
@@ -50,6 +52,37 @@ TEST(FuzzRegression, RopeFactorOutsideFloat32IsAnError) {
     ASSERT_FALSE(c.ok()) << factor;
     EXPECT_NE(c.status().message().find("factor"), std::string::npos) << c.status().message();
   }
+}
+
+// A GGUF tensor with a zero dimension is empty even when its other dimensions multiply past 2^64:
+// the reader accepted it (as ggml does) but the writer called the shape an overflow, so a file
+// could not be copied through GgufWriter.
+TEST(FuzzRegression, GgufEmptyTensorWithHugeDimsCopiesThroughTheWriter) {
+  std::string img = "GGUF";
+  auto u32 = [&](uint32_t v) { img.append(reinterpret_cast<const char*>(&v), 4); };
+  auto u64 = [&](uint64_t v) { img.append(reinterpret_cast<const char*>(&v), 8); };
+  u32(3);  // version
+  u64(1);  // one tensor
+  u64(0);  // no metadata
+  u64(1);  // name "t"
+  img += "t";
+  u32(3);  // three dims, innermost first
+  for (uint64_t d : {uint64_t{0}, uint64_t{1} << 40, uint64_t{1} << 40}) u64(d);  // shape [2^40, 2^40, 0]
+  u32(0);  // f32
+  u64(0);  // at offset 0
+  img.resize(96, '\0');  // 73 bytes of header, padded to the alignment
+  StatusOr<io::GgufFile> f = io::GgufFile::FromBytes(img, "empty.gguf");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  const io::GgufTensor& t = f.value().tensors()[0];
+  EXPECT_EQ(t.nbytes, 0u);
+  io::GgufWriter w;
+  w.AddTensor(t.name, t.shape, t.dtype, [](char*) { return Status::Ok(); });
+  testing::TempDir dir;
+  const Status s = w.Write(dir.File("copy.gguf"));
+  ASSERT_TRUE(s.ok()) << s.message();
+  StatusOr<io::GgufFile> g = io::GgufFile::Open(dir.File("copy.gguf"));
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g.value().tensors()[0].shape, t.shape);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 #include <stdexcept>
 #include <fstream>
 #include <sstream>
@@ -504,6 +505,49 @@ TEST(GgufRead, Refusals) {
   // header 24 + alignment entry 33 + info 33: the data starts at 90, not a multiple of 4.
   ExpectRefused(Bytes().Header(1, 1).Str("general.alignment").U32(4).U32(2).Info("t", {1}, 0, 0).PadTo(2).Zeros(8).str(),
                 {"tensor 't' data at file offset 90 is not aligned to 4 bytes"});
+}
+
+// Mutates a valid image many ways (bit flips, little-endian fields overwritten with edge values,
+// truncation, inserted and deleted bytes); the reader must only ever answer, and every view it
+// hands out must lie inside the image. Run under ASan/UBSan (the sanitize preset) to catch strays.
+TEST(GgufRead, MutatedFilesNeverCrash) {
+  const std::string base = SmallFile();
+  std::mt19937_64 rng(20261202);
+  const uint64_t edge[] = {0, 1, 2, 3, 4, 5, 8, 9, 13, 31, 32, 0xffffffffull, ~uint64_t{0}, uint64_t{1} << 63};
+  int accepted = 0;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string img = base;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits && !img.empty(); ++e) {
+      const size_t at = rng() % img.size();
+      switch (rng() % 5) {
+        case 0: img[at] ^= static_cast<char>(1u << (rng() % 8)); break;
+        case 1: {  // a 4- or 8-byte field set to an edge value
+          const uint64_t v = edge[rng() % (sizeof(edge) / sizeof(edge[0]))];
+          const size_t width = rng() % 2 ? 4 : 8;
+          for (size_t i = 0; i < width && at + i < img.size(); ++i) img[at + i] = static_cast<char>(v >> (8 * i));
+          break;
+        }
+        case 2: img.resize(at); break;
+        case 3: img.insert(at, 1, static_cast<char>(rng())); break;
+        case 4: img.erase(at, 1); break;
+      }
+    }
+    StatusOr<GgufFile> f = GgufFile::FromBytes(img, "mutated.gguf");
+    if (!f.ok()) {
+      EXPECT_NE(f.status().message().find("mutated.gguf"), std::string::npos) << f.status().message();
+      continue;
+    }
+    ++accepted;
+    for (const std::string& key : f.value().Keys()) EXPECT_TRUE(f.value().TypeOf(key).ok());
+    for (const GgufTensor& t : f.value().tensors()) {
+      unsigned sum = 0;
+      for (size_t i = 0; i < t.nbytes; ++i) sum += static_cast<const uint8_t*>(t.data)[i];
+      (void)sum;
+      EXPECT_LE(t.nbytes, img.size());
+    }
+  }
+  EXPECT_GT(accepted, 0);  // flips inside tensor data and metadata values stay valid
 }
 
 TEST(GgufRead, AcceptedOddities) {

@@ -171,12 +171,16 @@ double GemmTolerance(const Problem& p, MatmulPrecision prec, const std::vector<f
   return (p.in + 2) * kU * s + kU * std::fabs(ref[t * p.ys + o]);
 }
 
-std::vector<float> Run(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, bool row_dot,
-                       int64_t t0 = 0) {
+enum class Path { kLinear, kRowDot, kGemm };
+
+std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, Path path,
+                             int64_t t0 = 0) {
   std::vector<float> y(n * p.ys, kUnwritten);
   const float* x = p.x.data() + t0 * p.xs;
-  if (row_dot) {
+  if (path == Path::kRowDot) {
     ops::LinearRowDot(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
+  } else if (path == Path::kGemm) {
+    ops::Gemm(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
   } else {
     ops::Linear(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
   }
@@ -226,8 +230,42 @@ TEST(LinearQuant, ActivationQuantizationIsPerBlockNearest) {
         EXPECT_LE(std::abs(int(q[i])), 127);
         EXPECT_LE(std::fabs(double(x[b * be + i]) - double(d) * q[i]), d / 2 * (1 + 1e-5) + 1e-30) << i;
         sum += q[i];
-        if ((i + 1) % group == 0) EXPECT_EQ(sum, sums[i / group]), sum = 0;
+        if ((i + 1) % group == 0) {
+          EXPECT_EQ(sum, sums[i / group]);
+          sum = 0;
+        }
       }
+    }
+  }
+}
+
+// Every kernel table's activation quantization and dequantization give the portable code's bytes
+// and values exactly (the GEMM's panels then hold DequantizeRow's values, and the row-dot path's
+// activations are LinearReferenceInt8's).
+TEST(LinearQuant, KernelConversionsMatchPortableCodeExactly) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  for (QuantType t : kTypes) {
+    const int64_t in = 6 * QuantBlockElems(t);
+    const std::vector<uint8_t> w = RandomBlocks(rng, t, 1, in);
+    std::vector<float> ref(in), got(in);
+    DequantizeRow(t, w.data(), ref.data(), in);
+    std::vector<float> x(in);
+    for (float& v : x) v = nd(rng) * (rng() % 5 == 0 ? 1e3f : 1.0f);
+    std::fill(x.begin(), x.begin() + 32, 0.0f);
+    x[in - 3] = std::numeric_limits<float>::infinity();
+    std::vector<unsigned char> xq_ref(ops::ActRowBytes(t, in)), xq(xq_ref.size());
+    ops::QuantizeActivations(t, x.data(), in, xq_ref.data());
+    for (int k = 0; k < n_kernels; ++k) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " " + kernels[k]->name);
+      kernels[k]->dequantize(t, w.data(), got.data(), in);
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(std::memcmp(&got[i], &ref[i], 4), 0) << i << ": " << got[i] << " vs " << ref[i];
+      std::fill(xq.begin(), xq.end(), 0xAB);
+      kernels[k]->quantize_act(t, x.data(), in, xq.data());
+      // Bytes compared block by block: the last block's NaN scale compares by bits too.
+      EXPECT_EQ(std::memcmp(xq.data(), xq_ref.data(), xq.size()), 0);
     }
   }
 }
@@ -258,12 +296,13 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
           ops::SetQuantDotForTesting(kernels[k]);
           for (MatmulPrecision prec : {MatmulPrecision::kF32, MatmulPrecision::kBf16})
             for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-              const std::vector<float> y = Run(p, n, tp, prec, false);
+              const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kLinear);
+              EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kRowDot));  // a few tokens: Linear's row-dot
               EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
               EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
               // Each token alone gives its result in the batch, bit for bit.
               for (int64_t i = 0; i < n; ++i) {
-                const std::vector<float> one = Run(p, 1, tp, prec, true, i);
+                const std::vector<float> one = RunLinear(p, 1, tp, prec, Path::kRowDot, i);
                 for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
               }
             }
@@ -274,7 +313,7 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   }
 }
 
-// The GEMM on dequantized panels (n = 4..64), both precisions, 1 and 2 threads; a token's result is
+// The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions, 1 and 2 threads; a token's result is
 // the same in every batch.
 TEST(LinearQuant, GemmMatchesReference) {
   std::mt19937 rng(5);
@@ -294,10 +333,13 @@ TEST(LinearQuant, GemmMatchesReference) {
           for (int64_t i = 0; i < n; ++i)
             for (int64_t o = 0; o < out; ++o) tol[i * p.ys + o] = GemmTolerance(p, prec, ref, i, o);
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-            const std::vector<float> y = Run(p, n, tp, prec, false);
+            const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kGemm);
             EXPECT_TRUE(WithinTolerances(y, ref, tol, p));
+            if (n >= 32) {
+              EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kLinear));  // many tokens: Linear's GEMM
+            }
             // The last four tokens as their own batch: the same bits.
-            const std::vector<float> tail = Run(p, 4, tp, prec, false, n - 4);
+            const std::vector<float> tail = RunLinear(p, 4, tp, prec, Path::kGemm, n - 4);
             for (int64_t i = 0; i < 4; ++i)
               for (int64_t o = 0; o < out; ++o)
                 ASSERT_EQ(tail[i * p.ys + o], y[(n - 4 + i) * p.ys + o]) << "token " << n - 4 + i << " o=" << o;
@@ -320,7 +362,7 @@ TEST(LinearQuant, NonFiniteActivationsGiveNaN) {
       p.x[p.xs + 5] = bad;
       for (int k = 0; k < n_kernels; ++k) {
         ops::SetQuantDotForTesting(kernels[k]);
-        const std::vector<float> y = Run(p, 2, nullptr, MatmulPrecision::kF32, true);
+        const std::vector<float> y = RunLinear(p, 2, nullptr, MatmulPrecision::kF32, Path::kRowDot);
         for (int64_t o = 0; o < p.out; ++o) {
           EXPECT_TRUE(std::isfinite(y[o])) << QuantTypeName(t) << " " << kernels[k]->name;
           EXPECT_TRUE(std::isnan(y[p.ys + o])) << QuantTypeName(t) << " " << kernels[k]->name;

@@ -64,9 +64,13 @@ bool ParseQuantType(std::string_view name, QuantType* out);
 
 // dst[0, n) = the values of the row at src (n a multiple of the block size). The reference: plain
 // scalar code in ggml's evaluation order, so results are exactly ggml's dequantization.
+// For these three functions a type of kNone or a ragged n is a caller bug (TESSERA_CHECK); validate
+// shapes with QuantRowBytes first.
 void DequantizeRow(QuantType t, const void* src, float* dst, int64_t n);
 // Quantizes n values (a multiple of the block size) into blocks at dst, as llama.cpp's reference
 // quantizers do without an importance matrix, so the bytes equal its quantizer's for the same input.
+// Give it finite values (FirstNonFinite in dtype.h): on NaN or inf it writes what ggml writes, which
+// may hide them (a NaN can become a zero level; an inf in Q6_K can leave every scale finite).
 void QuantizeRow(QuantType t, const float* src, void* dst, int64_t n);
 
 // The index of the first block among the n values at src whose scale fields are NaN or +-inf, or -1.

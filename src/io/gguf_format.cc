@@ -4,51 +4,51 @@ namespace tessera::io::gguf {
 namespace {
 
 // ggml's type ids (ggml.h). Ids it removed (4, 5, 31-33, 36-38) keep their names so a file using
-// them is refused by name. Block sizes only for the types we run.
+// them is refused by name.
 constexpr GgmlType kTypes[] = {
-    {0, "f32", true, DType::kF32, QuantType::kNone, 1, 4},
-    {1, "f16", true, DType::kF16, QuantType::kNone, 1, 2},
-    {2, "q4_0", true, DType::kF32, QuantType::kQ4_0, 32, 18},
-    {3, "q4_1", false, DType::kF32, QuantType::kNone, 0, 0},
-    {4, "q4_2 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {5, "q4_3 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {6, "q5_0", true, DType::kF32, QuantType::kQ5_0, 32, 22},
-    {7, "q5_1", false, DType::kF32, QuantType::kNone, 0, 0},
-    {8, "q8_0", true, DType::kF32, QuantType::kQ8_0, 32, 34},
-    {9, "q8_1", false, DType::kF32, QuantType::kNone, 0, 0},
-    {10, "q2_K", false, DType::kF32, QuantType::kNone, 0, 0},
-    {11, "q3_K", false, DType::kF32, QuantType::kNone, 0, 0},
-    {12, "q4_K", true, DType::kF32, QuantType::kQ4_K, 256, 144},
-    {13, "q5_K", true, DType::kF32, QuantType::kQ5_K, 256, 176},
-    {14, "q6_K", true, DType::kF32, QuantType::kQ6_K, 256, 210},
-    {15, "q8_K", false, DType::kF32, QuantType::kNone, 0, 0},
-    {16, "iq2_xxs", false, DType::kF32, QuantType::kNone, 0, 0},
-    {17, "iq2_xs", false, DType::kF32, QuantType::kNone, 0, 0},
-    {18, "iq3_xxs", false, DType::kF32, QuantType::kNone, 0, 0},
-    {19, "iq1_s", false, DType::kF32, QuantType::kNone, 0, 0},
-    {20, "iq4_nl", false, DType::kF32, QuantType::kNone, 0, 0},
-    {21, "iq3_s", false, DType::kF32, QuantType::kNone, 0, 0},
-    {22, "iq2_s", false, DType::kF32, QuantType::kNone, 0, 0},
-    {23, "iq4_xs", false, DType::kF32, QuantType::kNone, 0, 0},
-    {24, "i8", false, DType::kF32, QuantType::kNone, 0, 0},
-    {25, "i16", false, DType::kF32, QuantType::kNone, 0, 0},
-    {26, "i32", false, DType::kF32, QuantType::kNone, 0, 0},
-    {27, "i64", false, DType::kF32, QuantType::kNone, 0, 0},
-    {28, "f64", false, DType::kF32, QuantType::kNone, 0, 0},
-    {29, "iq1_m", false, DType::kF32, QuantType::kNone, 0, 0},
-    {30, "bf16", true, DType::kBF16, QuantType::kNone, 1, 2},
-    {31, "q4_0_4_4 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {32, "q4_0_4_8 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {33, "q4_0_8_8 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {34, "tq1_0", false, DType::kF32, QuantType::kNone, 0, 0},
-    {35, "tq2_0", false, DType::kF32, QuantType::kNone, 0, 0},
-    {36, "iq4_nl_4_4 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {37, "iq4_nl_4_8 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {38, "iq4_nl_8_8 (removed from ggml)", false, DType::kF32, QuantType::kNone, 0, 0},
-    {39, "mxfp4", false, DType::kF32, QuantType::kNone, 0, 0},
-    {40, "nvfp4", false, DType::kF32, QuantType::kNone, 0, 0},
-    {41, "q1_0", false, DType::kF32, QuantType::kNone, 0, 0},
-    {42, "q2_0", false, DType::kF32, QuantType::kNone, 0, 0},
+    {0, "f32", true, DType::kF32, QuantType::kNone},
+    {1, "f16", true, DType::kF16, QuantType::kNone},
+    {2, "q4_0", true, DType::kF32, QuantType::kQ4_0},
+    {3, "q4_1", false, DType::kF32, QuantType::kNone},
+    {4, "q4_2 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {5, "q4_3 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {6, "q5_0", true, DType::kF32, QuantType::kQ5_0},
+    {7, "q5_1", false, DType::kF32, QuantType::kNone},
+    {8, "q8_0", true, DType::kF32, QuantType::kQ8_0},
+    {9, "q8_1", false, DType::kF32, QuantType::kNone},
+    {10, "q2_K", false, DType::kF32, QuantType::kNone},
+    {11, "q3_K", false, DType::kF32, QuantType::kNone},
+    {12, "q4_K", true, DType::kF32, QuantType::kQ4_K},
+    {13, "q5_K", true, DType::kF32, QuantType::kQ5_K},
+    {14, "q6_K", true, DType::kF32, QuantType::kQ6_K},
+    {15, "q8_K", false, DType::kF32, QuantType::kNone},
+    {16, "iq2_xxs", false, DType::kF32, QuantType::kNone},
+    {17, "iq2_xs", false, DType::kF32, QuantType::kNone},
+    {18, "iq3_xxs", false, DType::kF32, QuantType::kNone},
+    {19, "iq1_s", false, DType::kF32, QuantType::kNone},
+    {20, "iq4_nl", false, DType::kF32, QuantType::kNone},
+    {21, "iq3_s", false, DType::kF32, QuantType::kNone},
+    {22, "iq2_s", false, DType::kF32, QuantType::kNone},
+    {23, "iq4_xs", false, DType::kF32, QuantType::kNone},
+    {24, "i8", false, DType::kF32, QuantType::kNone},
+    {25, "i16", false, DType::kF32, QuantType::kNone},
+    {26, "i32", false, DType::kF32, QuantType::kNone},
+    {27, "i64", false, DType::kF32, QuantType::kNone},
+    {28, "f64", false, DType::kF32, QuantType::kNone},
+    {29, "iq1_m", false, DType::kF32, QuantType::kNone},
+    {30, "bf16", true, DType::kBF16, QuantType::kNone},
+    {31, "q4_0_4_4 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {32, "q4_0_4_8 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {33, "q4_0_8_8 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {34, "tq1_0", false, DType::kF32, QuantType::kNone},
+    {35, "tq2_0", false, DType::kF32, QuantType::kNone},
+    {36, "iq4_nl_4_4 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {37, "iq4_nl_4_8 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {38, "iq4_nl_8_8 (removed from ggml)", false, DType::kF32, QuantType::kNone},
+    {39, "mxfp4", false, DType::kF32, QuantType::kNone},
+    {40, "nvfp4", false, DType::kF32, QuantType::kNone},
+    {41, "q1_0", false, DType::kF32, QuantType::kNone},
+    {42, "q2_0", false, DType::kF32, QuantType::kNone},
 };
 static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == 43);
 
@@ -77,10 +77,18 @@ uint32_t GgmlTypeOf(QuantType quant) {
   return 0;
 }
 
+int64_t BlockElems(const GgmlType& t) {
+  if (!t.supported) return 0;
+  return t.quant == QuantType::kNone ? 1 : QuantBlockElems(t.quant);
+}
+
 int64_t RowBytes(const GgmlType& t, int64_t n) {
-  if (!t.supported || t.block_elems <= 0 || n < 0 || n % t.block_elems != 0) return -1;
+  const int64_t elems = BlockElems(t);
+  if (elems <= 0 || n < 0 || n % elems != 0) return -1;
+  const int64_t block_bytes =
+      t.quant == QuantType::kNone ? static_cast<int64_t>(DTypeSize(t.dtype)) : QuantBlockBytes(t.quant);
   int64_t bytes = 0;
-  if (__builtin_mul_overflow(n / t.block_elems, t.block_bytes, &bytes)) return -1;
+  if (__builtin_mul_overflow(n / elems, block_bytes, &bytes)) return -1;  // (QuantRowBytes does not check)
   return bytes;
 }
 

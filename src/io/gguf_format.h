@@ -38,15 +38,15 @@ struct GgmlType {
   bool supported;         // f32, f16, bf16 and the block formats of tessera/quant.h
   DType dtype;            // when supported and quant == kNone
   QuantType quant;        // when supported and block-quantized
-  int64_t block_elems;    // values per block (1 for plain types); 0 when unsupported
-  int64_t block_bytes;    // bytes per block
 };
 // The entry for `id`, or null for an id ggml never defined.
 const GgmlType* FindGgmlType(uint32_t id);
 // The id we write for a plain dtype or a block format.
 uint32_t GgmlTypeOf(DType dtype);
 uint32_t GgmlTypeOf(QuantType quant);
-// Bytes per row of n values (n a multiple of the block); -1 when not.
+// Values per block: 1 for f32/f16/bf16, QuantBlockElems for a block format, 0 when unsupported.
+int64_t BlockElems(const GgmlType& t);
+// Bytes per row of n values; -1 when n is not a multiple of the block or the size overflows.
 int64_t RowBytes(const GgmlType& t, int64_t n);
 
 // "u8", "string", "array", ... for messages; "type <n>" for an unknown id.

@@ -225,7 +225,7 @@ Status ReadTensorInfo(Cursor& c, const std::string& where, uint64_t index, GgufT
   const int64_t row_bytes = gguf::RowBytes(*type, ne0);
   if (row_bytes < 0)
     return InvalidArgument(what + " of " + type->name + " has rows of " + std::to_string(ne0) +
-                           " values, not a multiple of its block of " + std::to_string(type->block_elems));
+                           " values, not a multiple of its block of " + std::to_string(gguf::BlockElems(*type)));
   const uint64_t rows = ne0 == 0 ? 0 : numel / static_cast<uint64_t>(ne0);
   if (__builtin_mul_overflow(rows, static_cast<uint64_t>(row_bytes), &t->nbytes) ||
       t->nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -234,17 +235,20 @@ StatusOr<std::string> GgufWriter::EncodeHeader(uint32_t alignment, std::vector<u
     if (t.shape.size() > gguf::kMaxDims)
       return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " has more than 4 dimensions");
     uint64_t numel = 1;
+    bool overflow = false;
     for (int64_t d : t.shape) {
       if (d < 0) return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " has a negative dimension");
-      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel) ||
-          numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " overflows");
+      overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
     }
+    // A zero dimension makes the tensor empty whatever the others are (the reader accepts it so).
+    if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) numel = 0, overflow = false;
+    if (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " overflows");
     const int64_t ne0 = t.shape.empty() ? 1 : t.shape.back();
     const int64_t row_bytes = gguf::RowBytes(*type, ne0);
     if (row_bytes < 0)
       return InvalidArgument(what + " of " + type->name + " has rows of " + std::to_string(ne0) +
-                             " values, not a multiple of its block of " + std::to_string(type->block_elems));
+                             " values, not a multiple of its block of " + std::to_string(gguf::BlockElems(*type)));
     uint64_t nbytes = 0;
     if (__builtin_mul_overflow(ne0 == 0 ? 0 : numel / static_cast<uint64_t>(ne0), static_cast<uint64_t>(row_bytes),
                                &nbytes) ||

@@ -18,8 +18,10 @@ constexpr int64_t kItemsPerThread = 8;   // enough items to balance, few enough 
 // rate) overtakes it sooner (bench/results/kernel_choices.md, "Row-dot or GEMM").
 constexpr int64_t kGemmMinTokens = 10;
 constexpr int64_t kGemmMinTokensBf16 = 4;
-// Quantized weights: the int8 row-dot streams the blocks once for up to this many tokens less one.
-constexpr int64_t kGemmMinTokensQuant = 4;
+// Quantized weights: below this many tokens the int8 row-dot (the blocks streamed once, the integer
+// work redone per token) beats dequantizing them into GEMM panels; the two cross between 8 and 16
+// tokens on the Gemma-4 MLP shapes (bench/results/quant_kernels.md).
+constexpr int64_t kGemmMinTokensQuant = 12;
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool) {

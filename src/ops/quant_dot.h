@@ -17,6 +17,10 @@ struct QuantDotKernels {
   // out[r] = sum over the nb blocks of weight row r (rows w_stride bytes apart, type t) times the
   // token's activation blocks xq (QuantizeActivations(t, ..., nb * QuantBlockElems(t), xq)), r < rows.
   void (*dot_rows)(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out);
+  // QuantizeActivations (ops/quant_act.h), the same bytes.
+  void (*quantize_act)(QuantType t, const float* x, int64_t in, void* dst);
+  // DequantizeRow (tessera/quant.h), the same values bit for bit (the same f32 operations per value).
+  void (*dequantize)(QuantType t, const void* src, float* dst, int64_t n);
 };
 
 // The kernels to use: AVX-512 VNNI where the CPU has it, else AVX2, else generic.

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -18,11 +19,12 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 }
 
 #include "ops/quant_dot_x86.inc"
+#include "ops/quant_convert_x86.inc"
 
 }  // namespace
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
-  static const QuantDotKernels k{"avx2", DotRows};
+  static const QuantDotKernels k{"avx2", DotRows, QuantizeAct, Dequantize};
   return k;
 }
 

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <limits>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -17,11 +18,94 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 }
 
 #include "ops/quant_dot_x86.inc"
+#include "ops/quant_convert_x86.inc"
+
+// The 32-value formats two blocks per 512-bit vector: block b's codes in the low half, b + 1's in
+// the high half, one vpdpbusd for both; each half's lanes hold exact partial sums of
+// (code - offset) x (the offset's products subtracted lane by lane by a second vpdpbusd).
+
+// Codes of two Q4_0 / Q5_0 blocks: the 16 bytes of each twice, the second copy shifted by 4.
+inline __m512i Nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
+  const __m256i raw = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
+  const __m512i twice = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(raw));
+  const __m512i shifts = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
+                                           0x0004000400040004);
+  return _mm512_and_si512(_mm512_srlv_epi16(twice, shifts), _mm512_set1_epi8(15));
+}
+
+inline __m512i LoadPair(const ActBlock32& x0, const ActBlock32& x1) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(Load32(x0.q)), Load32(x1.q), 1);
+}
+
+// [s0 x 8 lanes, s1 x 8 lanes] with s = f16 weight scale times the activation scale.
+inline __m512 PairScale(uint16_t d0, uint16_t d1, float x0, float x1) {
+  const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | static_cast<uint32_t>(d1) << 16)));
+  const __m128 s = _mm_mul_ps(dw, _mm_setr_ps(x0, x1, 0.0f, 0.0f));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(s));
+}
+
+// sum (codes - offset) x per lane, exactly.
+inline __m512i OffsetDot(__m512i codes, __m512i x, int offset) {
+  const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, x);
+  return offset ? _mm512_sub_epi32(dot, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(offset)), x))
+                : dot;
+}
+
+inline __m512 PairQ4_0(const BlockQ4_0* w, const ActBlock32* x, __m512 acc) {
+  const __m512i lanes = OffsetDot(Nibbles64(w[0].qs, w[1].qs), LoadPair(x[0], x[1]), 8);
+  return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
+}
+
+inline __m512 PairQ5_0(const BlockQ5_0* w, const ActBlock32* x, __m512 acc) {
+  uint32_t h0, h1;
+  std::memcpy(&h0, w[0].qh, 4), std::memcpy(&h1, w[1].qh, 4);
+  const __mmask64 fifth = _cvtu64_mask64(h0 | static_cast<uint64_t>(h1) << 32);
+  const __m512i nib = Nibbles64(w[0].qs, w[1].qs);
+  const __m512i codes = _mm512_mask_add_epi8(nib, fifth, nib, _mm512_set1_epi8(16));
+  const __m512i lanes = OffsetDot(codes, LoadPair(x[0], x[1]), 16);
+  return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
+}
+
+inline __m512 PairQ8_0(const BlockQ8_0* w, const ActBlock32* x, __m512 acc) {
+  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(Load32(w[0].qs)), Load32(w[1].qs), 1);
+  // |q| as the unsigned operand; x negated where q < 0.
+  const __m512i xs = LoadPair(x[0], x[1]);
+  const __m512i xq = _mm512_mask_sub_epi8(xs, _mm512_movepi8_mask(q), _mm512_setzero_si512(), xs);
+  const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), xq);
+  return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
+}
+
+// Pairs of blocks on two accumulators; an odd last block on the 256-bit kernel.
+template <typename W, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
+          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
+float Row512(const void* wp, const void* xp, int64_t nb) {
+  const W* w = static_cast<const W*>(wp);
+  const auto* x = static_cast<const ActBlock32*>(xp);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) a0 = Pair(w + b, x + b, a0), a1 = Pair(w + b + 2, x + b + 2, a1);
+  if (b + 2 <= nb) a0 = Pair(w + b, x + b, a0), b += 2;
+  float tail = 0.0f;
+  if (b < nb) tail = HSum(Block(w[b], x[b], _mm256_setzero_ps()));
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + tail;
+}
+
+void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
+  float (*row)(const void*, const void*, int64_t) = nullptr;
+  switch (t) {
+    case QuantType::kQ4_0: row = Row512<BlockQ4_0, PairQ4_0, DotQ4_0>; break;
+    case QuantType::kQ5_0: row = Row512<BlockQ5_0, PairQ5_0, DotQ5_0>; break;
+    case QuantType::kQ8_0: row = Row512<BlockQ8_0, PairQ8_0, DotQ8_0>; break;
+    default: return DotRows(t, w, w_stride, rows, xq, nb, out);
+  }
+  for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);
+}
 
 }  // namespace
 
 const QuantDotKernels& QuantDotAvx512Kernels() {
-  static const QuantDotKernels k{"avx512-vnni", DotRows};
+  static const QuantDotKernels k{"avx512-vnni", DotRows512, QuantizeAct, Dequantize};
   return k;
 }
 

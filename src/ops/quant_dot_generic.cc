@@ -121,7 +121,7 @@ void DotRows(QuantType t, const void* w, int64_t w_stride, int64_t rows, const v
 }  // namespace
 
 const QuantDotKernels& QuantDotGeneric() {
-  static const QuantDotKernels k{"generic", DotRows};
+  static const QuantDotKernels k{"generic", DotRows, QuantizeActivations, DequantizeRow};
   return k;
 }
 

@@ -3,6 +3,7 @@
 // f32 GEMM's tile at its FMA rate and the dequantization is paid once per block per token range.
 #include <algorithm>
 
+#include "ops/quant_dot.h"
 #include "ops/quant_linear.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
@@ -21,11 +22,12 @@ void PackQuantBlock(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int
   alignas(64) float rows[16 * 1024];
   TESSERA_CHECK(kc <= 1024, "PackQuantBlock: k blocks are at most 1024 deep");
   const SimdKernels& simd = Simd();
+  const QuantDotKernels& dq = QuantDot();
   const int64_t row_bytes = QuantRowBytes(w.quant, w.in), be = QuantBlockElems(w.quant);
   const char* base = static_cast<const char*>(w.data) + k0 / be * QuantBlockBytes(w.quant);
   for (int64_t p = 0; p * 16 < nc; ++p) {
     const int r = static_cast<int>(std::min<int64_t>(16, nc - p * 16));
-    for (int j = 0; j < r; ++j) DequantizeRow(w.quant, base + (o0 + p * 16 + j) * row_bytes, rows + j * kc, kc);
+    for (int j = 0; j < r; ++j) dq.dequantize(w.quant, base + (o0 + p * 16 + j) * row_bytes, rows + j * kc, kc);
     simd.pack_panel16(DType::kF32, rows, kc, r, kc, bp + p * kc * 16);
   }
 }

@@ -17,8 +17,9 @@ constexpr int64_t kItemsPerThread = 8;
 // Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
 // enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
 constexpr int64_t kChunkBytes = 32 * 1024;
-// The largest quantized activations: 3 tokens (Linear's row-dot calls) at kMaxQuantRowDotIn features
-// in 32-blocks (the larger form; 256-blocks take 292 bytes per 256 values).
+// Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
+// larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
+// row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls go in groups of tokens.
 constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * int64_t(sizeof(ActBlock32));
 
 }  // namespace
@@ -41,7 +42,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   const char* base = static_cast<const char*>(w.data);
   for (int64_t t0 = 0; t0 < n; t0 += group) {
     const int64_t g = std::min(group, n - t0);
-    for (int64_t i = 0; i < g; ++i) QuantizeActivations(t, x + (t0 + i) * x_stride, w.in, xq + i * act_bytes);
+    for (int64_t i = 0; i < g; ++i) k.quantize_act(t, x + (t0 + i) * x_stride, w.in, xq + i * act_bytes);
     auto run = [&](int64_t item, int) {
       const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
       for (int64_t o = item * rows_per_item; o < o1; o += chunk) {

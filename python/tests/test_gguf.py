@@ -1,0 +1,266 @@
+"""Tessera's GGUF reader and writer against independent implementations: the `gguf` package
+(llama.cpp's gguf-py, from PyPI) writes files ours must read value for value and byte for byte, and
+reads the files ours writes; where the peers venv is installed (bench/setup_peers.sh), llama.cpp's
+own C parser (libggml-base's gguf_init_from_file) loads our files too."""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+import numpy as np
+import pytest
+
+gguf = pytest.importorskip("gguf", reason="the gguf package (python/requirements.txt) is not installed")
+import tessera.gguf as tg  # noqa: E402
+
+T = gguf.GGUFValueType
+Q = gguf.GGMLQuantizationType
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# (key, gguf-py type, our type name, value); values chosen at the ends of each type's range.
+SCALARS = [
+    ("s.u8", T.UINT8, "u8", 255),
+    ("s.i8", T.INT8, "i8", -128),
+    ("s.u16", T.UINT16, "u16", 65535),
+    ("s.i16", T.INT16, "i16", -32768),
+    ("s.u32", T.UINT32, "u32", 4294967295),
+    ("s.i32", T.INT32, "i32", -2147483648),
+    ("s.u64", T.UINT64, "u64", 18446744073709551615),
+    ("s.i64", T.INT64, "i64", -9223372036854775808),
+    ("s.f32", T.FLOAT32, "f32", float(np.float32(0.1))),
+    ("s.f64", T.FLOAT64, "f64", 0.1),
+    ("s.bool", T.BOOL, "bool", True),
+    ("s.string", T.STRING, "string", "\u2581Hello \u4e16\u754c"),
+]
+ARRAYS = [
+    ("a.u8", T.UINT8, [0, 1, 255]),
+    ("a.i8", T.INT8, [-128, 127]),
+    ("a.u16", T.UINT16, [65535]),
+    ("a.i16", T.INT16, [-1, 2]),
+    ("a.u32", T.UINT32, [4294967295, 0]),
+    ("a.i32", T.INT32, [-5, 6, 7]),
+    ("a.u64", T.UINT64, [18446744073709551615]),
+    ("a.i64", T.INT64, [-9223372036854775808, 1]),
+    ("a.f32", T.FLOAT32, [1.5, -0.25]),
+    ("a.f64", T.FLOAT64, [1e300, -2.5]),
+    ("a.bool", T.BOOL, [True, False, True]),
+    ("a.string", T.STRING, ["<pad>", "", "\u2581the", "<unused99>"]),
+]
+OUR_NAME = {T.UINT8: "u8", T.INT8: "i8", T.UINT16: "u16", T.INT16: "i16", T.UINT32: "u32", T.INT32: "i32",
+            T.UINT64: "u64", T.INT64: "i64", T.FLOAT32: "f32", T.FLOAT64: "f64", T.BOOL: "bool", T.STRING: "string"}
+BLOCK = {Q.Q4_0: (32, 18), Q.Q5_0: (32, 22), Q.Q8_0: (32, 34), Q.Q4_K: (256, 144), Q.Q5_K: (256, 176),
+         Q.Q6_K: (256, 210)}
+
+
+def _rng():
+    return np.random.default_rng(20)
+
+
+def _quantized(qtype, shape, rng):
+    """Blocks for a [rows, cols] tensor: gguf-py's own quantizer where it has one, random bytes otherwise."""
+    rows, cols = shape
+    if qtype in (Q.Q4_0, Q.Q5_0, Q.Q8_0):
+        return gguf.quants.quantize(rng.standard_normal(shape).astype(np.float32), qtype)
+    elems, nbytes = BLOCK[qtype]
+    return rng.integers(0, 256, size=(rows, cols // elems * nbytes), dtype=np.uint8)
+
+
+def _tensors(rng):
+    """[(name, shape outermost first, ggml type name, gguf-py type or None, array as gguf-py takes it)]."""
+    out = [
+        ("f32", (3, 5), "f32", None, rng.standard_normal((3, 5)).astype(np.float32)),
+        ("f16", (2, 4), "f16", None, rng.standard_normal((2, 4)).astype(np.float16)),
+        ("bf16", (2, 8), "bf16", Q.BF16, rng.integers(0, 65536, size=(2, 8), dtype=np.uint16)),
+        ("vec", (7,), "f32", None, rng.standard_normal(7).astype(np.float32)),
+    ]
+    for name, q, shape in [("q4_0", Q.Q4_0, (2, 64)), ("q5_0", Q.Q5_0, (3, 32)), ("q8_0", Q.Q8_0, (4, 96)),
+                           ("q4_K", Q.Q4_K, (2, 256)), ("q5_K", Q.Q5_K, (1, 512)), ("q6_K", Q.Q6_K, (3, 256))]:
+        out.append((name, shape, name, q, _quantized(q, shape, rng)))
+    return out
+
+
+def _write_with_gguf_py(path, tensors, alignment=None):
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    if alignment is not None:
+        w.add_custom_alignment(alignment)
+    for key, vtype, _, value in SCALARS:
+        w.add_key_value(key, value, vtype)
+    for key, vtype, value in ARRAYS:
+        w.add_key_value(key, value, T.ARRAY, sub_type=vtype)
+    for name, _, _, qtype, arr in tensors:
+        if qtype is None:
+            w.add_tensor(name, arr)
+        else:
+            w.add_tensor(name, arr, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.mark.parametrize("alignment", [None, 64])
+def test_files_written_by_gguf_py_read_the_same(tmp_path, alignment):
+    tensors = _tensors(_rng())
+    path = tmp_path / "py.gguf"
+    _write_with_gguf_py(path, tensors, alignment)
+    c = tg.read(path)
+    assert c.version == 3
+    assert c.alignment == (alignment or 32)
+    assert c.metadata["general.architecture"] == "gemma3"
+    for key, _, ours, value in SCALARS:
+        assert c.types[key] == ours, key
+        assert c.metadata[key] == value, key
+    for key, vtype, value in ARRAYS:
+        assert c.types[key] == f"array[{OUR_NAME[vtype]}]", key
+        assert c.metadata[key] == value, key
+    assert [t.name for t in c.tensors] == [t[0] for t in tensors]
+    for (name, shape, type_name, _, arr), t in zip(tensors, c.tensors):
+        assert t.shape == shape, name
+        assert t.type == type_name, name
+        assert t.data == np.ascontiguousarray(arr).tobytes(), name
+    # and the reader's own view of the same file agrees on every offset
+    ref = gguf.GGUFReader(str(path))
+    for rt, t in zip(ref.tensors, c.tensors):
+        assert rt.name == t.name and bytes(rt.data.tobytes()) == t.data
+
+
+def _write_with_ours(path, tensors, alignment=32):
+    meta = [("general.architecture", "string", "gemma3")]
+    meta += [(key, ours, value) for key, _, ours, value in SCALARS]
+    meta += [(key, f"array[{OUR_NAME[vtype]}]", value) for key, vtype, value in ARRAYS]
+    tg.write(path, meta, [(name, shape, type_name, arr) for name, shape, type_name, _, arr in tensors],
+             alignment=alignment)
+
+
+@pytest.mark.parametrize("alignment", [32, 128])
+def test_files_written_by_ours_read_by_gguf_py(tmp_path, alignment):
+    tensors = _tensors(_rng())
+    path = tmp_path / "ours.gguf"
+    _write_with_ours(path, tensors, alignment)
+    r = gguf.GGUFReader(str(path))
+    assert r.alignment == alignment
+    fields = r.fields
+    assert fields["general.architecture"].contents() == "gemma3"
+    for key, vtype, _, value in SCALARS:
+        assert fields[key].types == [vtype], key
+        got = fields[key].contents()
+        assert (got == value) if vtype != T.FLOAT32 else np.float32(got) == np.float32(value), key
+    for key, vtype, value in ARRAYS:
+        assert fields[key].types == [T.ARRAY, vtype], key
+        assert fields[key].contents() == value, key
+    if alignment != 32:
+        assert fields["general.alignment"].contents() == alignment
+    assert [t.name for t in r.tensors] == [t[0] for t in tensors]
+    for (name, shape, type_name, qtype, arr), t in zip(tensors, r.tensors):
+        assert list(reversed(t.shape.tolist())) == list(shape), name  # gguf-py lists ne[] innermost first
+        expect_type = qtype if qtype is not None else {"f32": Q.F32, "f16": Q.F16}[type_name]
+        assert t.tensor_type == expect_type, name
+        assert t.data.tobytes() == np.ascontiguousarray(arr).tobytes(), name
+        assert t.data_offset % alignment == 0, name
+    if any(t[3] in (Q.Q4_0, Q.Q5_0, Q.Q8_0) for t in tensors):  # and the blocks decode as gguf-py decodes them
+        t = next(t for t in r.tensors if t.name == "q8_0")
+        ours = tg.read(path).tensor("q8_0")
+        np.testing.assert_array_equal(gguf.quants.dequantize(t.data, Q.Q8_0),
+                                      gguf.quants.dequantize(np.frombuffer(ours.data, np.uint8).reshape(4, -1), Q.Q8_0))
+
+
+def _libggml_base():
+    libs = glob.glob(os.path.join(REPO, "bench/.peers/venv/lib/python3*/site-packages/llama_cpp/lib/libggml-base.so"))
+    return libs[0] if libs else None
+
+
+@pytest.mark.skipif(_libggml_base() is None,
+                    reason="llama.cpp's libggml-base (bench/.peers, installed by bench/setup_peers.sh) is absent")
+def test_llama_cpp_parser_loads_our_files(tmp_path):
+    lib = ctypes.CDLL(_libggml_base())
+
+    class Params(ctypes.Structure):
+        _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.POINTER(ctypes.c_void_p))]
+
+    lib.gguf_init_from_file.restype = ctypes.c_void_p
+    lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, Params]
+    for fn, res in [("gguf_get_n_kv", ctypes.c_int64), ("gguf_get_n_tensors", ctypes.c_int64),
+                    ("gguf_get_alignment", ctypes.c_size_t), ("gguf_get_data_offset", ctypes.c_size_t),
+                    ("gguf_get_version", ctypes.c_uint32)]:
+        getattr(lib, fn).restype = res
+        getattr(lib, fn).argtypes = [ctypes.c_void_p]
+    for fn, res in [("gguf_get_key", ctypes.c_char_p), ("gguf_get_kv_type", ctypes.c_int),
+                    ("gguf_get_tensor_name", ctypes.c_char_p), ("gguf_get_tensor_offset", ctypes.c_size_t),
+                    ("gguf_get_tensor_type", ctypes.c_int), ("gguf_get_tensor_size", ctypes.c_size_t),
+                    ("gguf_get_arr_n", ctypes.c_size_t), ("gguf_get_val_u64", ctypes.c_uint64),
+                    ("gguf_get_val_str", ctypes.c_char_p)]:
+        getattr(lib, fn).restype = res
+        getattr(lib, fn).argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    lib.gguf_free.argtypes = [ctypes.c_void_p]
+    lib.ggml_free.argtypes = [ctypes.c_void_p]
+
+    for alignment in (32, 256):
+        tensors = _tensors(_rng())
+        path = tmp_path / f"ours{alignment}.gguf"
+        _write_with_ours(path, tensors, alignment)
+        ggml_ctx = ctypes.c_void_p()
+        # no_alloc=False: llama.cpp also reads every tensor's data into a ggml context
+        ctx = lib.gguf_init_from_file(str(path).encode(), Params(False, ctypes.pointer(ggml_ctx)))
+        assert ctx, "llama.cpp's gguf_init_from_file refused our file"
+        try:
+            assert lib.gguf_get_version(ctx) == 3
+            assert lib.gguf_get_alignment(ctx) == alignment
+            n_kv = lib.gguf_get_n_kv(ctx)
+            keys = [lib.gguf_get_key(ctx, i).decode() for i in range(n_kv)]
+            ours = tg.read(path)
+            assert keys == list(ours.metadata)
+            i = keys.index("s.u64")
+            assert lib.gguf_get_val_u64(ctx, i) == 18446744073709551615
+            assert lib.gguf_get_arr_n(ctx, keys.index("a.string")) == 4
+            assert lib.gguf_get_val_str(ctx, keys.index("s.string")).decode() == "\u2581Hello \u4e16\u754c"
+            data_offset = lib.gguf_get_data_offset(ctx)
+            raw = path.read_bytes()
+            assert lib.gguf_get_n_tensors(ctx) == len(tensors)
+            for j, (name, shape, type_name, _, arr) in enumerate(tensors):
+                assert lib.gguf_get_tensor_name(ctx, j).decode() == name
+                assert lib.gguf_get_tensor_type(ctx, j) == [k for k, v in tg.GGML_TYPE_NAMES.items() if v == type_name][0]
+                size = lib.gguf_get_tensor_size(ctx, j)
+                off = data_offset + lib.gguf_get_tensor_offset(ctx, j)
+                assert raw[off:off + size] == np.ascontiguousarray(arr).tobytes(), name
+        finally:
+            lib.gguf_free(ctx)
+            lib.ggml_free(ggml_ctx)
+
+
+def test_bad_files_raise_value_error_naming_the_file(tmp_path):
+    tensors = _tensors(_rng())
+    path = tmp_path / "good.gguf"
+    _write_with_ours(path, tensors)
+    raw = path.read_bytes()
+    bad = tmp_path / "cut.gguf"
+    for n in (0, 3, 20, 100, len(raw) // 2, len(raw) - 40):
+        bad.write_bytes(raw[:n])
+        with pytest.raises(ValueError, match="cut.gguf"):
+            tg.read(bad)
+    bad.write_bytes(b"GGUF" + (3).to_bytes(4, "big") + bytes(16))
+    with pytest.raises(ValueError, match="big-endian"):
+        tg.read(bad)
+    # a tensor type Tessera does not run: gguf-py writes q4_1 blocks happily
+    w = gguf.GGUFWriter(str(bad), "gemma3")
+    w.add_tensor("blk.0.w", np.zeros((2, 40), np.uint8), raw_dtype=Q.Q4_1)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    with pytest.raises(ValueError, match=r"tensor 'blk.0.w' has ggml type q4_1"):
+        tg.read(bad)
+    with pytest.raises(ValueError, match="no/such.gguf"):
+        tg.read(tmp_path / "no/such.gguf")
+
+
+def test_writer_errors_raise_and_leave_no_file(tmp_path):
+    out = tmp_path / "out.gguf"
+    with pytest.raises(ValueError, match="value 300 does not fit u8"):
+        tg.write(out, [("k", "u8", 300)], [])
+    with pytest.raises(ValueError, match="unknown type 'u128'"):
+        tg.write(out, [("k", "u128", 1)], [])
+    with pytest.raises(ValueError, match="needs 68 bytes of data, got 67"):
+        tg.write(out, [], [("w", (2, 32), "q8_0", bytes(67))])
+    with pytest.raises(ValueError, match="rows of 48 values, not a multiple of its block of 32"):
+        tg.write(out, [], [("w", (2, 48), "q8_0", bytes(1))])
+    with pytest.raises(ValueError, match="unknown type 'q4_1'"):
+        tg.write(out, [], [("w", (32,), "q4_1", bytes(20))])
+    assert os.listdir(tmp_path) == []
