@@ -366,7 +366,7 @@ Status TokenIds(const io::GgufFile& f, Json& j) {
 }
 
 // HF config field -> the GGUF key it came from (for messages of ParseModelConfig); longer field
-// names first so that a message naming "num_key_value_heads" is not matched by a shorter field.
+// names first, so that at one position the longer name wins.
 std::vector<std::pair<std::string, std::string>> FieldKeys(const std::string& a) {
   return {{"vocab_size_per_layer_input", "per_layer_token_embd.weight"},
           {"hidden_size_per_layer_input", a + ".embedding_length_per_layer_input"},
@@ -430,12 +430,15 @@ StatusOr<GgufModelConfig> Translate(const io::GgufFile& f) {
 
   StatusOr<ModelConfig> parsed = ParseModelConfig(j.dump());
   if (!parsed.ok()) {
+    // The field the message names first is the one at fault (longest match at that position).
     std::string msg = parsed.status().message();
-    for (const auto& [field, key] : FieldKeys(a))
-      if (msg.find(field) != std::string::npos) {
-        msg += " (from " + key + ")";
-        break;
-      }
+    size_t best = std::string::npos;
+    std::string from;
+    for (const auto& [field, key] : FieldKeys(a)) {
+      const size_t at = msg.find(field);
+      if (at != std::string::npos && (best == std::string::npos || at < best)) best = at, from = key;
+    }
+    if (!from.empty()) msg += " (from " + from + ")";
     return Status(parsed.status().code(), "GGUF '" + f.path() + "': " + msg);
   }
   out.config = std::move(parsed.value());
