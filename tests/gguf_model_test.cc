@@ -56,8 +56,7 @@ void AddF32(GgufWriter* w, const Spec& s, const std::string& name, std::vector<i
   w->AddTensor(name, shape, DType::kF32, Random(name, n));
 }
 
-std::string Write(const TempDir& dir, const Spec& s, const std::string& file = "m.gguf") {
-  GgufWriter w;
+void WriteMetadata(GgufWriter& w, const Spec& s) {
   const std::string a = s.gemma4 ? "gemma4" : "gemma3";
   w.SetString("general.architecture", a);
   w.SetU32(a + ".block_count", static_cast<uint32_t>(s.L));
@@ -91,6 +90,11 @@ std::string Write(const TempDir& dir, const Spec& s, const std::string& file = "
     w.SetString(a + ".rope.scaling.type", "linear");
     w.SetF32(a + ".rope.scaling.factor", 8.0f);
   }
+}
+
+std::string Write(const TempDir& dir, const Spec& s, const std::string& file = "m.gguf") {
+  GgufWriter w;
+  WriteMetadata(w, s);
   if (s.edit) s.edit(&w);
   const int64_t H = s.H;
   AddF32(&w, s, "token_embd.weight", {s.vocab, H});

@@ -260,11 +260,42 @@ Status Gemma3Fields(const Meta& m, const Common& c, Json& j, GgufModelConfig* ou
   return Status::Ok();
 }
 
+// Gemma 4 RoPE: default on sliding layers, proportional on full ones (rotated pairs from
+// rope_freqs); both rotate their whole head as far as the dimension counts say.
+Status Gemma4Rope(const Meta& m, int64_t full_hd, int64_t swa_hd, Json& j, GgufModelConfig* out) {
+  std::optional<int64_t> rot, rot_swa;
+  TESSERA_RETURN_IF_ERROR(Assign(&rot, m.OptInt("rope.dimension_count")));
+  TESSERA_RETURN_IF_ERROR(Assign(&rot_swa, m.OptInt("rope.dimension_count_swa")));
+  if (rot && *rot != full_hd)
+    return m.Refused(m.Key("rope.dimension_count") + " = " + std::to_string(*rot) +
+                     " differs from key_length (Gemma 4 marks unrotated pairs in rope_freqs instead)");
+  if (rot_swa && *rot_swa != swa_hd)
+    return m.Refused(m.Key("rope.dimension_count_swa") + " = " + std::to_string(*rot_swa) +
+                     ": partial rotation on sliding layers is not supported");
+  int64_t pairs = 0;
+  TESSERA_RETURN_IF_ERROR(Assign(&pairs, RotatedPairs(m, full_hd, out)));
+  // partial_rotary_factor p such that floor(p * D / 2) = pairs, as transformers counts them.
+  const double p = pairs * 2 == full_hd ? 1.0 : (2.0 * pairs + 1.0) / static_cast<double>(full_hd);
+  std::optional<double> base, base_swa, scale;
+  TESSERA_RETURN_IF_ERROR(Assign(&base, m.OptFloat("rope.freq_base")));
+  TESSERA_RETURN_IF_ERROR(Assign(&base_swa, m.OptFloat("rope.freq_base_swa")));
+  double factor = 1.0;
+  TESSERA_RETURN_IF_ERROR(Assign(&factor, RopeFactor(m)));
+  Json full = RopeEntry("proportional", base.value_or(10000.0));
+  full["partial_rotary_factor"] = p;
+  full["factor"] = factor;
+  j["rope_parameters"] = {{"full_attention", full}, {"sliding_attention", RopeEntry("default", base_swa.value_or(10000.0))}};
+  TESSERA_RETURN_IF_ERROR(Assign(&scale, m.OptFloat("attention.scale")));
+  if (scale && *scale != 1.0)
+    return m.Refused(m.Key("attention.scale") + " = " + std::to_string(*scale) + ": Gemma 4 attends with scale 1");
+  return Status::Ok();
+}
+
 // Gemma 4: per-layer head geometry (sliding vs full), KV sharing, the double-wide MLP, PLE, and
 // V = K on full layers stored without attn_v (attention_k_eq_v).
 Status Gemma4Fields(const Meta& m, const Common& c, Json& j, GgufModelConfig* out) {
   const io::GgufFile& f = m.file();
-  std::optional<int64_t> swa_kl, swa_vl, shared, rot, rot_swa;
+  std::optional<int64_t> swa_kl, swa_vl, shared;
   TESSERA_RETURN_IF_ERROR(Assign(&swa_kl, m.OptInt("attention.key_length_swa")));
   TESSERA_RETURN_IF_ERROR(Assign(&swa_vl, m.OptInt("attention.value_length_swa")));
   const int64_t swa_hd = swa_kl.value_or(c.head_dim);
@@ -303,31 +334,7 @@ Status Gemma4Fields(const Meta& m, const Common& c, Json& j, GgufModelConfig* ou
   j["per_layer_config"] = plc;
   j["attention_k_eq_v"] = any_k_eq_v;
 
-  TESSERA_RETURN_IF_ERROR(Assign(&rot, m.OptInt("rope.dimension_count")));
-  TESSERA_RETURN_IF_ERROR(Assign(&rot_swa, m.OptInt("rope.dimension_count_swa")));
-  if (rot && *rot != c.head_dim)
-    return m.Refused(m.Key("rope.dimension_count") + " = " + std::to_string(*rot) +
-                     " differs from key_length (Gemma 4 marks unrotated pairs in rope_freqs instead)");
-  if (rot_swa && *rot_swa != swa_hd)
-    return m.Refused(m.Key("rope.dimension_count_swa") + " = " + std::to_string(*rot_swa) +
-                     ": partial rotation on sliding layers is not supported");
-  int64_t pairs = 0;
-  TESSERA_RETURN_IF_ERROR(Assign(&pairs, RotatedPairs(m, c.head_dim, out)));
-  // partial_rotary_factor p such that floor(p * D / 2) = pairs, as transformers counts them.
-  const double p = pairs * 2 == c.head_dim ? 1.0 : (2.0 * pairs + 1.0) / static_cast<double>(c.head_dim);
-  std::optional<double> base, base_swa, scale;
-  TESSERA_RETURN_IF_ERROR(Assign(&base, m.OptFloat("rope.freq_base")));
-  TESSERA_RETURN_IF_ERROR(Assign(&base_swa, m.OptFloat("rope.freq_base_swa")));
-  double factor = 1.0;
-  TESSERA_RETURN_IF_ERROR(Assign(&factor, RopeFactor(m)));
-  Json full = RopeEntry("proportional", base.value_or(10000.0));
-  full["partial_rotary_factor"] = p;
-  full["factor"] = factor;
-  j["rope_parameters"] = {{"full_attention", full}, {"sliding_attention", RopeEntry("default", base_swa.value_or(10000.0))}};
-  TESSERA_RETURN_IF_ERROR(Assign(&scale, m.OptFloat("attention.scale")));
-  if (scale && *scale != 1.0)
-    return m.Refused(m.Key("attention.scale") + " = " + std::to_string(*scale) + ": Gemma 4 attends with scale 1");
-
+  TESSERA_RETURN_IF_ERROR(Gemma4Rope(m, c.head_dim, swa_hd, j, out));
   int64_t ple = 0;
   TESSERA_RETURN_IF_ERROR(Assign(&ple, m.Int("embedding_length_per_layer_input")));
   j["hidden_size_per_layer_input"] = ple;
