@@ -280,7 +280,7 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   ThreadPool pool(2);
   for (QuantType t : kTypes) {
     const int64_t be = QuantBlockElems(t);
-    for (int64_t blocks : {1, 2, 3, 7, 12}) {
+    for (int64_t blocks : {1, 2, 3, 7, 12, 16, 37}) {
       for (int64_t out : {1, 5, 17, 40}) {
         const int64_t n = 1 + (rng() % 3), in = blocks * be;
         SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
