@@ -106,6 +106,23 @@ void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
     }
 }
 
+bool ParseArgs(int argc, char** argv, int* threads, int* reps, std::string* section) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads") {
+      *threads = std::atoi(argv[i + 1]);
+    } else if (a == "--reps") {
+      *reps = std::atoi(argv[i + 1]);
+    } else if (a == "--section") {
+      *section = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,19 +131,7 @@ int main(int argc, char** argv) {
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
   std::string section = "all";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--threads") {
-      threads = std::atoi(argv[i + 1]);
-    } else if (a == "--reps") {
-      reps = std::atoi(argv[i + 1]);
-    } else if (a == "--section") {
-      section = argv[i + 1];
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  if (!ParseArgs(argc, argv, &threads, &reps, &section)) return 2;
   const double bw1 = bench::ReadBandwidthGBs(1), bwn = bench::ReadBandwidthGBs(threads);
   const double peak = bench::FmaPeakGflops(threads), dot_peak = bench::Bf16DotPeakGflops(threads);
   std::printf("roofline: read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); f32 FMA peak %.1f GFLOP/s; "
