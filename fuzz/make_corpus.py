@@ -156,22 +156,6 @@ def images():
     put("image_decode", "exif6.png", enc(rgb, "PNG", exif=exif.tobytes()))
 
 
-def quant():
-    # Byte 0 picks the type (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k); the rest is two blocks of it.
-    rng = np.random.default_rng(0)
-    block_bytes = (18, 22, 34, 144, 176, 210)
-    scale_at = (0, 0, 0, 0, 0, 208)
-    for k, bb in enumerate(block_bytes):
-        blocks = rng.integers(0, 256, 2 * bb, dtype=np.uint8)
-        for b in range(2):
-            blocks[b * bb + scale_at[k]:b * bb + scale_at[k] + 2] = np.array([0x3c00], np.uint16).view(np.uint8)
-        put("quant", f"blocks{k}", bytes([k]) + blocks.tobytes())
-        bad = blocks.copy()
-        bad[bb + scale_at[k]:bb + scale_at[k] + 2] = np.array([0x7c00], np.uint16).view(np.uint8)
-        put("quant", f"inf_scale{k}", bytes([k]) + bad.tobytes())
-        put("quant", f"floats{k}", bytes([k]) + rng.standard_normal(512).astype("<f4").tobytes())
-
-
 def gguf_bytes(kvs, tensors, version=3, alignment=32, pad=True):
     """A GGUF image written field by field (little-endian). kvs: [(key, type id, packed value bytes)];
     tensors: [(name, ne innermost first, ggml type id, data bytes)], laid out packed at `alignment`."""
@@ -246,6 +230,72 @@ def gguf():
     put("gguf", "big_endian.gguf", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
 
 
+def gguf_model():
+    """Gemma 3 / Gemma 4 metadata as llama.cpp's converter writes it, with a tiny token_embd (the
+    config reads only its shape) and Gemma 4's rope_freqs; tokenizer keys for ReadGgufVocab."""
+    def s(x):
+        x = x.encode()
+        return struct.pack("<Q", len(x)) + x
+
+    def u32(v):
+        return 4, struct.pack("<I", v)
+
+    def f32(v):
+        return 6, struct.pack("<f", v)
+
+    def arr(t, fmt, values):
+        return 9, struct.pack("<IQ", t, len(values)) + b"".join(struct.pack("<" + fmt, v) for v in values)
+
+    def kv(items):
+        return [(k, t, v) for k, (t, v) in items]
+
+    tok = [("tokenizer.ggml.model", (8, s("llama"))),
+           ("tokenizer.ggml.tokens", (9, struct.pack("<IQ", 8, 4) + s("<pad>") + s("<eos>") + s("<bos>") + s("a"))),
+           ("tokenizer.ggml.scores", arr(6, "f", [0.0, 0.0, 0.0, -1.0])),
+           ("tokenizer.ggml.bos_token_id", u32(2)), ("tokenizer.ggml.eos_token_id", u32(1))]
+    embd = ("token_embd.weight", [8, 4], 0, np.arange(32, dtype="<f4").tobytes())
+    g3 = [("general.architecture", (8, s("gemma3"))), ("gemma3.block_count", u32(7)),
+          ("gemma3.context_length", u32(4096)), ("gemma3.embedding_length", u32(8)),
+          ("gemma3.feed_forward_length", u32(16)), ("gemma3.attention.head_count", u32(2)),
+          ("gemma3.attention.head_count_kv", u32(1)), ("gemma3.attention.key_length", u32(4)),
+          ("gemma3.attention.value_length", u32(4)), ("gemma3.attention.layer_norm_rms_epsilon", f32(1e-6)),
+          ("gemma3.rope.freq_base", f32(1e6)), ("gemma3.rope.freq_base_swa", f32(1e4)),
+          ("gemma3.rope.scaling.type", (8, s("linear"))), ("gemma3.rope.scaling.factor", f32(8.0)),
+          ("gemma3.attention.sliding_window", u32(4)), ("gemma3.final_logit_softcapping", f32(30.0))]
+    put("gguf_model", "gemma3.gguf", gguf_bytes(kv(g3 + tok), [embd]))
+    g4 = [("general.architecture", (8, s("gemma4"))), ("gemma4.block_count", u32(4)),
+          ("gemma4.context_length", u32(4096)), ("gemma4.embedding_length", u32(8)),
+          ("gemma4.feed_forward_length", arr(5, "i", [16, 16, 32, 32])), ("gemma4.attention.head_count", u32(2)),
+          ("gemma4.attention.head_count_kv", arr(5, "i", [1, 2, 1, 2])), ("gemma4.attention.key_length", u32(8)),
+          ("gemma4.attention.value_length", u32(8)), ("gemma4.attention.key_length_swa", u32(4)),
+          ("gemma4.attention.value_length_swa", u32(4)), ("gemma4.attention.layer_norm_rms_epsilon", f32(1e-6)),
+          ("gemma4.rope.freq_base", f32(1e6)), ("gemma4.rope.freq_base_swa", f32(1e4)),
+          ("gemma4.attention.sliding_window", u32(4)), ("gemma4.attention.shared_kv_layers", u32(2)),
+          ("gemma4.attention.sliding_window_pattern", arr(7, "B", [1, 0, 1, 0])),
+          ("gemma4.embedding_length_per_layer_input", u32(2)), ("gemma4.rope.dimension_count", u32(8))]
+    freqs = ("rope_freqs.weight", [4], 0, np.array([1, 1e30, 1e30, 1e30], dtype="<f4").tobytes())
+    ple = ("per_layer_token_embd.weight", [8, 8], 0, np.zeros(64, dtype="<f4").tobytes())
+    put("gguf_model", "gemma4.gguf", gguf_bytes(kv(g4 + tok), [embd, freqs, ple]))
+    put("gguf_model", "clip.gguf", gguf_bytes([("general.architecture", 8, s("clip"))], []))
+    put("gguf_model", "wrong_type.gguf", gguf_bytes(kv(g3[:1] + [("gemma3.block_count", (8, s("7")))] + g3[2:]), [embd]))
+
+
+def quant():
+    # Byte 0 picks the type (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k); the rest is two blocks of it.
+    rng = np.random.default_rng(0)
+    block_bytes = (18, 22, 34, 144, 176, 210)
+    scale_at = (0, 0, 0, 0, 0, 208)
+    for k, bb in enumerate(block_bytes):
+        blocks = rng.integers(0, 256, 2 * bb, dtype=np.uint8)
+        for b in range(2):
+            blocks[b * bb + scale_at[k]:b * bb + scale_at[k] + 2] = np.array([0x3c00], np.uint16).view(np.uint8)
+        put("quant", f"blocks{k}", bytes([k]) + blocks.tobytes())
+        bad = blocks.copy()
+        bad[bb + scale_at[k]:bb + scale_at[k] + 2] = np.array([0x7c00], np.uint16).view(np.uint8)
+        put("quant", f"inf_scale{k}", bytes([k]) + bad.tobytes())
+        put("quant", f"floats{k}", bytes([k]) + rng.standard_normal(512).astype("<f4").tobytes())
+
+
 if __name__ == "__main__":
     quant()
     npy()
@@ -254,4 +304,5 @@ if __name__ == "__main__":
     configs()
     images()
     gguf()
+    gguf_model()
     sys.exit(0)

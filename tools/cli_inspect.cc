@@ -10,7 +10,7 @@ namespace tessera::cli {
 int InspectCommand(int argc, char** argv) {
   StatusOr<Args> parsed = Args::Parse(argc, argv, {"model", "max-chunk"}, {});
   if (!parsed.ok() || !parsed.value().Has("model")) {
-    std::fprintf(stderr, "tessera inspect: %s\n", parsed.ok() ? "--model DIR is required" : parsed.status().message().c_str());
+    std::fprintf(stderr, "tessera inspect: %s\n", parsed.ok() ? "--model DIR (or FILE.gguf) is required" : parsed.status().message().c_str());
     return 1;
   }
   StatusOr<int64_t> chunk = parsed.value().Int("max-chunk", 256);
@@ -26,6 +26,8 @@ int InspectCommand(int argc, char** argv) {
   std::printf("%s: vocab %lld, hidden %lld, %lld query heads, %zu layers%s\n", a.model_type.c_str(), (long long)a.vocab,
               (long long)a.hidden, (long long)a.q_heads, a.layers.size(),
               a.ple_dim ? (", per-layer embeddings " + std::to_string(a.ple_dim)).c_str() : "");
+  std::printf("attention scale %.9g, final logit soft cap %g\n", a.attention_scale, a.final_softcap);
+  for (const std::string& note : a.inferred) std::printf("inferred: %s\n", note.c_str());
   std::printf("layer  kind     kv_heads  head_dim  window  v_proj  kv        rotary_pairs  mask\n");
   for (size_t l = 0; l < a.layers.size(); ++l) {
     const LayerInfo& la = a.layers[l];

@@ -2,8 +2,9 @@
 // embeddings), stream the generated tokens, then report prefill and decode speed.
 #include <algorithm>
 #include <chrono>
-#include <optional>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "cli.h"
@@ -78,7 +79,7 @@ Status ReadImageInputs(const Args& a, int64_t hidden, Prompt* prompt, io::NpyArr
 // --image files: decoded, processed and encoded by the checkpoint's vision path, then laid out in
 // the prompt (each image marker takes one image; without markers they go first). The image rows
 // are kept in *features, which the prompt points into.
-Status ReadImages(const Args& a, const Model& m, const tokenizer::SentencePieceTokenizer* tok,
+Status ReadImages(const Args& a, const Model& m, const tokenizer::Tokenizer* tok,
                   ops::MatmulPrecision precision, Prompt* prompt, ImageFeatures* features) {
   const std::vector<std::string> files = a.GetAll("image");
   if (files.empty()) return Status::Ok();
@@ -109,25 +110,47 @@ Status ReadImages(const Args& a, const Model& m, const tokenizer::SentencePieceT
   return Status::Ok();
 }
 
+// Whether --model names a file (a GGUF) rather than a checkpoint directory.
+bool ModelIsFile(const Args& a) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(a.Get("model"), ec);
+}
+
+// --prompt encoded with `tok`.
+Status EncodePrompt(const Args& a, const tokenizer::Tokenizer& tok, Prompt* prompt) {
+  StatusOr<std::vector<int32_t>> ids = tok.Encode(a.Get("prompt"), /*add_bos=*/true);
+  if (!ids.ok()) return ids.status();
+  prompt->tokens = ids.value();
+  return Status::Ok();
+}
+
 // The prompt's ids: parsed from --ids, or --prompt encoded with DIR/tokenizer.model. Only a text
 // prompt reads the tokenizer (--ids runs, and prints, ids alone); it is read before the model so a
-// bad one fails before the long load.
-Status ReadPromptTokens(const Args& a, Prompt* prompt,
-                        std::unique_ptr<tokenizer::SentencePieceTokenizer>* tok) {
+// bad one fails before the long load. A GGUF's tokenizer is in the file: GgufPromptTokens, after the load.
+Status ReadPromptTokens(const Args& a, Prompt* prompt, std::unique_ptr<tokenizer::Tokenizer>* tok) {
   if (!a.Has("prompt")) {
     StatusOr<std::vector<int32_t>> ids = ParseIdList(a.Get("ids"), "--ids");
     if (!ids.ok()) return ids.status();
     prompt->tokens = ids.value();
     return Status::Ok();
   }
+  if (ModelIsFile(a)) return Status::Ok();
   const std::string tok_path = a.Get("model") + "/tokenizer.model";
   StatusOr<std::unique_ptr<tokenizer::SentencePieceTokenizer>> t = tokenizer::SentencePieceTokenizer::Load(tok_path);
   if (!t.ok()) return InvalidArgument(t.status().message() + " (--prompt needs it; pass --ids instead)");
   *tok = std::move(t.value());
-  StatusOr<std::vector<int32_t>> ids = (*tok)->Encode(a.Get("prompt"), /*add_bos=*/true);
-  if (!ids.ok()) return ids.status();
-  prompt->tokens = ids.value();
-  return Status::Ok();
+  return EncodePrompt(a, **tok, prompt);
+}
+
+// --prompt with a GGUF: the tokenizer built from the vocabulary the file carries.
+Status GgufPromptTokens(const Args& a, const Model& m, Prompt* prompt, std::unique_ptr<tokenizer::Tokenizer>* tok) {
+  if (!a.Has("prompt") || !ModelIsFile(a)) return Status::Ok();
+  StatusOr<tokenizer::TokenizerVocab> vocab = m.TokenizerVocab();
+  if (!vocab.ok()) return InvalidArgument(vocab.status().message() + " (--prompt needs it; pass --ids instead)");
+  StatusOr<std::unique_ptr<tokenizer::Tokenizer>> t = tokenizer::Tokenizer::FromVocab(vocab.value(), a.Get("model"));
+  if (!t.ok()) return InvalidArgument(t.status().message() + " (--prompt needs it; pass --ids instead)");
+  *tok = std::move(t.value());
+  return EncodePrompt(a, **tok, prompt);
 }
 
 }  // namespace
@@ -141,14 +164,14 @@ int RunCommand(int argc, char** argv) {
                                       kRunFlags, /*allow_positional=*/false, {"image"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
-  if (!a.Has("model")) return Fail("--model DIR is required");
+  if (!a.Has("model")) return Fail("--model DIR (or FILE.gguf) is required");
   if (a.Has("prompt") == a.Has("ids")) return Fail("give exactly one of --prompt TEXT and --ids 1,2,3");
   SessionOptions opt;
   LoadOptions load;
   GenerateOptions gen;
   if (Status st = ParseOptions(a, &opt, &load, &gen); !st.ok()) return Fail(st.message());
   Prompt prompt;
-  std::unique_ptr<tokenizer::SentencePieceTokenizer> tok;  // with --prompt only
+  std::unique_ptr<tokenizer::Tokenizer> tok;  // with --prompt only
   if (Status st = ReadPromptTokens(a, &prompt, &tok); !st.ok()) return Fail(st.message());
 
   std::fprintf(stderr, "loading %s ...\n", a.Get("model").c_str());
@@ -157,6 +180,7 @@ int RunCommand(int argc, char** argv) {
   if (!loaded.ok()) return Fail(loaded.status().message());
   const Model& m = *loaded.value();
   const ModelInfo& info = m.info();
+  if (Status st = GgufPromptTokens(a, m, &prompt, &tok); !st.ok()) return Fail(st.message());
   std::fprintf(stderr, "loaded %s: %zu layers, hidden %lld, vocab %lld in %.2f s (%s)\n", info.model_type.c_str(),
                info.layers.size(), static_cast<long long>(info.hidden), static_cast<long long>(info.vocab),
                Seconds(t_load, Clock::now()), info.repacked ? "weights repacked for the GEMM" : "weights read as stored");

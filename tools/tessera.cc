@@ -25,7 +25,7 @@ const Command kCommands[] = {
      "      multimodal generation with the embedded Gemma-4-unified model from an image file (default:\n"
      "      the model's astronaut.jpg), in the unified, bias and split modes\n"},
     {"run", tessera::cli::RunCommand, &tessera::cli::kRunFlags,
-     " --model DIR (--ids 1,2,3 | --prompt TEXT) [--image FILE ...] [--image-tokens N]\n"
+     " --model DIR|FILE.gguf (--ids 1,2,3 | --prompt TEXT) [--image FILE ...] [--image-tokens N]\n"
      "      [--image-embeds F.npy] [--token-types 0,1,...]\n"
      "      [--max-new-tokens N] [--mode unified|bias|split] [--temperature T] [--top-k K]\n"
      "      [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
@@ -33,12 +33,12 @@ const Command kCommands[] = {
      "      [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
      "      [--no-repack]   (read the weights as stored: faster load, slower prefill) [--no-stop]\n"
      "      --ids prints the generated ids (DIR/tokenizer.model is not read); --prompt needs\n"
-     "      DIR/tokenizer.model and prints text. --image (JPEG/PNG, repeatable) goes through the\n"
+     "      DIR/tokenizer.model (a GGUF carries its own) and prints text. --image (JPEG/PNG, repeatable) goes through the\n"
      "      checkpoint's processor and vision encoder; each image marker in the prompt (Gemma 3\n"
      "      <start_of_image>, Gemma 4 <|image|>) takes one, else they go first. --image-tokens:\n"
      "      Gemma 4 soft tokens per image (70, 140, 280, 560, 1120)\n"},
     {"inspect", tessera::cli::InspectCommand, &kNoFlags,
-     " --model DIR [--max-chunk N]\n"
+     " --model DIR|FILE.gguf [--max-chunk N]\n"
      "      layers, head geometry, mask rules, KV memory per context\n"},
     {"kv-memory", tessera::cli::KvMemoryCommand, &tessera::cli::kKvMemoryFlags,
      " [CONTEXT...] [--max-chunk N] [--per-layer]\n"

@@ -18,6 +18,7 @@
 #include "tessera/precision.h"
 #include "tessera/sampling.h"
 #include "tessera/status.h"
+#include "tessera/tokenizer_vocab.h"
 #include "tessera/thread_pool.h"
 
 namespace tessera {
@@ -97,6 +98,11 @@ struct ModelInfo {
   std::optional<int32_t> bos_token_id, pad_token_id, image_token_id, boi_token_id, eoi_token_id, video_token_id,
       audio_token_id, boa_token_id, eoa_token_id;
   bool repacked = false;  // the Linear weights were repacked at load (LoadOptions::repack_for)
+  float attention_scale = 1.0f;   // scores scale (Gemma 3: query_pre_attn_scalar^-1/2; Gemma 4: 1)
+  float final_softcap = 0.0f;     // final logit soft cap (0: none)
+  bool gguf = false;              // loaded from a GGUF file
+  // GGUF only: each value the file does not hold and how it was inferred (docs/gguf-models.md).
+  std::vector<std::string> inferred;
 };
 
 // Why a row stopped generating.
@@ -173,6 +179,9 @@ class Model {
   static StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const LoadOptions& options = {});
 
   const ModelInfo& info() const { return info_; }
+  // The vocabulary a GGUF carries (tokenizer.ggml.*), for tokenizer::Tokenizer::FromVocab; an
+  // error for a checkpoint directory (its tokenizer is tokenizer.model) or a GGUF without one.
+  StatusOr<tokenizer::TokenizerVocab> TokenizerVocab() const;
   // The pool sessions use by default (the one given in LoadOptions, or the model's own).
   ThreadPool& pool() const { return *pool_; }
 

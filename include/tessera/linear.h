@@ -18,6 +18,11 @@ namespace tessera::ops {
 // in <= this is required.
 constexpr int64_t kMaxRoundedRowDotFloats = 3 * 16384;
 
+// The most features (in) of a block-quantized weight on the row-dot path: each token's x is
+// quantized to int8 blocks on the calling thread's stack once per call (Gemma's widest
+// intermediate sizes with room to spare).
+constexpr int64_t kMaxQuantRowDotIn = 4 * 16384;
+
 // out[i] = x[i] rounded to bf16 (F32ToBf16), as an f32 value. out may alias x.
 void RoundBf16(const float* x, int64_t n, float* out);
 
@@ -44,7 +49,10 @@ struct WeightView {
 // x: [n, in] f32 with row stride x_stride; y: [n, out] f32 with row stride y_stride.
 // Picks the row-dot path for a few tokens (decode: each weight row is read once, memory-bound) and
 // the blocked GEMM (tessera/gemm.h) for more (prefill: compute-bound).
-// precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked).
+// precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked), or quantized weights.
+// Quantized weights (w.quant): a few tokens take the int8 row-dot path (x quantized per block,
+// in <= kMaxQuantRowDotIn, checked; either precision), more the GEMM on dequantized panels (at
+// precision bf16 both x and the dequantized weights rounded to bf16, see tessera/gemm.h).
 // x_pairs: optional scratch for the GEMM at precision bf16 (tessera/gemm.h: GemmScratchWords(n, in)
 // words; x rounded into it once per call instead of once per block of output columns); needed
 // for w.pairs to be used. At precision f32, w.panels (where set) serve every n.
@@ -56,7 +64,8 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
                   ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32);
 
 // Plain loops with double accumulation: the reference the tests compare Linear against (at kBf16
-// over x rounded by F32ToBf16).
+// over x rounded by F32ToBf16). Quantized weights are dequantized by DequantizeRow (tessera/quant.h):
+// the exact product of the stored weights (the row-dot path's int8 numerics: ops/quant_linear.h).
 void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                      MatmulPrecision precision = MatmulPrecision::kF32);
 

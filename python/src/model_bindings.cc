@@ -14,6 +14,7 @@
 #include "bindings.h"
 #include "tessera/engine.h"
 #include "tessera/image.h"
+#include "tessera/tokenizer.h"
 
 namespace tessera::py_bind {
 namespace {
@@ -22,6 +23,19 @@ struct PyModel {
   std::unique_ptr<Model> model;  // immutable once loaded: shared by every call
   SessionOptions options;
 };
+
+// The tokenizer a GGUF carries (Model.tokenizer for a .gguf path): encode / decode as _Tokenizer.
+struct PyVocabTokenizer {
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+};
+
+PyVocabTokenizer GgufTokenizer(const PyModel& m, const std::string& name) {
+  StatusOr<tokenizer::TokenizerVocab> vocab = m.model->TokenizerVocab();
+  ThrowIfError(vocab.status());
+  StatusOr<std::unique_ptr<tokenizer::Tokenizer>> t = tokenizer::Tokenizer::FromVocab(vocab.value(), name);
+  ThrowIfError(t.status());
+  return PyVocabTokenizer{std::move(t.value())};
+}
 
 // A flag Python sets (from any thread) to stop a running generation at its next step.
 struct PyCancel {
@@ -286,8 +300,33 @@ void BindModel(py::module_& m) {
       .def(py::init<>())
       .def("set", [](PyCancel& c) { c.flag = true; })
       .def_property_readonly("is_set", [](const PyCancel& c) { return c.flag.load(); });
+  py::class_<PyVocabTokenizer>(m, "_VocabTokenizer")
+      .def("encode", [](const PyVocabTokenizer& t, const std::string& text, bool add_bos) {
+        StatusOr<std::vector<int32_t>> ids = t.tok->Encode(text, add_bos);
+        ThrowIfError(ids.status());
+        return ids.value();
+      })
+      .def("decode", [](const PyVocabTokenizer& t, const std::vector<int32_t>& ids) {
+        StatusOr<std::string> s = t.tok->Decode(ids);
+        ThrowIfError(s.status());
+        return s.value();
+      });
   py::class_<PyModel>(m, "_Model")
       .def(py::init(&MakeModel))
+      .def_property_readonly("_is_gguf", [](const PyModel& m) { return m.model->info().gguf; })
+      .def_property_readonly("_inferred", [](const PyModel& m) { return m.model->info().inferred; })
+      .def_property_readonly("_attention_scale", [](const PyModel& m) { return m.model->info().attention_scale; })
+      .def_property_readonly("_final_softcap", [](const PyModel& m) { return m.model->info().final_softcap; })
+      .def_property_readonly("_layers", [](const PyModel& m) {
+        py::list out;
+        for (const LayerInfo& l : m.model->info().layers)
+          out.append(py::dict(py::arg("kind") = l.kind, py::arg("kv_heads") = l.kv_heads,
+                              py::arg("head_dim") = l.head_dim, py::arg("window") = l.window,
+                              py::arg("has_v_proj") = l.has_v_proj, py::arg("shared_kv") = l.shared_kv,
+                              py::arg("rotary_pairs") = l.rotary_pairs, py::arg("mask") = l.mask));
+        return out;
+      })
+      .def("_gguf_tokenizer", &GgufTokenizer)
       .def_property_readonly("vocab_size", [](const PyModel& m) { return m.model->info().vocab; })
       .def_property_readonly("hidden_size", [](const PyModel& m) { return m.model->info().hidden; })
       .def_property_readonly("repacked", [](const PyModel& m) { return m.model->info().repacked; })

@@ -1,4 +1,5 @@
-"""tessera.Model: run a Hugging Face Gemma 3 / Gemma 4 checkpoint (config.json + safetensors)."""
+"""tessera.Model: run a Gemma 3 / Gemma 4 text model from a Hugging Face checkpoint (config.json +
+safetensors) or a GGUF file (llama.cpp's converter and quantizer; docs/gguf-models.md)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ _PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
 
 
 class Model(ImagesMixin):
-    """A loaded checkpoint. Use `Model.load(path)`.
+    """A loaded checkpoint. Use `Model.load(path)`: a checkpoint directory or a .gguf file.
 
     Batches are numpy arrays [B, S] with an optional 2-D `attention_mask` (1 = real token); each
     row's real tokens must be contiguous (left or right padding). Rows are run from position 0
@@ -39,6 +40,8 @@ class Model(ImagesMixin):
              num_threads=0, mode="unified", attention_precision="float32", matmul_precision="float32",
              repack=True):
         """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
+        A GGUF's block-quantized matrices (q8_0, q4_k, ...) are kept as stored whatever dtype says;
+        its f32/f16/bf16 ones convert like a checkpoint's.
         max_chunk: prefill chunk (default min(256, max_context)); an image block must fit in one.
         mode: "unified" (structured masks, in-place cache), "bias" (dense bias + concat cache, the
         exporter fallback) or "split" (bias prefill, hand-over, unified decode); same tokens, different
@@ -68,6 +71,16 @@ class Model(ImagesMixin):
                                    _PRECISIONS.get(attention_precision, str(attention_precision)),
                                    _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack)), path)
 
+    @property
+    def tokenizer(self):
+        """The tokenizer (encode(text, add_bos) / decode(ids)), read on first use: the checkpoint's
+        tokenizer.model, or the vocabulary a GGUF file carries."""
+        if self._tokenizer is None and self._impl._is_gguf:
+            self._tokenizer = self._impl._gguf_tokenizer(self._path)
+        return super().tokenizer
+
+    # GGUF only: each value the file does not hold and how it was inferred (docs/gguf-models.md).
+    inferred = property(lambda self: list(self._impl._inferred))
     vocab_size = property(lambda self: self._impl.vocab_size)
     hidden_size = property(lambda self: self._impl.hidden_size)
     model_type = property(lambda self: self._impl.model_type)
@@ -156,7 +169,8 @@ class Model(ImagesMixin):
         generation. Logits holding NaN or inf (from NaN image_embeds, say) raise ValueError naming
         the step and row rather than yield a token (docs/reliability.md).
 
-        prompt: text instead of input_ids (encoded with the checkpoint's tokenizer.model, with BOS).
+        prompt: text instead of input_ids (encoded with the model's tokenizer, with BOS: the
+        checkpoint's tokenizer.model, or a GGUF's own vocabulary).
         images: paths or uint8 arrays (a list per row when B > 1), encoded by the checkpoint's
         processor and vision encoder; each image marker in the row (Gemma 3: <start_of_image>;
         Gemma 4: <|image|>) takes one image in order, and without markers the images go first.

@@ -9,6 +9,7 @@
 #include "ops/elementwise.h"
 #include "tessera/gemm.h"
 #include "tessera/attention.h"
+#include "tessera/quant.h"
 
 namespace tessera::model {
 namespace {
@@ -96,6 +97,9 @@ void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
       ops::PairPanelRowToF32(weights_.embed.pairs, H, tok, row);
     } else if (weights_.embed.panels) {
       ops::F32PanelRowToF32(weights_.embed.panels, H, tok, row);
+    } else if (weights_.embed.quant != QuantType::kNone) {
+      const int64_t row_bytes = QuantRowBytes(weights_.embed.quant, H);
+      DequantizeRow(weights_.embed.quant, static_cast<const char*>(weights_.embed.data) + tok * row_bytes, row, H);
     } else {
       DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + tok * H * es, row, H);
     }
@@ -119,8 +123,14 @@ void GemmaModel::PerLayerInputs(const ForwardBatch& in, Activations& act, Thread
     const int32_t tok = in.use_embed && in.use_embed[t] ? arch_.pad_token_id : arch_.LookupId(in.tokens[t]);
     for (int64_t l = 0; l < L; ++l) {
       float* row = ple + t * LP + l * P;
-      DecodeToF32(weights_.ple_embed.dtype, static_cast<const char*>(weights_.ple_embed.data) + (tok * LP + l * P) * es,
-                  ident, P);
+      const QuantType q = weights_.ple_embed.quant;
+      if (q != QuantType::kNone) {  // the loader checked that P is a whole number of blocks
+        const char* base = static_cast<const char*>(weights_.ple_embed.data) + tok * QuantRowBytes(q, LP);
+        DequantizeRow(q, base + l * P / QuantBlockElems(q) * QuantBlockBytes(q), ident, P);
+      } else {
+        DecodeToF32(weights_.ple_embed.dtype,
+                    static_cast<const char*>(weights_.ple_embed.data) + (tok * LP + l * P) * es, ident, P);
+      }
       for (int64_t i = 0; i < P; ++i) row[i] = (row[i] + ident[i] * weights_.ple_embed_scale) * 0.70710678118654752f;
     }
   }

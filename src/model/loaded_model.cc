@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <new>
 
+#include "model/gguf_config.h"
+#include "model/gguf_weights.h"
+
 namespace tessera::model {
 namespace {
 
@@ -30,9 +33,40 @@ Status CheckCheckpointAgainstConfig(const ModelConfig& c, const io::SafetensorsC
   return Status::Ok();
 }
 
+// Converted or repacked weights are copies: their allocation can fail.
+template <typename Bind>
+StatusOr<GemmaWeights> BindCatchingOom(const std::string& path, Bind bind) {
+  try {
+    return bind();
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("LoadedModel::Load: out of memory converting or repacking the weights of " + path);
+  }
+}
+
 }  // namespace
 
+StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::LoadGguf(const std::string& path, const WeightLoadOptions& options) {
+  StatusOr<io::GgufFile> file = io::GgufFile::Open(path);
+  if (!file.ok()) return file.status();
+  StatusOr<GgufModelConfig> config = GgufToModelConfig(file.value());
+  if (!config.ok()) return config.status();
+  StatusOr<GemmaArch> arch = BuildArch(config.value().config);
+  if (!arch.ok()) return arch.status();
+  // The stored Gemma 3 norm weights are already 1 + w (GgufModelConfig::norm_weights_shifted).
+  if (config.value().norm_weights_shifted) arch.value().norm_offset = 0.0f;
+  TESSERA_RETURN_IF_ERROR(CheckGgufTensors(file.value(), arch.value()));
+  std::unique_ptr<LoadedModel> m(new LoadedModel(path, std::move(config.value().config)));
+  m->inferred_ = std::move(config.value().inferred);
+  m->gguf_.emplace(std::move(file.value()));
+  StatusOr<GemmaWeights> weights =
+      BindCatchingOom(path, [&] { return LoadGgufWeights(*m->gguf_, arch.value(), options); });
+  if (!weights.ok()) return weights.status();
+  m->model_ = std::make_unique<GemmaModel>(std::move(arch.value()), std::move(weights.value()));
+  return m;
+}
+
 StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir, const WeightLoadOptions& options) {
+  if (IsGgufFile(dir)) return LoadGguf(dir, options);
   StatusOr<ModelConfig> config = LoadModelConfig(dir);
   if (!config.ok()) return config.status();
   StatusOr<GemmaArch> arch = BuildArch(config.value());
@@ -40,16 +74,10 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadedModel::Load(const std::string& dir,
   StatusOr<io::SafetensorsCheckpoint> ckpt = io::SafetensorsCheckpoint::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
   TESSERA_RETURN_IF_ERROR(CheckCheckpointAgainstConfig(config.value(), ckpt.value()));
-  std::unique_ptr<LoadedModel> m(new LoadedModel(dir, std::move(config.value()), std::move(ckpt.value())));
-  // Converted or repacked weights are copies: their allocation can fail.
-  auto load = [&]() -> StatusOr<GemmaWeights> {
-    try {
-      return LoadGemmaWeights(m->ckpt_, arch.value(), options);
-    } catch (const std::bad_alloc&) {
-      return ResourceExhausted("LoadedModel::Load: out of memory converting or repacking the weights of " + dir);
-    }
-  };
-  StatusOr<GemmaWeights> weights = load();
+  std::unique_ptr<LoadedModel> m(new LoadedModel(dir, std::move(config.value())));
+  m->ckpt_.emplace(std::move(ckpt.value()));
+  StatusOr<GemmaWeights> weights =
+      BindCatchingOom(dir, [&] { return LoadGemmaWeights(*m->ckpt_, arch.value(), options); });
   if (!weights.ok()) return weights.status();
   m->model_ = std::make_unique<GemmaModel>(std::move(arch.value()), std::move(weights.value()));
   return m;

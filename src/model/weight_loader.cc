@@ -22,14 +22,13 @@ std::string ShapeString(const std::vector<int64_t>& s) {
 
 class Binder {
  public:
-  Binder(const io::SafetensorsCheckpoint& ckpt, const WeightLoadOptions& opt, GemmaWeights& w)
-      : ckpt_(ckpt), opt_(opt), w_(w) {}
+  Binder(const WeightSource& src, const WeightLoadOptions& opt, GemmaWeights& w) : src_(src), opt_(opt), w_(w) {}
 
-  StatusOr<io::SafetensorsTensor> Tensor(const std::string& name, const std::vector<int64_t>& shape) {
-    StatusOr<io::SafetensorsTensor> t = ckpt_.GetLanguageModelTensor(name);
+  StatusOr<StoredTensor> Tensor(const std::string& name, const std::vector<int64_t>& shape) {
+    StatusOr<StoredTensor> t = src_.Get(name);
     if (!t.ok()) return t.status();
     if (t.value().shape != shape)
-      return InvalidArgument("LoadGemmaWeights: tensor " + name + " in " + ckpt_.path() + " has shape " +
+      return InvalidArgument("LoadGemmaWeights: tensor " + t.value().name + " in " + src_.path() + " has shape " +
                              ShapeString(t.value().shape) + ", expected " + ShapeString(shape));
     return t;
   }
@@ -39,24 +38,39 @@ class Binder {
   enum class Use { kLookup, kLinear };
 
   Status Matrix(const std::string& name, int64_t out, int64_t in, ops::WeightView* view, Use use = Use::kLinear) {
-    return Bind(name, Tensor(name, {out, in}), out, in, view, use);
+    StatusOr<StoredTensor> t = Tensor(name, {out, in});
+    if (!t.ok()) return t.status();
+    if (t.value().quant != QuantType::kNone) return BindQuant(t.value(), out, in, view);
+    return Bind(t.value().name, t.value(), out, in, view, use);
   }
 
-  // A matrix named by its full key (outside the language-model prefix, e.g. lm_head.weight).
-  Status FullNameMatrix(const std::string& key, int64_t out, int64_t in, ops::WeightView* view) {
-    StatusOr<io::SafetensorsTensor> t = ckpt_.Get(key);
-    if (t.ok() && t.value().shape != std::vector<int64_t>{out, in})
-      return InvalidArgument("LoadGemmaWeights: tensor " + key + " in " + ckpt_.path() + " has shape " +
-                             ShapeString(t.value().shape) + ", expected " + ShapeString({out, in}));
-    return Bind(key, std::move(t), out, in, view, Use::kLinear);
+  // A block-quantized matrix stays as stored (its row size a whole number of blocks); every block
+  // scale is checked finite after the prefault.
+  Status BindQuant(const StoredTensor& v, int64_t out, int64_t in, ops::WeightView* view) {
+    const int64_t be = QuantBlockElems(v.quant), bb = QuantBlockBytes(v.quant);
+    if (QuantRowBytes(v.quant, in) <= 0)
+      return InvalidArgument("LoadGemmaWeights: tensor " + v.name + " in " + src_.path() + " is " +
+                             QuantTypeName(v.quant) + " with rows of " + std::to_string(in) +
+                             " values, not a multiple of its block size " + std::to_string(be));
+    *view = {v.data, DType::kF32, out, in};
+    view->quant = v.quant;
+    io::MappedFile::Prefault(v.data, v.nbytes);
+    const char* data = static_cast<const char*>(v.data);
+    const int64_t bad = FirstBadInParts(out * in, [&](int64_t i0, int64_t len) {
+      const int64_t b = FirstNonFiniteBlock(v.quant, data + i0 / be * bb, len);
+      return b < 0 ? -1 : b * be;
+    });
+    if (bad >= 0)
+      return InvalidArgument("LoadGemmaWeights: tensor " + v.name + " in " + src_.path() + " (" +
+                             QuantTypeName(v.quant) + ") has a non-finite block scale in block " +
+                             std::to_string(bad / be) + " (row " + std::to_string(bad / in) + ")");
+    return Status::Ok();
   }
 
   // Every element of a matrix is checked finite (docs/reliability.md) where a pass already reads
   // it (the conversion, the packing), else after the prefault; on the pool.
-  Status Bind(const std::string& name, StatusOr<io::SafetensorsTensor> t, int64_t out, int64_t in,
-              ops::WeightView* view, Use use) {
-    if (!t.ok()) return t.status();
-    const io::SafetensorsTensor& v = t.value();
+  Status Bind(const std::string& name, const StoredTensor& v, int64_t out, int64_t in, ops::WeightView* view,
+              Use use) {
     const bool convert = opt_.convert_to && *opt_.convert_to != v.dtype;
     const DType dtype = convert ? *opt_.convert_to : v.dtype;
     const Panels panels = use == Use::kLinear ? PanelsFor(dtype, convert) : Panels::kNone;
@@ -113,7 +127,7 @@ class Binder {
   Status NonFiniteError(const std::string& name, const ops::WeightView& view, int64_t index, bool converted) const {
     float x;
     DecodeToF32(view.dtype, static_cast<const char*>(view.data) + index * DTypeSize(view.dtype), &x, 1);
-    return InvalidArgument("LoadGemmaWeights: tensor " + name + " in " + ckpt_.path() + " has a non-finite value (" +
+    return InvalidArgument("LoadGemmaWeights: tensor " + name + " in " + src_.path() + " has a non-finite value (" +
                            (std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf") + ") at [" +
                            std::to_string(index / view.in) + ", " + std::to_string(index % view.in) + "]" +
                            (converted ? std::string(" after conversion to ") + DTypeName(view.dtype) : ""));
@@ -199,11 +213,20 @@ class Binder {
 
   // A vector of n values as f32 (owned copy).
   Status Vector(const std::string& name, int64_t n, const float** out) {
-    StatusOr<io::SafetensorsTensor> t = Tensor(name, {n});
+    StatusOr<StoredTensor> t = Tensor(name, {n});
     if (!t.ok()) return t.status();
+    const StoredTensor& st = t.value();
+    if (st.quant != QuantType::kNone && QuantRowBytes(st.quant, n) <= 0)
+      return InvalidArgument("LoadGemmaWeights: tensor " + st.name + " in " + src_.path() + " is " +
+                             QuantTypeName(st.quant) + " with " + std::to_string(n) +
+                             " values, not a multiple of its block size");
     w_.owned.emplace_back(n * sizeof(float));
     float* v = w_.owned.back().as<float>();
-    DecodeToF32(t.value().dtype, t.value().data, v, n);
+    if (st.quant != QuantType::kNone) {
+      DequantizeRow(st.quant, st.data, v, n);
+    } else {
+      DecodeToF32(st.dtype, st.data, v, n);
+    }
     // Converting the checkpoint means converting every weight: round vectors through the target
     // dtype too (kept as f32 values for the f32 compute).
     if (opt_.convert_to && *opt_.convert_to != DType::kF32)
@@ -214,13 +237,14 @@ class Binder {
       }
     for (int64_t i = 0; i < n; ++i)
       if (!std::isfinite(w_.owned.back().as<float>()[i]))
-        return InvalidArgument("LoadGemmaWeights: tensor " + name + " has a non-finite value at " + std::to_string(i));
+        return InvalidArgument("LoadGemmaWeights: tensor " + st.name + " in " + src_.path() +
+                               " has a non-finite value at " + std::to_string(i));
     *out = w_.owned.back().as<float>();
     return Status::Ok();
   }
 
  private:
-  const io::SafetensorsCheckpoint& ckpt_;
+  const WeightSource& src_;
   const WeightLoadOptions& opt_;
   GemmaWeights& w_;
 };
@@ -235,17 +259,17 @@ float ScaleInDType(int64_t n, DType dtype) {
 
 }  // namespace
 
-StatusOr<GemmaWeights> LoadGemmaWeights(const io::SafetensorsCheckpoint& ckpt, const GemmaArch& a,
-                                        const WeightLoadOptions& opt) {
+StatusOr<GemmaWeights> BindGemmaWeights(const WeightSource& src, const GemmaArch& a, const WeightLoadOptions& opt) {
   GemmaWeights w;
-  Binder bind(ckpt, opt, w);
+  Binder bind(src, opt, w);
   const int64_t H = a.hidden, L = a.num_layers();
-  const std::optional<std::string> head = ckpt.LmHeadName();  // none: tied to the embedding
+  const bool head = src.HasLmHead();  // false: tied to the embedding
   TESSERA_RETURN_IF_ERROR(bind.Matrix("embed_tokens.weight", a.vocab, H, &w.embed,
                                       head ? Binder::Use::kLookup : Binder::Use::kLinear));
-  w.embed_scale = ScaleInDType(H, w.embed.dtype);
+  // (A block-quantized table has no dtype to round the scale to: f32, as llama.cpp scales.)
+  w.embed_scale = ScaleInDType(H, w.embed.quant != QuantType::kNone ? DType::kF32 : w.embed.dtype);
   if (head) {
-    TESSERA_RETURN_IF_ERROR(bind.FullNameMatrix(*head, a.vocab, H, &w.lm_head));
+    TESSERA_RETURN_IF_ERROR(bind.Matrix("lm_head.weight", a.vocab, H, &w.lm_head));
   } else {
     w.lm_head = w.embed;  // with panels, the lookup reads them too (GemmaModel::Embed)
   }
@@ -254,7 +278,15 @@ StatusOr<GemmaWeights> LoadGemmaWeights(const io::SafetensorsCheckpoint& ckpt, c
     const int64_t LP = L * a.ple_dim;
     TESSERA_RETURN_IF_ERROR(
         bind.Matrix("embed_tokens_per_layer.weight", a.ple_vocab, LP, &w.ple_embed, Binder::Use::kLookup));
-    w.ple_embed_scale = ScaleInDType(a.ple_dim, w.ple_embed.dtype);
+    w.ple_embed_scale =
+        ScaleInDType(a.ple_dim, w.ple_embed.quant != QuantType::kNone ? DType::kF32 : w.ple_embed.dtype);
+    // Each layer's slice of a PLE row is looked up alone: a quantized table must have its blocks
+    // aligned to the slices.
+    if (w.ple_embed.quant != QuantType::kNone && a.ple_dim % QuantBlockElems(w.ple_embed.quant) != 0)
+      return Unimplemented("LoadGemmaWeights: the per-layer embedding table in " + src.path() + " is " +
+                           QuantTypeName(w.ple_embed.quant) + " with per-layer width " + std::to_string(a.ple_dim) +
+                           ", not a multiple of its block size " +
+                           std::to_string(QuantBlockElems(w.ple_embed.quant)));
     TESSERA_RETURN_IF_ERROR(bind.Matrix("per_layer_model_projection.weight", LP, H, &w.ple_model_proj));
     TESSERA_RETURN_IF_ERROR(bind.Vector("per_layer_projection_norm.weight", a.ple_dim, &w.ple_proj_norm));
   }
@@ -292,6 +324,39 @@ StatusOr<GemmaWeights> LoadGemmaWeights(const io::SafetensorsCheckpoint& ckpt, c
     }
   }
   return w;
+}
+
+namespace {
+
+// A safetensors checkpoint: names under its language-model prefix, the untied head by full key.
+class SafetensorsSource : public WeightSource {
+ public:
+  explicit SafetensorsSource(const io::SafetensorsCheckpoint& ckpt) : ckpt_(ckpt), head_(ckpt.LmHeadName()) {}
+  const std::string& path() const override { return ckpt_.path(); }
+  bool HasLmHead() const override { return head_.has_value(); }
+  StatusOr<StoredTensor> Get(const std::string& name) const override {
+    const bool head = name == "lm_head.weight" && head_;
+    StatusOr<io::SafetensorsTensor> t = head ? ckpt_.Get(*head_) : ckpt_.GetLanguageModelTensor(name);
+    if (!t.ok()) return t.status();
+    StoredTensor s;
+    s.name = head ? *head_ : name;  // names relative to the language model, as messages always gave them
+    s.data = t.value().data;
+    s.dtype = t.value().dtype;
+    s.shape = t.value().shape;
+    s.nbytes = t.value().nbytes;
+    return s;
+  }
+
+ private:
+  const io::SafetensorsCheckpoint& ckpt_;
+  std::optional<std::string> head_;
+};
+
+}  // namespace
+
+StatusOr<GemmaWeights> LoadGemmaWeights(const io::SafetensorsCheckpoint& ckpt, const GemmaArch& a,
+                                        const WeightLoadOptions& opt) {
+  return BindGemmaWeights(SafetensorsSource(ckpt), a, opt);
 }
 
 }  // namespace tessera::model

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ops/bf16_dot.h"
+#include "ops/quant_linear.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
 #include "tessera/dtype.h"
@@ -41,6 +42,7 @@ int64_t F32BlockDepth(int64_t in) {
 
 // Widens W[o0 .. o0+nc, k0 .. k0+kc] into panels bp[p][k][16] (columns past nc are zero).
 void PackBlock(const SimdKernels& simd, const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc, float* bp) {
+  if (w.quant != QuantType::kNone) return PackQuantBlock(w, o0, nc, k0, kc, bp);
   const size_t es = DTypeSize(w.dtype);
   for (int64_t p = 0; p * kNr < nc; ++p) {
     const int rows = static_cast<int>(std::min(kNr, nc - p * kNr));
@@ -99,7 +101,7 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
   // hardware prefetcher keeps up and the prefetches only cost (bench/results/kernel_choices.md,
   // "f32 next-block prefetch").
   const bool prefetch = w.panels != nullptr && it.t_end - it.t_begin > 1;
-  const int64_t depth = F32BlockDepth(w.in);
+  const int64_t depth = w.quant != QuantType::kNone ? QuantBlockDepth(w.quant, w.in, kKcF32) : F32BlockDepth(w.in);
   for (int64_t c0 = it.o0; c0 < it.o0 + it.nc; c0 += kNcF32) {
     const int64_t nc = std::min(kNcF32, it.o0 + it.nc - c0);
     for (int64_t k0 = 0; k0 < w.in; k0 += depth) {
@@ -170,7 +172,11 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
     if (prepacked) {
       panels = w.pairs + it.o0 / 16 * pairs * 16 + p0 * 16, stride = pairs * 16;
     } else {
-      dot.pack_weight_pairs16(static_cast<const uint16_t*>(w.data) + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
+      if (w.quant != QuantType::kNone) {
+        PackQuantPairs(dot, w, it.o0, it.nc, k0, kc, bp);
+      } else {
+        dot.pack_weight_pairs16(static_cast<const uint16_t*>(w.data) + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
+      }
     }
     for (int64_t t = it.t_begin; t < it.t_end; t += kMrDot) {
       const int mr = static_cast<int>(std::min(kMrDot, it.t_end - t));
@@ -229,8 +235,13 @@ int64_t GemmScratchWords(int64_t n, int64_t in) { return n * PairsStride(in); }
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
           ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
   const bool bf16 = precision == MatmulPrecision::kBf16;
-  TESSERA_CHECK(!bf16 || w.dtype == DType::kBF16, "Gemm: precision bf16 needs bf16 weights");
+  const bool quant = w.quant != QuantType::kNone;
+  TESSERA_CHECK(!bf16 || quant || w.dtype == DType::kBF16, "Gemm: precision bf16 needs bf16 or quantized weights");
+  TESSERA_CHECK(!quant || w.in % QuantBlockElems(w.quant) == 0, "Gemm: quantized weight rows must be whole blocks");
   const SimdKernels& simd = Simd();
+  // Quantized weights dequantize into f32 panels, or at precision bf16 on CPUs with the dot product
+  // into bf16 pair panels: there x is rounded once per call (x_pairs) instead of per block of
+  // columns, 1.2-1.9x the f32 panels with x rounded per tile (bench/results/quant_kernels.md).
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols =

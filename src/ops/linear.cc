@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/bf16_dot.h"
+#include "ops/quant_linear.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
 #include "tessera/gemm.h"
@@ -17,6 +18,10 @@ constexpr int64_t kItemsPerThread = 8;   // enough items to balance, few enough 
 // rate) overtakes it sooner (bench/results/kernel_choices.md, "Row-dot or GEMM").
 constexpr int64_t kGemmMinTokens = 10;
 constexpr int64_t kGemmMinTokensBf16 = 4;
+// Quantized weights: below this many tokens the int8 row-dot (the blocks streamed once, the integer
+// work redone per token) beats dequantizing them into GEMM panels; the two cross between 8 and 16
+// tokens on the Gemma-4 MLP shapes (bench/results/quant_kernels.md).
+constexpr int64_t kGemmMinTokensQuant = 12;
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool) {
@@ -73,6 +78,10 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
+  if (w.quant != QuantType::kNone) {
+    if (n >= kGemmMinTokensQuant) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
+    return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
+  }
   // Prepacked panels: one kernel for every n, so decode and prefill give each token the same
   // result. A panel streams at least as well as a row (bench/BENCHMARKS.md): bf16 pair panels
   // 1.1-1.7x the row-dot decode on the Gemma-4 weights, f32 panels level with it (0.95-1.05x).
@@ -86,6 +95,7 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
 
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                   ThreadPool* pool, MatmulPrecision precision) {
+  if (w.quant != QuantType::kNone) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
   if (precision == MatmulPrecision::kF32) return RowDotF32(w, x, n, x_stride, y, y_stride, pool);
   TESSERA_CHECK(w.dtype == DType::kBF16, "LinearRowDot: precision bf16 needs bf16 weights");
   TESSERA_CHECK(w.in <= kMaxRoundedRowDotFloats, "LinearRowDot: precision bf16 needs in <= kMaxRoundedRowDotFloats");
@@ -105,7 +115,11 @@ void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_s
   std::vector<float> row(w.in);
   const size_t es = DTypeSize(w.dtype);
   for (int64_t o = 0; o < w.out; ++o) {
-    DecodeToF32(w.dtype, static_cast<const char*>(w.data) + o * w.in * es, row.data(), w.in);
+    if (w.quant != QuantType::kNone) {
+      DequantizeRow(w.quant, static_cast<const char*>(w.data) + o * QuantRowBytes(w.quant, w.in), row.data(), w.in);
+    } else {
+      DecodeToF32(w.dtype, static_cast<const char*>(w.data) + o * w.in * es, row.data(), w.in);
+    }
     for (int64_t t = 0; t < n; ++t) {
       double s = 0;
       for (int64_t i = 0; i < w.in; ++i) {

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "model/gguf_vocab.h"
 #include "model/loaded_model.h"
 #include "model/reference_configs.h"
 #include "runtime/generator.h"
@@ -45,6 +46,10 @@ ModelInfo Describe(const model::LoadedModel& m) {
   info.boa_token_id = Id(c.boa_token_id);
   info.eoa_token_id = Id(c.eoa_token_id);
   info.repacked = m.model().weights().repacked();
+  info.attention_scale = a.attn_scale;
+  info.final_softcap = a.final_softcap;
+  info.gguf = m.is_gguf();
+  info.inferred = m.inferred();
   return info;
 }
 
@@ -106,6 +111,12 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   m->loaded_ = std::move(loaded.value());
   m->info_ = Describe(*m->loaded_);
   return m;
+}
+
+StatusOr<tokenizer::TokenizerVocab> Model::TokenizerVocab() const {
+  if (!loaded_->is_gguf())
+    return InvalidArgument(loaded_->dir() + " is a checkpoint directory: its tokenizer is tokenizer.model");
+  return model::ReadGgufVocab(*loaded_->gguf());
 }
 
 Status Model::CheckSession(const SessionOptions& options) const {

@@ -1,0 +1,43 @@
+// Integer dot products of GGUF weight blocks with int8-quantized activations (ops/quant_act.h),
+// chosen once at run time for the CPU: AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw), or portable C++.
+// Every kernel computes, per block, the same exact integer sums (unsigned weight codes times the
+// signed activations, the format's offset of 8 / 16 / 32 or its minimums subtracted through the
+// activation sums), so the kernels differ only in the f32 order in which scaled block sums are
+// added. tests/linear_quant_test.cc checks each against the plain reference.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/quant.h"
+
+namespace tessera::ops {
+
+struct QuantDotKernels {
+  const char* name;
+  // out[r] = sum over the nb blocks of weight row r (rows w_stride bytes apart, type t) times the
+  // token's activation blocks xq (QuantizeActivations(t, ..., nb * QuantBlockElems(t), xq)), r < rows.
+  void (*dot_rows)(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out);
+  // QuantizeActivations (ops/quant_act.h), the same bytes.
+  void (*quantize_act)(QuantType t, const float* x, int64_t in, void* dst);
+  // DequantizeRow (tessera/quant.h), the same values bit for bit (the same f32 operations per value).
+  void (*dequantize)(QuantType t, const void* src, float* dst, int64_t n);
+};
+
+// The kernels to use: AVX-512 VNNI where the CPU has it, else AVX2, else generic.
+// TESSERA_SIMD=generic|avx2 restricts the choice as for ops/simd.h; SetQuantDotForTesting overrides it.
+const QuantDotKernels& QuantDot();
+// Every implementation this CPU runs, best first (for tests and benchmarks).
+int AvailableQuantDot(const QuantDotKernels** out, int max);
+// For tests and benchmarks: makes QuantDot() return k (null: back to the CPU's choice).
+void SetQuantDotForTesting(const QuantDotKernels* k);
+
+// The implementations; the AVX ones only where the CPU has their ISA (null otherwise).
+const QuantDotKernels& QuantDotGeneric();
+const QuantDotKernels* QuantDotAvx2();    // AVX2 + FMA + F16C
+const QuantDotKernels* QuantDotAvx512();  // AVX-512 F + BW + VL + VNNI
+
+// The AVX tables, compiled with their ISA flags: call only after the CPU check above.
+const QuantDotKernels& QuantDotAvx2Kernels();
+const QuantDotKernels& QuantDotAvx512Kernels();
+
+}  // namespace tessera::ops

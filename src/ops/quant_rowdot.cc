@@ -1,0 +1,96 @@
+// The decode path for quantized weights: activations quantized once per call, then each thread
+// streams its ranges of weight rows once, every token of the call reusing a chunk while it is in cache.
+#include <algorithm>
+#include <vector>
+
+#include "ops/quant_act.h"
+#include "ops/quant_dot.h"
+#include "ops/quant_linear.h"
+#include "tessera/check.h"
+#include "tessera/quant.h"
+
+namespace tessera::ops {
+namespace {
+
+constexpr int64_t kMinRowsPerItem = 16;  // as the f32 row-dot: few large contiguous ranges per thread
+constexpr int64_t kItemsPerThread = 8;
+// Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
+// enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
+constexpr int64_t kChunkBytes = 32 * 1024;
+// Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
+// larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
+// row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls go in groups of tokens.
+constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
+
+}  // namespace
+
+void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                 ThreadPool* pool) {
+  const QuantType t = w.quant;
+  const int64_t be = QuantBlockElems(t);
+  TESSERA_CHECK(be > 0 && w.in % be == 0, "LinearRowDot: quantized weight rows must be whole blocks");
+  TESSERA_CHECK(w.in <= kMaxQuantRowDotIn, "LinearRowDot: quantized weights need in <= kMaxQuantRowDotIn");
+  alignas(64) unsigned char xq[kActBytes];  // [group][ActRowBytes] quantized token rows
+  const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / be, row_bytes = QuantRowBytes(t, w.in);
+  const int64_t group = kActBytes / act_bytes;
+  const int threads = pool ? pool->num_threads() : 1;
+  const int64_t rows_per_item =
+      std::max(kMinRowsPerItem, (w.out + threads * kItemsPerThread - 1) / (threads * kItemsPerThread));
+  const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / row_bytes);
+  const QuantDotKernels& k = QuantDot();
+  const char* base = static_cast<const char*>(w.data);
+  for (int64_t t0 = 0; t0 < n; t0 += group) {
+    const int64_t g = std::min(group, n - t0);
+    for (int64_t i = 0; i < g; ++i) k.quantize_act(t, x + (t0 + i) * x_stride, w.in, xq + i * act_bytes);
+    auto run = [&](int64_t item, int) {
+      const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
+      for (int64_t o = item * rows_per_item; o < o1; o += chunk) {
+        const int64_t rows = std::min(chunk, o1 - o);
+        for (int64_t i = 0; i < g; ++i)
+          k.dot_rows(t, base + o * row_bytes, row_bytes, rows, xq + i * act_bytes, nb, y + (t0 + i) * y_stride + o);
+      }
+    };
+    if (pool) {
+      pool->ParallelFor(items, run);
+    } else {
+      for (int64_t i = 0; i < items; ++i) run(i, 0);
+    }
+  }
+}
+
+void LinearReferenceInt8(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y,
+                         int64_t y_stride) {
+  const int64_t be = ActBlockElems(w.quant), row_bytes = QuantRowBytes(w.quant, w.in);
+  std::vector<unsigned char> xq(ActRowBytes(w.quant, w.in));
+  std::vector<float> row(w.in), xd(n * w.in), dx(n * (w.in / be));
+  // The quantized activations as (scale, integer) per element, read back from the blocks.
+  for (int64_t t = 0; t < n; ++t) {
+    QuantizeActivations(w.quant, x + t * x_stride, w.in, xq.data());
+    for (int64_t b = 0; b < w.in / be; ++b) {
+      const int8_t* q;
+      if (be == 32) {
+        const auto& blk = reinterpret_cast<const ActBlock32*>(xq.data())[b];
+        dx[t * (w.in / be) + b] = blk.d, q = blk.q;
+      } else {
+        const auto& blk = reinterpret_cast<const ActBlock256*>(xq.data())[b];
+        dx[t * (w.in / be) + b] = blk.d, q = blk.q;
+      }
+      for (int64_t i = 0; i < be; ++i) xd[t * w.in + b * be + i] = q[i];
+    }
+  }
+  for (int64_t o = 0; o < w.out; ++o) {
+    DequantizeRow(w.quant, static_cast<const char*>(w.data) + o * row_bytes, row.data(), w.in);
+    for (int64_t t = 0; t < n; ++t) {
+      double s = 0;
+      for (int64_t b = 0; b < w.in / be; ++b) {
+        double sb = 0;
+        for (int64_t i = b * be; i < (b + 1) * be; ++i) sb += double(row[i]) * xd[t * w.in + i];
+        s += sb * dx[t * (w.in / be) + b];
+      }
+      y[t * y_stride + o] = static_cast<float>(s);
+    }
+  }
+}
+
+}  // namespace tessera::ops

@@ -1,0 +1,393 @@
+// Linear on block-quantized weights (ops::WeightView::quant): every GGUF type, both matmul
+// precisions, the int8 row-dot path (n <= 3) on every quantized dot kernel this CPU runs (AVX-512
+// VNNI, AVX2, generic) and the GEMM on dequantized panels (n >= 4), each against the plain
+// references within the bounds derived below, each token's result the same whatever n, and
+// non-finite activations giving NaN. Weights are random blocks written directly (random codes,
+// random f16 scales in a sane range), which covers every bit pattern a file can hold.
+//
+// The bounds (u = 2^-24, the f32 unit roundoff):
+// - Row-dot against LinearReferenceInt8 (the same int8 activations, exact block products): every
+//   kernel forms exact integer sums per block (and per 32-bit lane), converts them exactly
+//   (|sum| < 2^24) and scales them in f32 (one rounding for the scale, one for the product), then
+//   adds the nb blocks' terms in f32 (per lane chains plus a lane reduction, at most nb + 8 adds).
+//   The terms' magnitudes add up to at most S = sum_i M_i |x^_i| where x^ = d q is the quantized
+//   activation and M_i bounds the magnitude of the integer decomposition the kernels use for
+//   weight i: |w_i| plus the format's offset counted twice (it is taken off through the activation
+//   sums): Q4_0 16|d|, Q5_0 32|d|, Q6_K 64|d sc|, Q4_K/Q5_K 2 * 63 |dmin| (the minimum's part),
+//   Q8_0 nothing. So |y - ref| <= (nb + 10) u S + u |ref| (the reference's rounding to f32 and the
+//   dequantized K-quant weights' rounding are the last terms).
+// - Row-dot against LinearReference (exact dequantized product in double): the above plus the
+//   activation quantization's error, |x_i - x^_i| <= amax_b / 254 (per activation block b, amax
+//   computed here from x), times |w_i|, plus an ulp of amax for the division's rounding.
+// - GEMM against LinearReference: the f32 micro-tile is one FMA chain per output over in, on the
+//   same dequantized weights (DequantizeRow), so |y - ref| <= (in + 2) u sum_i |w_i x_i| + u |ref|.
+//   At precision bf16 on CPUs with the bf16 dot product the GEMM rounds the dequantized weights to
+//   bf16 too (8 significant bits: |w - bf16(w)| <= 2^-8 |w|) and sums exact products in f32 chains,
+//   so the bound gains 2^-8 sum_i |w_i x_i| (x as the reference rounds it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "linear_check.h"
+#include "ops/bf16_dot.h"
+#include "ops/quant_act.h"
+#include "ops/quant_dot.h"
+#include "ops/quant_linear.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/dtype.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
+#include "tessera/quant.h"
+
+namespace tessera {
+namespace {
+
+using ops::MatmulPrecision;
+using testing::kUnwritten;
+using testing::LinearRowsMatch;
+
+constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
+                                QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+constexpr double kU = 1.0 / (1 << 24);
+
+// A random f16 scale of magnitude in [2^lo, 2^hi), either sign unless `positive`.
+uint16_t RandomScale(std::mt19937& rng, double lo, double hi, bool positive = false) {
+  const double mag = std::exp2(std::uniform_real_distribution<double>(lo, hi)(rng));
+  const bool neg = !positive && (rng() & 1);
+  return F32ToF16(static_cast<float>(neg ? -mag : mag));
+}
+
+// `rows` rows of `in` values as random blocks of type t: every code byte random, scales random.
+std::vector<uint8_t> RandomBlocks(std::mt19937& rng, QuantType t, int64_t rows, int64_t in) {
+  const int64_t bb = QuantBlockBytes(t), nblocks = rows * (in / QuantBlockElems(t));
+  std::vector<uint8_t> data(nblocks * bb);
+  for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
+  for (int64_t i = 0; i < nblocks; ++i) {
+    uint8_t* blk = data.data() + i * bb;
+    uint16_t d = RandomScale(rng, -12, -5);
+    switch (t) {
+      case QuantType::kQ4_K:
+      case QuantType::kQ5_K: {  // d at 0, dmin at 2 (both >= 0 in files; the sign is exercised anyway)
+        const uint16_t dmin = RandomScale(rng, -13, -6);
+        std::memcpy(blk, &d, 2), std::memcpy(blk + 2, &dmin, 2);
+        break;
+      }
+      case QuantType::kQ6_K: std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2); break;
+      default: std::memcpy(blk, &d, 2); break;  // Q4_0, Q5_0, Q8_0: d first
+    }
+  }
+  return data;
+}
+
+// M_i of the header comment for every weight of row `row`: |w_i| plus the twice-counted offset.
+std::vector<double> Magnitudes(QuantType t, const uint8_t* row, int64_t in) {
+  std::vector<float> w(in);
+  DequantizeRow(t, row, w.data(), in);
+  std::vector<double> m(in);
+  const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t);
+  for (int64_t i = 0; i < in; ++i) {
+    const uint8_t* blk = row + i / be * bb;
+    uint16_t h;
+    double extra = 0;
+    switch (t) {
+      case QuantType::kQ4_0: std::memcpy(&h, blk, 2), extra = 16 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ5_0: std::memcpy(&h, blk, 2), extra = 32 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ4_K:
+      case QuantType::kQ5_K: std::memcpy(&h, blk + 2, 2), extra = 2 * 63 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ6_K: {
+        const auto* b = reinterpret_cast<const BlockQ6_K*>(blk);
+        extra = 64 * std::fabs(F16ToF32(b->d) * b->scales[i % 256 / 16]);
+        break;
+      }
+      default: break;
+    }
+    m[i] = std::fabs(w[i]) + extra;
+  }
+  return m;
+}
+
+struct Problem {
+  QuantType t;
+  int64_t n, in, out, xs, ys;
+  std::vector<uint8_t> w;
+  std::vector<float> x;
+  ops::WeightView View() const {
+    ops::WeightView v{w.data(), DType::kF32, out, in};
+    v.quant = t;
+    return v;
+  }
+  const uint8_t* Row(int64_t o) const { return w.data() + o * QuantRowBytes(t, in); }
+};
+
+Problem MakeProblem(std::mt19937& rng, QuantType t, int64_t n, int64_t in, int64_t out) {
+  Problem p{t, n, in, out, in + 3, out + 2, RandomBlocks(rng, t, out, in), std::vector<float>(n * (in + 3))};
+  std::normal_distribution<float> nd;
+  for (float& v : p.x) v = nd(rng);
+  // Some activation blocks far larger or smaller than the rest, and an all-zero block.
+  for (int64_t i = 0; i < n * p.xs; i += 97) p.x[i] *= 50.0f;
+  if (in >= 64) std::fill(p.x.begin() + 32, p.x.begin() + 64, 0.0f);
+  return p;
+}
+
+// x rounded to bf16 at precision bf16, as the references see it.
+float XAt(const Problem& p, int64_t t, int64_t i, MatmulPrecision prec) {
+  const float v = p.x[t * p.xs + i];
+  return prec == MatmulPrecision::kBf16 ? Bf16ToF32(F32ToBf16(v)) : v;
+}
+
+// Per-output tolerances of the row-dot path (header comment): against LinearReferenceInt8 (int8)
+// and against LinearReference (exact), given both references.
+void RowDotTolerances(const Problem& p, const std::vector<float>& ref_int8, const std::vector<float>& ref,
+                      std::vector<double>* tol_int8, std::vector<double>* tol_exact) {
+  const int64_t be = ops::ActBlockElems(p.t), nb = p.in / QuantBlockElems(p.t);
+  tol_int8->assign(p.n * p.ys, 0), tol_exact->assign(p.n * p.ys, 0);
+  for (int64_t o = 0; o < p.out; ++o) {
+    const std::vector<double> m = Magnitudes(p.t, p.Row(o), p.in);
+    std::vector<float> w(p.in);
+    DequantizeRow(p.t, p.Row(o), w.data(), p.in);
+    for (int64_t t = 0; t < p.n; ++t) {
+      double s = 0, qerr = 0;
+      for (int64_t b = 0; b < p.in / be; ++b) {
+        double amax = 0, wsum = 0;
+        for (int64_t i = b * be; i < (b + 1) * be; ++i) amax = std::max(amax, std::fabs(double(p.x[t * p.xs + i])));
+        for (int64_t i = b * be; i < (b + 1) * be; ++i) {
+          s += m[i] * (std::fabs(double(p.x[t * p.xs + i])) + amax / 254), wsum += std::fabs(w[i]);
+        }
+        qerr += wsum * (amax / 254) * (1 + 1e-6);
+      }
+      const size_t k = t * p.ys + o;
+      (*tol_int8)[k] = (nb + 10) * kU * s + kU * std::fabs(ref_int8[k]);
+      (*tol_exact)[k] = (*tol_int8)[k] + qerr + kU * std::fabs(ref[k]);
+    }
+  }
+}
+
+double GemmTolerance(const Problem& p, MatmulPrecision prec, bool bf16_weights, const std::vector<float>& ref,
+                     int64_t t, int64_t o) {
+  std::vector<float> w(p.in);
+  DequantizeRow(p.t, p.Row(o), w.data(), p.in);
+  double s = 0;
+  for (int64_t i = 0; i < p.in; ++i) s += std::fabs(double(w[i]) * XAt(p, t, i, prec));
+  return ((p.in + 2) * kU + (bf16_weights ? 1.0 / 256 * (1 + 1e-6) : 0.0)) * s + kU * std::fabs(ref[t * p.ys + o]);
+}
+
+enum class Path { kLinear, kRowDot, kGemm, kGemmScratch };  // kGemmScratch: with x_pairs
+
+std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, Path path,
+                             int64_t t0 = 0) {
+  std::vector<float> y(n * p.ys, kUnwritten);
+  const float* x = p.x.data() + t0 * p.xs;
+  if (path == Path::kRowDot) {
+    ops::LinearRowDot(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
+  } else if (path == Path::kGemm) {
+    ops::Gemm(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
+  } else if (path == Path::kGemmScratch) {
+    AlignedBuffer x_pairs(ops::GemmScratchWords(n, p.in) * sizeof(uint32_t));
+    ops::Gemm(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec, x_pairs.as<uint32_t>());
+  } else {
+    ops::Linear(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
+  }
+  return y;
+}
+
+::testing::AssertionResult WithinTolerances(const std::vector<float>& y, const std::vector<float>& ref,
+                                            const std::vector<double>& tol, const Problem& p) {
+  for (int64_t t = 0; t < p.n; ++t)
+    for (int64_t o = 0; o < p.ys; ++o) {
+      const size_t k = t * p.ys + o;
+      if (o >= p.out && y[k] != kUnwritten) return ::testing::AssertionFailure() << "wrote past the row at t=" << t;
+      if (o < p.out && !(std::fabs(double(y[k]) - ref[k]) <= tol[k]))
+        return ::testing::AssertionFailure() << "t=" << t << " o=" << o << ": " << y[k] << " vs " << ref[k]
+                                             << " (tolerance " << tol[k] << ")";
+    }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(LinearQuant, ActivationQuantizationIsPerBlockNearest) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ6_K}) {
+    const int64_t be = ops::ActBlockElems(t), in = 4 * be;
+    std::vector<float> x(in);
+    for (float& v : x) v = nd(rng) * (rng() % 4 == 0 ? 100.0f : 1.0f);
+    std::fill(x.begin(), x.begin() + be, 0.0f);  // an all-zero block: d = 0, q = 0
+    std::vector<unsigned char> xq(ops::ActRowBytes(t, in));
+    ops::QuantizeActivations(t, x.data(), in, xq.data());
+    for (int64_t b = 0; b < in / be; ++b) {
+      float d;
+      const int8_t* q;
+      int64_t sum = 0;
+      std::vector<int64_t> sums;
+      if (be == 32) {
+        const auto& blk = reinterpret_cast<const ops::ActBlock32*>(xq.data())[b];
+        d = blk.d, q = blk.q, sums = {blk.sum};
+      } else {
+        const auto& blk = reinterpret_cast<const ops::ActBlock256*>(xq.data())[b];
+        d = blk.d, q = blk.q, sums.assign(blk.bsums, blk.bsums + 16);
+      }
+      double amax = 0;
+      for (int64_t i = 0; i < be; ++i) amax = std::max(amax, std::fabs(double(x[b * be + i])));
+      EXPECT_NEAR(d, amax / 127, amax / 127 * 1e-6);
+      const int64_t group = be == 32 ? 32 : 16;
+      for (int64_t i = 0; i < be; ++i) {
+        EXPECT_LE(std::abs(int(q[i])), 127);
+        EXPECT_LE(std::fabs(double(x[b * be + i]) - double(d) * q[i]), d / 2 * (1 + 1e-5) + 1e-30) << i;
+        sum += q[i];
+        if ((i + 1) % group == 0) {
+          EXPECT_EQ(sum, sums[i / group]);
+          sum = 0;
+        }
+      }
+    }
+  }
+}
+
+// Every kernel table's activation quantization and dequantization give the portable code's bytes
+// and values exactly (the GEMM's panels then hold DequantizeRow's values, and the row-dot path's
+// activations are LinearReferenceInt8's).
+TEST(LinearQuant, KernelConversionsMatchPortableCodeExactly) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd;
+  for (QuantType t : kTypes) {
+    const int64_t in = 6 * QuantBlockElems(t);
+    const std::vector<uint8_t> w = RandomBlocks(rng, t, 1, in);
+    std::vector<float> ref(in), got(in);
+    DequantizeRow(t, w.data(), ref.data(), in);
+    std::vector<float> x(in);
+    for (float& v : x) v = nd(rng) * (rng() % 5 == 0 ? 1e3f : 1.0f);
+    std::fill(x.begin(), x.begin() + 32, 0.0f);
+    x[in - 3] = std::numeric_limits<float>::infinity();
+    std::vector<unsigned char> xq_ref(ops::ActRowBytes(t, in)), xq(xq_ref.size());
+    ops::QuantizeActivations(t, x.data(), in, xq_ref.data());
+    for (int k = 0; k < n_kernels; ++k) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " " + kernels[k]->name);
+      kernels[k]->dequantize(t, w.data(), got.data(), in);
+      for (int64_t i = 0; i < in; ++i) ASSERT_EQ(std::memcmp(&got[i], &ref[i], 4), 0) << i << ": " << got[i] << " vs " << ref[i];
+      std::fill(xq.begin(), xq.end(), 0xAB);
+      kernels[k]->quantize_act(t, x.data(), in, xq.data());
+      // Bytes compared block by block: the last block's NaN scale compares by bits too.
+      EXPECT_EQ(std::memcmp(xq.data(), xq_ref.data(), xq.size()), 0);
+    }
+  }
+}
+
+// Every dot kernel this CPU runs, the row-dot path (n = 1..3), both precisions, 1 and 2 threads.
+TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  ASSERT_GE(n_kernels, 1);
+  EXPECT_STREQ(kernels[n_kernels - 1]->name, "generic");
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t);
+    for (int64_t blocks : {1, 2, 3, 7, 12, 16, 37}) {
+      for (int64_t out : {1, 5, 17, 40}) {
+        const int64_t n = 1 + (rng() % 3), in = blocks * be;
+        SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
+                     " n=" + std::to_string(n));
+        const Problem p = MakeProblem(rng, t, n, in, out);
+        std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
+        ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
+        ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+        std::vector<double> tol_int8, tol_exact;
+        RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+        for (int k = 0; k < n_kernels; ++k) {
+          SCOPED_TRACE(kernels[k]->name);
+          ops::SetQuantDotForTesting(kernels[k]);
+          for (MatmulPrecision prec : {MatmulPrecision::kF32, MatmulPrecision::kBf16})
+            for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+              const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kLinear);
+              EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kRowDot));  // a few tokens: Linear's row-dot
+              EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
+              EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+              // Each token alone gives its result in the batch, bit for bit.
+              for (int64_t i = 0; i < n; ++i) {
+                const std::vector<float> one = RunLinear(p, 1, tp, prec, Path::kRowDot, i);
+                for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
+              }
+            }
+        }
+        ops::SetQuantDotForTesting(nullptr);
+      }
+    }
+  }
+}
+
+// The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions
+// (precision bf16 with and without the bf16 dot product's pair panels), 1 and 2 threads; a token's
+// result is the same in every batch.
+TEST(LinearQuant, GemmMatchesReference) {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t);
+    for (int64_t blocks : {1, 3, be == 32 ? 40 : 5}) {
+      for (int64_t out : {3, 33, 70}) {
+        const int64_t n = 4 + rng() % 61, in = blocks * be;
+        SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
+                     " n=" + std::to_string(n));
+        const Problem p = MakeProblem(rng, t, n, in, out);
+        for (int variant = 0; variant < 3; ++variant) {  // f32; bf16 with the dot product (if any); bf16 without
+          const MatmulPrecision prec = variant == 0 ? MatmulPrecision::kF32 : MatmulPrecision::kBf16;
+          ops::EnableBf16Dot(variant != 2);
+          const bool bf16_weights = variant == 1 && ops::Bf16Dot() != nullptr;
+          SCOPED_TRACE("variant " + std::to_string(variant));
+          std::vector<float> ref(n * p.ys);
+          ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys, prec);
+          std::vector<double> tol(n * p.ys);
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t o = 0; o < out; ++o) tol[i * p.ys + o] = GemmTolerance(p, prec, bf16_weights, ref, i, o);
+          for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kGemm);
+            EXPECT_TRUE(WithinTolerances(y, ref, tol, p));
+            if (n >= 32) {
+              EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kLinear));  // many tokens: Linear's GEMM
+            }
+            EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kGemmScratch));  // x rounded once: the same bits
+            // The last four tokens as their own batch: the same bits.
+            const std::vector<float> tail = RunLinear(p, 4, tp, prec, Path::kGemm, n - 4);
+            for (int64_t i = 0; i < 4; ++i)
+              for (int64_t o = 0; o < out; ++o)
+                ASSERT_EQ(tail[i * p.ys + o], y[(n - 4 + i) * p.ys + o]) << "token " << n - 4 + i << " o=" << o;
+          }
+        }
+        ops::EnableBf16Dot(true);
+      }
+    }
+  }
+}
+
+// A NaN or infinite activation makes every output of its token NaN on the row-dot path (never a
+// finite guess), on every kernel; the other tokens are unaffected.
+TEST(LinearQuant, NonFiniteActivationsGiveNaN) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(8);
+  for (QuantType t : kTypes) {
+    Problem p = MakeProblem(rng, t, 2, 2 * QuantBlockElems(t), 9);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      p.x[p.xs + 5] = bad;
+      for (int k = 0; k < n_kernels; ++k) {
+        ops::SetQuantDotForTesting(kernels[k]);
+        const std::vector<float> y = RunLinear(p, 2, nullptr, MatmulPrecision::kF32, Path::kRowDot);
+        for (int64_t o = 0; o < p.out; ++o) {
+          EXPECT_TRUE(std::isfinite(y[o])) << QuantTypeName(t) << " " << kernels[k]->name;
+          EXPECT_TRUE(std::isnan(y[p.ys + o])) << QuantTypeName(t) << " " << kernels[k]->name;
+        }
+      }
+      ops::SetQuantDotForTesting(nullptr);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
