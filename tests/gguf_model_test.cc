@@ -394,7 +394,9 @@ std::vector<float> PromptLogits(const std::string& path) {
   EXPECT_TRUE(s.ok()) << s.status().message();
   const int64_t V = m.value()->info().vocab;
   std::vector<float> out(static_cast<size_t>(2 * V));
-  EXPECT_TRUE(s.value()->Prefill({{.tokens = {2, 7, 31, 63, 5}}}, out.data()).ok());
+  Prompt prompt;
+  prompt.tokens = {2, 7, 31, 63, 5};
+  EXPECT_TRUE(s.value()->Prefill({prompt}, out.data()).ok());
   const int32_t next = 11;
   EXPECT_TRUE(s.value()->Decode(&next, nullptr, out.data() + V).ok());
   return out;
