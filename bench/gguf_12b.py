@@ -159,6 +159,9 @@ def add_metadata(w, layers):
     w.add_uint32(f"{a}.rope.dimension_count", s["full_hd"])
     w.add_uint32(f"{a}.rope.dimension_count_swa", s["swa_hd"])
     w.add_float32(f"{a}.final_logit_softcapping", s["softcap"])
+    # No tokenizer: llama.cpp then makes vocab_size dummy tokens (its "none" model); Tessera needs one only for --prompt.
+    w.add_uint32(f"{a}.vocab_size", s["vocab"])
+    w.add_string("tokenizer.ggml.model", "none")
     w.add_uint32("tokenizer.ggml.bos_token_id", 2)
     w.add_uint32("tokenizer.ggml.eos_token_id", 1)
     w.add_uint32("tokenizer.ggml.padding_token_id", 0)
@@ -279,9 +282,12 @@ RUN_LINE = re.compile(r"prefill (\d+) tokens in ([\d.]+) s .*decode (\d+) tokens
 LOAD_LINE = re.compile(r"loaded .* in ([\d.]+) s")
 
 
+def prompt_ids(a):
+    return np.random.default_rng(a.seed + 1).integers(100, 1000, size=a.prompt_tokens).tolist()
+
+
 def run_tessera(binary, path, a):
-    rng = np.random.default_rng(a.seed + 1)
-    ids = rng.integers(100, 1000, size=a.prompt_tokens).tolist()
+    ids = prompt_ids(a)
     cmd = [binary, "run", "--model", path, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(a.decode),
            "--max-context", str(a.max_context), "--max-chunk", str(a.max_chunk), "--threads", str(a.threads),
            "--kv-dtype", a.kv_dtype, "--no-stop"]
@@ -300,6 +306,46 @@ def run_tessera(binary, path, a):
                 decode_s=float(m.group(4)), load_s=float(ld.group(1)) if ld else None,
                 maxrss_bytes=r["maxrss_kb"] * 1024, wall_s=wall, foreign_cores=engines.LAST_FOREIGN[0],
                 tokens=[int(t) for t in r["stdout"].split()], cmd=" ".join(cmd[:5] + [f"<{len(ids)} ids>"] + cmd[6:]))
+
+
+def run_llamacpp(path, a):
+    """The same prompt through llama.cpp (llama-cpp-python in the peers venv, bench/e2e/worker.py's
+    run): its greedy tokens, an independent reading of the file. Runs this script under the peers'
+    interpreter (--llamacpp-worker)."""
+    if not os.path.exists(a.peers_python):
+        return {"error": f"{a.peers_python} missing (bash bench/setup_peers.sh)"}
+    job = dict(engine="llamacpp", model=path, ids=prompt_ids(a), decode=a.decode, threads=a.threads,
+               context=a.max_context, kv_type=30 if a.kv_dtype == "bf16" else 0,  # GGML_TYPE_BF16 / F32
+               extra_bufts=a.llamacpp_extra_bufts)
+    rc, so, se, rss, wall = engines.run_measured([a.peers_python, os.path.abspath(__file__), "--llamacpp-worker",
+                                                  json.dumps(job)], a.timeout)
+    line = [x for x in so.splitlines() if x.startswith("RESULT ")]
+    if rc != 0 or not line:
+        return {"error": f"rc {rc}: {engines.tail(se + so)}"}
+    return json.loads(line[-1][len("RESULT "):])
+
+
+def llamacpp_worker(job):
+    """In the peers venv: bench/e2e/worker.py's llama.cpp run, by default without llama.cpp's extra
+    CPU buffer types: its AMX Q4_0 matmul crashes (SIGSEGV) on this file on this machine."""
+    import llama_cpp.llama_cpp as C
+    from e2e import worker
+    if not job.pop("extra_bufts"):
+        default = C.llama_model_default_params
+
+        def no_extra_bufts():
+            p = default()
+            p.use_extra_bufts = False
+            return p
+        C.llama_model_default_params = no_extra_bufts
+    r = worker.run_llamacpp(job)
+    r["maxrss_kb"] = worker.vm_hwm_kb()
+    print("RESULT " + json.dumps(r), flush=True)
+
+
+def agreement(ours, theirs):
+    lead = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), min(len(ours), len(theirs)))
+    return f"{lead}/{min(len(ours), len(theirs))} leading tokens equal ({sum(x == y for x, y in zip(ours, theirs))} positions)"
 
 
 def report(a, path, file_bytes, weight_bytes, kv_plan, layers, bw, r):
@@ -390,8 +436,16 @@ def main():
     ap.add_argument("--bf16-attention", action="store_true", help="with bf16 KV: --attention-precision bf16")
     ap.add_argument("--timeout", type=int, default=6 * 3600, help="seconds for the measured run")
     ap.add_argument("--estimate", action="store_true", help="also estimate the full 32k-token, 48-layer prefill")
+    ap.add_argument("--llamacpp", action="store_true",
+                    help="also run the prompt through llama.cpp (peers venv) and compare greedy tokens")
+    ap.add_argument("--peers-python", default=os.path.join(HERE, ".peers", "venv", "bin", "python"))
+    ap.add_argument("--llamacpp-extra-bufts", action="store_true",
+                    help="let llama.cpp use its extra CPU buffer types (AMX): crashes on this file here")
+    ap.add_argument("--llamacpp-worker", help=argparse.SUPPRESS)
     ap.add_argument("--json", help="write the results here too")
     a = ap.parse_args()
+    if a.llamacpp_worker:
+        return llamacpp_worker(json.loads(a.llamacpp_worker))
     if a.layers < 1 or a.prompt_tokens < 1 or a.decode < 2 or a.prompt_tokens + a.decode > a.max_context:
         sys.exit("gguf_12b: need --layers >= 1, --prompt-tokens >= 1, --decode >= 2 and "
                  "prompt + decode <= --max-context")
@@ -424,6 +478,14 @@ def main():
         out = report(a, path, file_bytes, weight_bytes, kv_plan, layers, bw, r)
         if a.estimate:
             out["estimated_full_prefill_s"] = estimate(r, a.layers, 32000)
+        if a.llamacpp:
+            lc = run_llamacpp(path, a)
+            out["llamacpp"] = lc.get("error") or agreement(r["tokens"], lc["tokens"])
+            if "error" not in lc:
+                lc_dec = (a.decode - 1) / lc["decode_s"]
+                out["llamacpp"] += (f"; llama.cpp prefill {a.prompt_tokens / lc['prefill_s']:.1f} tok/s, decode "
+                                    f"{lc_dec:.3f} tok/s, peak RSS {lc['maxrss_kb'] / 2**20:.2f} GiB")
+            print(f"\nllama.cpp on the same file: {out['llamacpp']}")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=1)
