@@ -318,7 +318,7 @@ def run_llamacpp(path, a):
                context=a.max_context, kv_type=30 if a.kv_dtype == "bf16" else 0,  # GGML_TYPE_BF16 / F32
                extra_bufts=a.llamacpp_extra_bufts)
     rc, so, se, rss, wall = engines.run_measured([a.peers_python, os.path.abspath(__file__), "--llamacpp-worker",
-                                                  json.dumps(job)], a.timeout)
+                                                  json.dumps(job, separators=(",", ":"))], a.timeout)
     line = [x for x in so.splitlines() if x.startswith("RESULT ")]
     if rc != 0 or not line:
         return {"error": f"rc {rc}: {engines.tail(se + so)}"}
