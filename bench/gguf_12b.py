@@ -12,7 +12,7 @@ proportional RoPE rotating a quarter of the full layers' head, thetas 1e6 / 1e4,
 the Gemma-4-12B text config as bench/e2e/checkpoint.py and transformers' Gemma4UnifiedTextConfig
 defaults give it. The metadata is what llama.cpp's converter writes for `gemma4` (keys and tensor
 names of its Gemma4Model), so Tessera's GGUF loader maps it like a converted file. The file carries
-no tokenizer (runs use --ids).
+no tokenizer (tokenizer.ggml.model = "none": llama.cpp makes dummy tokens; runs use --ids).
 
 Weights are written tensor by tensor, each in row chunks (never the model in memory, no f32 copy on
 disk): Q4_0 blocks of random nibbles with small positive f16 scales, norms and layer scales 1.0 in
@@ -31,6 +31,9 @@ The prompt: a single --ids argument is limited by the kernel to 128 KiB, so the 
 random three-digit ids (100..999, clear of the special tokens): 32000 of them fit. --prompt-tokens
 shortens the prompt while keeping --max-context (and so the same KV plan): a full 32k prefill of
 this model takes long on few cores (--estimate prints the estimate from a small run).
+
+--llamacpp also runs the prompt through llama.cpp (llama-cpp-python in bench/.peers/venv) on the same
+file and reports how many greedy tokens agree: an independent reading of the file.
 """
 import argparse
 import json
@@ -50,8 +53,6 @@ from e2e import engines, roofline  # noqa: E402
 
 QK = 32          # Q4_0 block: 32 weights
 Q4_0_BYTES = 18  # f16 scale + 16 bytes of nibbles
-GGML_Q4_0 = 2
-GGML_F32 = 0
 FILE_TYPE_Q4_0 = 2  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0
 
 SHAPE = dict(layers=48, hidden=3840, heads=16, ff=15360, vocab=262144, swa_kv=8, swa_hd=256,
@@ -183,6 +184,24 @@ def write_tensor(fout, bits, shape, kind, fill):
         q4_0_rows(bits, min(step, rows - r0), cols).tofile(fout)
 
 
+def write_data(w, specs, seed):
+    """Header, metadata, tensor infos, then each tensor's data aligned as GGUFWriter.write_tensor_data
+    aligns it, generated and written a chunk at a time."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    fout = w.fout[0]
+    bits = np.random.SFC64(seed)  # raw 64-bit draws: the fastest numpy source of random bytes
+    t0 = time.time()
+    for name, shape, kind, fill in specs:
+        w.write_padding(fout, fout.tell())
+        write_tensor(fout, bits, shape, kind, fill)
+        w.write_padding(fout, tensor_nbytes(shape, kind))
+        if name.endswith("ffn_down.weight") or name == "token_embd.weight":
+            log(f"  {name} done ({fout.tell() / 2**30:.2f} GiB, {time.time() - t0:.0f} s)")
+    w.close()
+
+
 def write_gguf(path, layers, seed):
     """Streams the model into `path` (via a temporary name, renamed when complete)."""
     import gguf
@@ -202,19 +221,13 @@ def write_gguf(path, layers, seed):
         else:  # byte shape [rows, row bytes]; gguf turns it into the element shape of raw_dtype
             w.add_tensor_info(name, (shape[0], n // shape[0]), np.dtype(np.uint8), n,
                               raw_dtype=gguf.GGMLQuantizationType.Q4_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    fout = w.fout[0]
-    bits = np.random.SFC64(seed)  # raw 64-bit draws: the fastest numpy source of random bytes
-    t0 = time.time()
-    for k, (name, shape, kind, fill) in enumerate(specs):
-        w.write_padding(fout, fout.tell())  # each tensor starts aligned, as GGUFWriter.write_tensor_data
-        write_tensor(fout, bits, shape, kind, fill)
-        w.write_padding(fout, tensor_nbytes(shape, kind))
-        if name.endswith("ffn_down.weight") or name == "token_embd.weight":
-            log(f"  {name} done ({fout.tell() / 2**30:.2f} GiB, {time.time() - t0:.0f} s)")
-    w.close()
+    try:
+        write_data(w, specs, seed)
+    except BaseException:  # a partial file would be reused by the next run: never leave one
+        w.close()
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     os.replace(tmp, path)
     return os.path.getsize(path)
 
