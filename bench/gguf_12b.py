@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gguf_12b.py                       # write (~6.7 GB), run, print the table, delete
     .venv/bin/python bench/gguf_12b.py --layers 2 --prompt-tokens 64 --decode 8   # a quick small version
-    .venv/bin/python bench/gguf_12b.py --write-only --keep   # only the file (bench/.work/gguf_12b/)
+    .venv/bin/python bench/gguf_12b.py --write-only          # only the file (bench/.work/gguf_12b/), kept
 
 The model: Gemma 4 at the 12B shape, random weights, every matrix Q4_0. Geometry (48 layers, every
 6th and the last full attention with 1 KV head of 512 and V = K, sliding layers 8 KV heads of 256 and
@@ -436,7 +436,7 @@ def main():
     ap.add_argument("--layers", type=int, default=SHAPE["layers"], help="decoder layers (48: the full model)")
     ap.add_argument("--out", help="GGUF path (default bench/.work/gguf_12b/gemma4-12b-q4_0-L<layers>.gguf)")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--write-only", action="store_true", help="write (and check) the file, run nothing")
+    ap.add_argument("--write-only", action="store_true", help="write (and check) the file, run nothing; implies --keep")
     ap.add_argument("--keep", action="store_true", help="keep the file afterwards (default: delete it when "
                                                         "this script wrote it; an existing file is reused and kept)")
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "release", "tessera"))
@@ -464,6 +464,7 @@ def main():
                  "prompt + decode <= --max-context")
     if 4 * a.prompt_tokens > 128 * 1024:
         sys.exit("gguf_12b: --prompt-tokens above 32768 does not fit one --ids argument (128 KiB)")
+    a.keep = a.keep or a.write_only
     path = a.out or os.path.join(HERE, ".work", "gguf_12b", f"gemma4-12b-q4_0-L{a.layers}.gguf")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     wrote = not os.path.exists(path)
