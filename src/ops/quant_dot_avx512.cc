@@ -203,6 +203,48 @@ float RowK45(const void* wp, const void* xp, int64_t nb) {
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
+// Q6_K a block per two 512-bit passes of 128 values: the half's 64 low-nibble bytes are values
+// 0-63 (low nibbles) and 64-127 (high nibbles) in the activations' order; the 32 high-bit bytes,
+// broadcast, give each quarter its two bits by a per-half shift. Each 128-bit lane is one 16-value
+// sub-block, its signed scale folded in by vpmaddwd; the offset 32 goes through the 16-value sums.
+inline __m512 BlockQ6Kx512(const BlockQ6_K& w, const ActBlock256& x, __m512 acc) {
+  const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales))));
+  const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+  const __m512i lanes = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);  // per-half shift, as 16-bit counts
+  const __m512i s02 = _mm512_or_si512(_mm512_or_si512(lanes, _mm512_slli_epi64(lanes, 16)),
+                                      _mm512_or_si512(_mm512_slli_epi64(lanes, 32), _mm512_slli_epi64(lanes, 48)));
+  const __m512i s46 = _mm512_add_epi16(s02, _mm512_set1_epi16(4));
+  const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x00020002, 0x00020002,
+                                            0x00020002, 0x00020002, 0x00030003, 0x00030003, 0x00030003, 0x00030003);
+  __m512i isum = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    const __m512i l = _mm512_loadu_si512(w.ql + 64 * h);
+    const __m512i q = _mm512_broadcast_i64x4(Load32(w.qh + 32 * h));
+    const __m512i codes[2] = {
+        _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s02), m3), 4)),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s46), m3), 4))};
+    for (int k = 0; k < 2; ++k) {  // values 128 h + 64 k .. + 64: sub-blocks 8 h + 4 k .. + 4
+      const __m512i scale = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4 * k))), sc16);
+      const __m512i pairs = _mm512_maddubs_epi16(codes[k], _mm512_loadu_si512(x.q + 128 * h + 64 * k));
+      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(pairs, scale));
+    }
+  }
+  const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(Load32(x.bsums), _mm512_castsi512_si256(sc16)), 5);
+  isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(off));
+  return _mm512_fmadd_ps(_mm512_set1_ps(x.d * Half(w.d)), _mm512_cvtepi32_ps(isum), acc);
+}
+
+float RowQ6K(const void* wp, const void* xp, int64_t nb) {
+  const auto* w = static_cast<const BlockQ6_K*>(wp);
+  const auto* x = static_cast<const ActBlock256*>(xp);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) a0 = BlockQ6Kx512(w[b], x[b], a0), a1 = BlockQ6Kx512(w[b + 1], x[b + 1], a1);
+  if (b < nb) a0 = BlockQ6Kx512(w[b], x[b], a0);
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
 float Row8_0(const void* w, const void* x, int64_t nb) {
   return Row512<BlockQ8_0, PairQ8_0, DotQ8_0>(static_cast<const BlockQ8_0*>(w), static_cast<const ActBlock32*>(x), nb);
 }
@@ -215,6 +257,7 @@ void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, cons
     case QuantType::kQ8_0: row = Row8_0; break;
     case QuantType::kQ4_K: row = RowK45<BlockQ4_K, false>; break;
     case QuantType::kQ5_K: row = RowK45<BlockQ5_K, true>; break;
+    case QuantType::kQ6_K: row = RowQ6K; break;
     default: return DotRows(t, w, w_stride, rows, xq, nb, out);
   }
   for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);
