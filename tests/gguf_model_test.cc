@@ -357,6 +357,21 @@ TEST(GgufModel, QuantizedMatrixWithNonFiniteScaleIsRefused) {
       << m.status().message();
 }
 
+TEST(GgufModel, QuantizedRowsLongerThanTheDecodeKernelTakesAreRefused) {
+  Spec s;
+  s.L = 1;
+  s.ff = ops::kMaxQuantRowDotIn + 32;  // ffn_down's rows
+  s.drop = {"blk.0.ffn_down.weight"};
+  s.edit = [&s](GgufWriter* w) {
+    w->AddQuantTensor("blk.0.ffn_down.weight", {s.H, s.ff}, QuantType::kQ8_0, [&s](char* d) {
+      std::memset(d, 0, static_cast<size_t>(s.H * QuantRowBytes(QuantType::kQ8_0, s.ff)));
+      return Status::Ok();
+    });
+  };
+  ExpectError(s, "blk.0.ffn_down.weight in");
+  ExpectError(s, "quantized rows of up to " + std::to_string(ops::kMaxQuantRowDotIn));
+}
+
 TEST(GgufModel, QuantizedWeightsLoadAsStored) {
   TempDir dir;
   Spec s;

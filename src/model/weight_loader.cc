@@ -52,6 +52,11 @@ class Binder {
       return InvalidArgument("LoadGemmaWeights: tensor " + v.name + " in " + src_.path() + " is " +
                              QuantTypeName(v.quant) + " with rows of " + std::to_string(in) +
                              " values, not a multiple of its block size " + std::to_string(be));
+    if (in > ops::kMaxQuantRowDotIn)  // the decode kernel quantizes x on the stack
+      return InvalidArgument("LoadGemmaWeights: tensor " + v.name + " in " + src_.path() + " is " +
+                             QuantTypeName(v.quant) + " with rows of " + std::to_string(in) +
+                             " values; quantized rows of up to " + std::to_string(ops::kMaxQuantRowDotIn) +
+                             " are supported");
     *view = {v.data, DType::kF32, out, in};
     view->quant = v.quant;
     io::MappedFile::Prefault(v.data, v.nbytes);
