@@ -43,6 +43,10 @@ const Command kCommands[] = {
     {"kv-memory", tessera::cli::KvMemoryCommand, &tessera::cli::kKvMemoryFlags,
      " [CONTEXT...] [--max-chunk N] [--per-layer]\n"
      "      Gemma-12B-shaped KV memory\n"},
+    {"quantize", tessera::cli::QuantizeCommand, &tessera::cli::kQuantizeFlags,
+     " --model DIR --type q8_0|q4_0|q4_k_m --out FILE.gguf [--verbose]\n"
+     "      a Hugging Face Gemma 3 / Gemma 4 checkpoint to a GGUF that llama.cpp runs too, with the\n"
+     "      tensor types llama.cpp's quantizer picks (--verbose lists them)\n"},
     {"selfcheck", tessera::cli::SelfCheckCommand, &kNoFlags,
      "\n      attention and Linear kernels vs reference at Gemma-4 shapes\n"},
 };

@@ -1,0 +1,22 @@
+// The metadata half of QuantizeCheckpoint (quantize_model.h): the keys llama.cpp's converter
+// writes for a Gemma 3 / Gemma 4 text model, and the tokenizer vocabulary from the checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "tessera/quantize.h"
+#include "tessera/gguf.h"
+
+namespace tessera {
+
+// Writes general.*, <arch>.* and tokenizer.ggml.* into `w`. `text_config` is the checkpoint's text
+// config object (config.json, or its "text_config"). Sets *n_tokens to the vocabulary's size
+// (the rows the converter keeps of the embedding).
+Status WriteQuantizeMetadata(const std::string& dir, const model::ModelConfig& cfg, const nlohmann::json& text_config,
+                             QuantizeFileType type, io::GgufWriter* w, int64_t* n_tokens);
+
+}  // namespace tessera
