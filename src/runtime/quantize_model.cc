@@ -1,6 +1,7 @@
 #include "tessera/quantize.h"
 
 #include <algorithm>
+#include <climits>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -237,7 +238,56 @@ Status FillTensor(const SourceTensor& t, const io::SafetensorsCheckpoint& ck, Gg
   return Status::Ok();
 }
 
+// One matrix stored as `type`: rows decoded to f32 and re-encoded into a buffer kept in `keep`.
+StatusOr<model::StoredTensor> StoreAs(const model::StoredTensor& s, GgufElementType type, std::vector<AlignedBuffer>* keep) {
+  const int64_t rows = s.shape[0], cols = s.shape[1];
+  const int64_t row_bytes = type.quant != QuantType::kNone ? QuantRowBytes(type.quant, cols)
+                                                            : cols * static_cast<int64_t>(DTypeSize(type.dtype));
+  keep->emplace_back(static_cast<size_t>(rows * row_bytes));
+  char* out = static_cast<char*>(keep->back().data());
+  std::vector<float> row(cols);
+  const size_t esize = DTypeSize(s.dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    DecodeToF32(s.dtype, static_cast<const char*>(s.data) + r * cols * esize, row.data(), cols);
+    const int64_t bad = FirstNonFinite(DType::kF32, row.data(), cols);
+    if (bad >= 0)
+      return InvalidArgument("quantize on load: tensor " + s.name + " has a non-finite value at row " + std::to_string(r) +
+                             ", column " + std::to_string(bad));
+    if (type.quant != QuantType::kNone) QuantizeRow(type.quant, row.data(), out + r * row_bytes, cols);
+    else EncodeFromF32(type.dtype, row.data(), out + r * row_bytes, cols);
+  }
+  model::StoredTensor q = s;
+  q.data = out;
+  q.quant = type.quant;
+  q.dtype = type.quant != QuantType::kNone ? DType::kF32 : type.dtype;
+  q.nbytes = static_cast<uint64_t>(rows * row_bytes);
+  return q;
+}
+
 }  // namespace
+
+StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(const std::string& dir,
+                                                                               QuantizeFileType type) {
+  StatusOr<model::ModelConfig> cfg = model::LoadModelConfig(dir);
+  if (!cfg.ok()) return Status(cfg.status().code(), "quantize on load: " + cfg.status().message());
+  StatusOr<io::SafetensorsCheckpoint> ck = io::SafetensorsCheckpoint::Open(dir);
+  if (!ck.ok()) return Status(ck.status().code(), "quantize on load: " + ck.status().message());
+  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(dir, ck.value(), cfg.value(), INT64_MAX);
+  if (!plan.ok()) return plan.status();
+  std::vector<TensorPlan> tensors;
+  for (const SourceTensor& t : plan.value()) tensors.push_back(t.plan);
+  const std::vector<GgufElementType> types = ChooseTensorTypes(type, tensors, cfg.value().num_hidden_layers);
+  std::map<std::string, GgufElementType> by_name;
+  for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
+  return decltype(model::WeightLoadOptions::rewrite_matrix)(
+      [by_name](const std::string& name, const model::StoredTensor& s,
+                std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
+        const auto it = by_name.find(model::GgufTensorName(name));
+        if (it == by_name.end() || s.quant != QuantType::kNone || s.shape.size() != 2) return s;
+        if (it->second.quant == QuantType::kNone && it->second.dtype == s.dtype) return s;
+        return StoreAs(s, it->second, keep);
+      });
+}
 
 StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeFileType type,
                                             const std::string& out_path) {

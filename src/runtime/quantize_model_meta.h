@@ -1,4 +1,4 @@
-// The metadata half of QuantizeCheckpoint (quantize_model.h): the keys llama.cpp's converter
+// The metadata half of QuantizeCheckpoint (tessera/quantize.h), and quantize-on-load: the keys llama.cpp's converter
 // writes for a Gemma 3 / Gemma 4 text model, and the tokenizer vocabulary from the checkpoint.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "model/weight_loader.h"
 #include "tessera/quantize.h"
 #include "tessera/gguf.h"
 
@@ -18,5 +19,10 @@ namespace tessera {
 // (the rows the converter keeps of the embedding).
 Status WriteQuantizeMetadata(const std::string& dir, const model::ModelConfig& cfg, const nlohmann::json& text_config,
                              QuantizeFileType type, io::GgufWriter* w, int64_t* n_tokens);
+
+// Quantize-on-load for the checkpoint directory `dir`: a WeightLoadOptions::rewrite_matrix that
+// stores each matrix in the type QuantizeCheckpoint would write it in (same blocks, same bytes).
+StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(const std::string& dir,
+                                                                               QuantizeFileType type);
 
 }  // namespace tessera
