@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/input_file.h"
+#include "io/json_nesting.h"
 #include "io/safetensors_checkpoint.h"
 #include "model/config.h"
 #include "model/gguf_weights.h"
@@ -153,6 +154,7 @@ struct SourceTensor {
 StatusOr<nlohmann::json> TextConfigJson(const std::string& dir) {
   StatusOr<std::string> text = io::ReadInputFile(dir + "/config.json", "config", 64ull << 20);
   if (!text.ok()) return Status(text.status().code(), "quantize: " + text.status().message());
+  TESSERA_RETURN_IF_ERROR(io::CheckJsonNesting(text.value(), dir + "/config.json"));
   nlohmann::json j = nlohmann::json::parse(text.value(), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("quantize: '" + dir + "/config.json' is not a JSON object");
   if (j.contains("text_config") && j["text_config"].is_object()) return nlohmann::json(j["text_config"]);

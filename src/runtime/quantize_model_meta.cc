@@ -2,13 +2,14 @@
 
 #include <sys/stat.h>
 
-#include <regex>
 #include <set>
 #include <vector>
 
 #include <sentencepiece_processor.h>
 
 #include "io/input_file.h"
+#include "io/json_nesting.h"
+#include "runtime/quantize_vocab.h"
 #include "tessera/tokenizer_vocab.h"
 
 namespace tessera {
@@ -31,6 +32,7 @@ StatusOr<json> ReadJson(const std::string& path, bool required) {
   }
   StatusOr<std::string> text = io::ReadInputFile(path, "tokenizer", kMaxTokenizerBytes);
   if (!text.ok()) return Status(text.status().code(), "quantize: " + text.status().message());
+  TESSERA_RETURN_IF_ERROR(io::CheckJsonNesting(text.value(), path));
   json j = json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("quantize: '" + path + "' is not a JSON object");
   return j;
@@ -67,7 +69,7 @@ Status SentencePieceVocab(const std::string& dir, int64_t vocab_size, const json
           !data.contains("content") || !data["content"].is_string())
         continue;
       std::string text = data["content"].get<std::string>();
-      const bool special = data.value("special", false) ||
+      const bool special = (data.contains("special") && data["special"].is_boolean() && data["special"].get<bool>()) ||
                            (text.size() >= 2 && ((text.front() == '<' && text.back() == '>') ||
                                                  (text.front() == '[' && text.back() == ']')));
       if (!special) {
@@ -77,60 +79,6 @@ Status SentencePieceVocab(const std::string& dir, int64_t vocab_size, const json
       v->tokens[id] = text;
       v->scores[id] = -1000.0f;
       v->token_types[id] = special ? TokenizerVocab::kControl : TokenizerVocab::kUserDefined;
-    }
-  }
-  return Status::Ok();
-}
-
-// tokenizer.json -> the 'gemma4' vocabulary: pieces by id, merges by rank, kinds from the added
-// tokens (special: control; others: user-defined), byte pieces, and the tokens the converter keeps
-// visible; every score -1000, as the converter writes.
-Status HfBpeVocab(const std::string& dir, const json& tj, TokenizerVocab* v) {
-  const std::string where = "quantize: '" + dir + "/tokenizer.json'";
-  if (!tj.contains("model") || !tj["model"].is_object() || !tj["model"].contains("vocab") ||
-      !tj["model"]["vocab"].is_object())
-    return InvalidArgument(where + ": model.vocab is missing or not an object");
-  const json& vocab = tj["model"]["vocab"];
-  std::map<int64_t, std::string> by_id;
-  for (const auto& [piece, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 24))
-      return InvalidArgument(where + ": model.vocab[\"" + piece.substr(0, 64) + "\"] is not a valid id");
-    by_id[id.get<int64_t>()] = piece;
-  }
-  std::set<int64_t> special, user;
-  if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
-    for (const json& a : tj["added_tokens"]) {
-      if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
-          !a["content"].is_string())
-        return InvalidArgument(where + ": an added_tokens entry lacks an integer id or a string content");
-      const int64_t id = a["id"].get<int64_t>();
-      if (id < 0 || id >= (int64_t{1} << 24)) return InvalidArgument(where + ": added token id out of range");
-      by_id[id] = a["content"].get<std::string>();
-      (a.value("special", false) ? special : user).insert(id);
-    }
-  }
-  const int64_t n = by_id.empty() ? 0 : by_id.rbegin()->first + 1;
-  if (static_cast<int64_t>(by_id.size()) != n) return InvalidArgument(where + ": the token ids are not 0..n-1");
-  static const std::set<std::string> kVisible = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
-                                                 "<|tool_response>", "<tool_response|>", "<|\"|>"};
-  static const std::regex kByte("<0x[0-9A-Fa-f]{2}>");
-  v->model = "gemma4";
-  for (const auto& [id, piece] : by_id) {
-    v->tokens.push_back(piece);
-    v->scores.push_back(-1000.0f);
-    int32_t t = std::regex_match(piece, kByte) ? TokenizerVocab::kByte
-                : special.count(id)            ? TokenizerVocab::kControl
-                : user.count(id)               ? TokenizerVocab::kUserDefined
-                                               : TokenizerVocab::kNormal;
-    if (kVisible.count(piece)) t = TokenizerVocab::kUserDefined;
-    v->token_types.push_back(t);
-  }
-  if (tj["model"].contains("merges") && tj["model"]["merges"].is_array()) {
-    for (const json& m : tj["model"]["merges"]) {
-      if (m.is_string()) v->merges.push_back(m.get<std::string>());
-      else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-        v->merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-      else return InvalidArgument(where + ": a model.merges entry is neither \"a b\" nor [a, b]");
     }
   }
   return Status::Ok();
@@ -151,7 +99,8 @@ void SpecialIds(const json& tok_config, const json& tj, const json& config, cons
                                 : "";
       if (!content.empty() && tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
         for (const json& a : tj["added_tokens"])
-          if (a.is_object() && a.value("content", "") == content && a.contains("id") && a["id"].is_number_integer())
+          if (a.is_object() && a.contains("content") && a["content"] == content && a.contains("id") &&
+              a["id"].is_number_integer())
             id = a["id"].get<int64_t>();
       }
       for (size_t i = 0; id < 0 && !content.empty() && i < v.tokens.size(); ++i)
@@ -180,7 +129,9 @@ Status WriteVocab(const std::string& dir, int64_t vocab_size, bool gemma4, const
   TokenizerVocab v;
   if (gemma4) {
     if (!has_json) return InvalidArgument("quantize: '" + dir + "' has no tokenizer.json (a Gemma 4 GGUF carries its BPE vocabulary)");
-    TESSERA_RETURN_IF_ERROR(HfBpeVocab(dir, tj, &v));
+    StatusOr<TokenizerVocab> bpe = GgufVocabFromTokenizerJson(tj, "quantize: '" + dir + "/tokenizer.json'");
+    if (!bpe.ok()) return bpe.status();
+    v = std::move(bpe.value());
   } else {
     if (!has_sp) return InvalidArgument("quantize: '" + dir + "' has no tokenizer.model (a Gemma 3 GGUF carries its SentencePiece vocabulary)");
     TESSERA_RETURN_IF_ERROR(SentencePieceVocab(dir, vocab_size, tok_config.value(), &v));
@@ -208,7 +159,8 @@ Status WriteVocab(const std::string& dir, int64_t vocab_size, bool gemma4, const
 // The converter's Gemma 4 full-layer head width and KV heads: global_* or the per_layer_config.
 int64_t FullLayerValue(const json& tc, const char* global_key, const char* layer_key) {
   if (tc.contains(global_key) && tc[global_key].is_number_integer()) return tc[global_key].get<int64_t>();
-  if (tc.contains("per_layer_config") && tc["per_layer_config"].is_object() && tc.contains("layer_types")) {
+  if (tc.contains("per_layer_config") && tc["per_layer_config"].is_object() && tc.contains("layer_types") &&
+      tc["layer_types"].is_array()) {
     const json& types = tc["layer_types"];
     for (const auto& [k, lc] : tc["per_layer_config"].items()) {
       const size_t i = std::strtoul(k.c_str(), nullptr, 10);
