@@ -10,7 +10,7 @@
 // the read bandwidth, prefill (the GEMM on dequantized panels) as GFLOP/s against the FMA peak.
 // TESSERA_SIMD=avx2|generic picks the quantized dot kernels as it does the f32 ones.
 //
-//   build/release/tessera_bench_linear [--threads N] [--reps R] [--section all|dense|quant]
+//   build/release/tessera_bench_linear [--threads N] [--reps R] [--section all|dense|quant|quant-compute]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -32,6 +32,44 @@ using namespace tessera;
 
 namespace {
 
+// Random blocks of type t for a [out, in] matrix, with sane f16 scales (0.001-0.002) where each
+// block keeps them (d first, Q4_K/Q5_K dmin next; Q6_K's d last).
+std::vector<uint8_t> RandomQuantWeight(std::mt19937& rng, QuantType t, int64_t out, int64_t in) {
+  const int64_t blocks = out * (in / QuantBlockElems(t)), bb = QuantBlockBytes(t);
+  std::vector<uint8_t> w(blocks * bb);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+  const int64_t d_at = t == QuantType::kQ6_K ? bb - 2 : 0;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint16_t d = F32ToF16(0.001f * (1 + (rng() % 1000) / 1000.0f));
+    std::memcpy(w.data() + b * bb + d_at, &d, 2);
+    if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) std::memcpy(w.data() + b * bb + 2, &d, 2);
+  }
+  return w;
+}
+
+const QuantType kQuantTypes[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K,
+                                 QuantType::kQ6_K, QuantType::kQ5_0, QuantType::kQ5_K};
+
+// One thread's decode rate on a weight that stays in L2 (256 x 4096): whether a core's kernel
+// outruns its share of the read bandwidth, whatever else the machine is doing to memory.
+void RunQuantCompute(int reps, double bw1) {
+  std::printf("\n%-24s %-5s %12s %14s\n", "cache-resident, 1 thread", "type", "W GB/s", "x 1-thread bw");
+  std::mt19937 rng(3);
+  const int64_t out = 256, in = 4096;
+  std::vector<float> x(in), y(out);
+  for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  for (QuantType t : kQuantTypes) {
+    const std::vector<uint8_t> w = RandomQuantWeight(rng, t, out, in);
+    ops::WeightView wv{w.data(), DType::kF32, out, in};
+    wv.quant = t;
+    const double ms = bench::MedianMs(reps, [&] {
+      for (int r = 0; r < 20; ++r) ops::Linear(wv, x.data(), 1, in, y.data(), out, nullptr);
+    });
+    const double gbs = 20.0 * double(w.size()) / ms / 1e6;
+    std::printf("%-24s %-5s %12.1f %14.2f\n", "256 x 4096", QuantTypeName(t), gbs, bw1 > 0 ? gbs / bw1 : 0.0);
+  }
+}
+
 // The quantized section: every type on the Gemma-4-12B MLP shapes (and Gemma 3 1B's, for the
 // 32-value types: 1152 is no multiple of 256).
 void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
@@ -41,24 +79,13 @@ void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
   };
   const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
                           {"gemma3-1b mlp up", 6912, 1152}};
-  const QuantType types[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K,
-                             QuantType::kQ6_K, QuantType::kQ5_0, QuantType::kQ5_K};
   std::printf("\n%-24s %-5s %5s %12s %10s %10s %12s %10s %12s %10s\n", "quantized weight", "type", "n", "row-dot ms",
               "gemm ms", "Linear ms", "W GB/s", "% read bw", "GFLOP/s", "% FMA peak");
   std::mt19937 rng(2);
   for (const Shape& s : shapes)
-    for (QuantType t : types) {
+    for (QuantType t : kQuantTypes) {
       if (s.in % QuantBlockElems(t) != 0) continue;
-      const int64_t row_bytes = QuantRowBytes(t, s.in), blocks = s.out * (s.in / QuantBlockElems(t));
-      std::vector<uint8_t> w(s.out * row_bytes);
-      for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
-      // Sane f16 scales (0.001-0.002) where each block keeps them (d first; Q6_K's d last).
-      const int64_t d_at = t == QuantType::kQ6_K ? QuantBlockBytes(t) - 2 : 0;
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint16_t d = F32ToF16(0.001f * (1 + (rng() % 1000) / 1000.0f));
-        std::memcpy(w.data() + b * QuantBlockBytes(t) + d_at, &d, 2);
-        if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) std::memcpy(w.data() + b * QuantBlockBytes(t) + 2, &d, 2);
-      }
+      const std::vector<uint8_t> w = RandomQuantWeight(rng, t, s.out, s.in);
       ops::WeightView wv{w.data(), DType::kF32, s.out, s.in};
       wv.quant = t;
       std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -79,33 +106,40 @@ void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
     }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  if (const int rc = bench::CheckArgs(argc, argv, " [--threads N] [--reps R] [--section all|dense|quant]\n"); rc >= 0)
-    return rc;
-  int threads = DefaultThreadCount(), reps = 5;
-  std::string section = "all";
+bool ParseArgs(int argc, char** argv, int* threads, int* reps, std::string* section) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--threads") {
-      threads = std::atoi(argv[i + 1]);
+      *threads = std::atoi(argv[i + 1]);
     } else if (a == "--reps") {
-      reps = std::atoi(argv[i + 1]);
+      *reps = std::atoi(argv[i + 1]);
     } else if (a == "--section") {
-      section = argv[i + 1];
+      *section = argv[i + 1];
     } else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
-      return 2;
+      return false;
     }
   }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const int rc = bench::CheckArgs(argc, argv, " [--threads N] [--reps R] [--section all|dense|quant|quant-compute]\n");
+      rc >= 0)
+    return rc;
+  int threads = DefaultThreadCount(), reps = 5;
+  std::string section = "all";
+  if (!ParseArgs(argc, argv, &threads, &reps, &section)) return 2;
   const double bw1 = bench::ReadBandwidthGBs(1), bwn = bench::ReadBandwidthGBs(threads);
   const double peak = bench::FmaPeakGflops(threads), dot_peak = bench::Bf16DotPeakGflops(threads);
   std::printf("roofline: read bandwidth %.1f GB/s (1 thread), %.1f GB/s (%d threads); f32 FMA peak %.1f GFLOP/s; "
               "bf16 dot peak %.1f GFLOP/s%s\n\n",
               bw1, bwn, threads, peak, dot_peak, dot_peak > 0 ? "" : " (no AVX-512-BF16: precision bf16 runs the f32 kernels)");
   ThreadPool pool(threads);
-  if (section == "quant") return RunQuant(pool, reps, bwn, peak), 0;
+  if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
+  if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;
   struct Shape {
     const char* name;
     int64_t out, in;
@@ -163,6 +197,6 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (section == "all") RunQuant(pool, reps, bwn, peak);
+  if (section == "all") RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak);
   return 0;
 }

@@ -280,7 +280,24 @@ def gguf_model():
     put("gguf_model", "wrong_type.gguf", gguf_bytes(kv(g3[:1] + [("gemma3.block_count", (8, s("7")))] + g3[2:]), [embd]))
 
 
+def quant():
+    # Byte 0 picks the type (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k); the rest is two blocks of it.
+    rng = np.random.default_rng(0)
+    block_bytes = (18, 22, 34, 144, 176, 210)
+    scale_at = (0, 0, 0, 0, 0, 208)
+    for k, bb in enumerate(block_bytes):
+        blocks = rng.integers(0, 256, 2 * bb, dtype=np.uint8)
+        for b in range(2):
+            blocks[b * bb + scale_at[k]:b * bb + scale_at[k] + 2] = np.array([0x3c00], np.uint16).view(np.uint8)
+        put("quant", f"blocks{k}", bytes([k]) + blocks.tobytes())
+        bad = blocks.copy()
+        bad[bb + scale_at[k]:bb + scale_at[k] + 2] = np.array([0x7c00], np.uint16).view(np.uint8)
+        put("quant", f"inf_scale{k}", bytes([k]) + bad.tobytes())
+        put("quant", f"floats{k}", bytes([k]) + rng.standard_normal(512).astype("<f4").tobytes())
+
+
 if __name__ == "__main__":
+    quant()
     npy()
     st_header()
     st_index()

@@ -3,6 +3,8 @@
 // run. The converter-made files and the logits are python/tests/test_gguf_model.py's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -15,6 +17,7 @@
 #include "model/gguf_vocab.h"
 #include "model/loaded_model.h"
 #include "temp_dir.h"
+#include "tessera/engine.h"
 #include "tessera/gguf.h"
 #include "tessera/quant.h"
 
@@ -375,6 +378,79 @@ TEST(GgufModel, QuantizedWeightsLoadAsStored) {
   EXPECT_EQ(w.lm_head.quant, QuantType::kQ8_0);  // tied
   EXPECT_EQ(w.layers[0].up.quant, QuantType::kNone);
   EXPECT_EQ(w.embed_scale, 8.0f);  // sqrt(64) in f32: a quantized table has no dtype to round to
+}
+
+// Last-position logits of a short prompt, then of one decode step.
+std::vector<float> PromptLogits(const std::string& path) {
+  LoadOptions o;
+  o.threads = 1;
+  StatusOr<std::unique_ptr<Model>> m = Model::Load(path, o);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (!m.ok()) return {};
+  SessionOptions so;
+  so.max_context = 16;
+  so.max_chunk = 16;
+  StatusOr<std::unique_ptr<Session>> s = m.value()->NewSession(so);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  const int64_t V = m.value()->info().vocab;
+  std::vector<float> out(static_cast<size_t>(2 * V));
+  EXPECT_TRUE(s.value()->Prefill({{.tokens = {2, 7, 31, 63, 5}}}, out.data()).ok());
+  const int32_t next = 11;
+  EXPECT_TRUE(s.value()->Decode(&next, nullptr, out.data() + V).ok());
+  return out;
+}
+
+// Quantized lookup tables (the token embedding and Gemma 4's per-layer table) give exactly the
+// logits of the same file with those tables stored dequantized as f32: the lookups dequantize the
+// row (the per-layer slices block by block) and nothing else is quantized.
+TEST(GgufModel, QuantizedLookupTablesDequantizeTheirRows) {
+  TempDir dir;
+  Spec s;
+  s.gemma4 = true;
+  s.L = 2;
+  s.ple = 32;
+  s.vocab = 64;
+  const int64_t rows[] = {64, 64}, cols[] = {64, 2 * 32};
+  const char* names[] = {"token_embd.weight", "per_layer_token_embd.weight"};
+  auto values = [](int64_t n, int k) {
+    std::vector<float> v(static_cast<size_t>(n));
+    std::mt19937 rng(k);
+    std::normal_distribution<float> d(0.0f, 0.05f);
+    for (float& x : v) x = d(rng);
+    return v;
+  };
+  for (bool quant : {true, false}) {
+    Spec t = s;
+    t.drop = {names[0], names[1]};
+    t.edit = [&](GgufWriter* w) {
+      w->AddTensor("output.weight", {64, 64}, DType::kF32, Random("output.weight", 64 * 64));  // untied head
+      for (int k = 0; k < 2; ++k) {
+        const int64_t n = rows[k] * cols[k];
+        std::vector<float> v = values(n, k);
+        std::vector<char> q(static_cast<size_t>(QuantRowBytes(QuantType::kQ8_0, n)));
+        QuantizeRow(QuantType::kQ8_0, v.data(), q.data(), n);
+        if (quant) {
+          w->AddQuantTensor(names[k], {rows[k], cols[k]}, QuantType::kQ8_0, [q](char* d) {
+            std::memcpy(d, q.data(), q.size());
+            return Status::Ok();
+          });
+        } else {
+          DequantizeRow(QuantType::kQ8_0, q.data(), v.data(), n);
+          w->AddTensor(names[k], {rows[k], cols[k]}, DType::kF32, [v](char* d) {
+            std::memcpy(d, v.data(), v.size() * 4);
+            return Status::Ok();
+          });
+        }
+      }
+    };
+    Write(dir, t, quant ? "q.gguf" : "f.gguf");
+  }
+  const std::vector<float> q = PromptLogits(dir.File("q.gguf")), f = PromptLogits(dir.File("f.gguf"));
+  ASSERT_EQ(q.size(), f.size());
+  EXPECT_EQ(q, f);
+  float largest = 0.0f;
+  for (float x : q) largest = std::max(largest, std::abs(x));
+  EXPECT_GT(largest, 0.0f);
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include "tessera/gguf.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
 
 #include <cstdint>
 #include <cstring>
@@ -336,6 +339,12 @@ TEST(Gguf, WriterFailuresLeaveNoFile) {
       {"alignment not a power of two", [](GgufWriter* w) {}, 48, "alignment 48 is not a power of two"},
       {"general.alignment disagrees", [](GgufWriter* w) { w->SetU32("general.alignment", 64); }, 32,
        "general.alignment must be the u32 alignment 32"},
+      {"total size overflows", [](GgufWriter* w) {
+         w->AddTensor("a", {int64_t{1} << 59}, DType::kF32, Pattern(0, 1));
+         w->AddTensor("b", {int64_t{1} << 59}, DType::kF32, Pattern(0, 1));
+       }, 32, "tensor 'b': the tensors' total size overflows"},
+      {"byte count overflows", [](GgufWriter* w) { w->AddTensor("t", {int64_t{1} << 62}, DType::kF32, Pattern(0, 1)); },
+       32, "tensor 't' shape [4611686018427387904] of f32 overflows the byte count"},
       {"missing fill", [](GgufWriter* w) { w->AddTensor("t", {1}, DType::kF32, nullptr); }, 32,
        "tensor 't' has no fill function"},
   };
@@ -367,6 +376,26 @@ TEST(Gguf, WriterReplacesAnExistingFileOnlyOnSuccess) {
   ASSERT_TRUE(good.Write(path).ok());
   EXPECT_EQ(GgufFile::Open(path).value().GetString("k").value(), "v");
   EXPECT_EQ(Listing(dir.path()).size(), 1u);
+}
+
+// No space: the file-size limit stands in for a full disk (both fail the up-front allocation).
+TEST(Gguf, WriterOutOfSpaceIsResourceExhaustedAndLeavesNoFile) {
+  TempDir dir;
+  GgufWriter w;
+  w.AddTensor("big", {1 << 20}, DType::kF32, Pattern(4 << 20, 1));
+  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);  // else the kernel's SIGXFSZ ends the process
+  struct rlimit old_limit {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = 1 << 20;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const Status s = w.Write(dir.File("big.gguf"));
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.message();
+  EXPECT_NE(s.message().find("big.gguf"), std::string::npos) << s.message();
+  EXPECT_TRUE(Listing(dir.path()).empty());
 }
 
 TEST(Gguf, WriterIntoAMissingDirectoryFails) {

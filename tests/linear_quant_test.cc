@@ -21,6 +21,9 @@
 //   computed here from x), times |w_i|, plus an ulp of amax for the division's rounding.
 // - GEMM against LinearReference: the f32 micro-tile is one FMA chain per output over in, on the
 //   same dequantized weights (DequantizeRow), so |y - ref| <= (in + 2) u sum_i |w_i x_i| + u |ref|.
+//   At precision bf16 on CPUs with the bf16 dot product the GEMM rounds the dequantized weights to
+//   bf16 too (8 significant bits: |w - bf16(w)| <= 2^-8 |w|) and sums exact products in f32 chains,
+//   so the bound gains 2^-8 sum_i |w_i x_i| (x as the reference rounds it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,9 +35,11 @@
 #include <vector>
 
 #include "linear_check.h"
+#include "ops/bf16_dot.h"
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
 #include "ops/quant_linear.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
 #include "tessera/gemm.h"
 #include "tessera/linear.h"
@@ -163,15 +168,16 @@ void RowDotTolerances(const Problem& p, const std::vector<float>& ref_int8, cons
   }
 }
 
-double GemmTolerance(const Problem& p, MatmulPrecision prec, const std::vector<float>& ref, int64_t t, int64_t o) {
+double GemmTolerance(const Problem& p, MatmulPrecision prec, bool bf16_weights, const std::vector<float>& ref,
+                     int64_t t, int64_t o) {
   std::vector<float> w(p.in);
   DequantizeRow(p.t, p.Row(o), w.data(), p.in);
   double s = 0;
   for (int64_t i = 0; i < p.in; ++i) s += std::fabs(double(w[i]) * XAt(p, t, i, prec));
-  return (p.in + 2) * kU * s + kU * std::fabs(ref[t * p.ys + o]);
+  return ((p.in + 2) * kU + (bf16_weights ? 1.0 / 256 * (1 + 1e-6) : 0.0)) * s + kU * std::fabs(ref[t * p.ys + o]);
 }
 
-enum class Path { kLinear, kRowDot, kGemm };
+enum class Path { kLinear, kRowDot, kGemm, kGemmScratch };  // kGemmScratch: with x_pairs
 
 std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, Path path,
                              int64_t t0 = 0) {
@@ -181,6 +187,9 @@ std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, Matm
     ops::LinearRowDot(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
   } else if (path == Path::kGemm) {
     ops::Gemm(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
+  } else if (path == Path::kGemmScratch) {
+    AlignedBuffer x_pairs(ops::GemmScratchWords(n, p.in) * sizeof(uint32_t));
+    ops::Gemm(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec, x_pairs.as<uint32_t>());
   } else {
     ops::Linear(p.View(), x, n, p.xs, y.data(), p.ys, pool, prec);
   }
@@ -280,7 +289,7 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   ThreadPool pool(2);
   for (QuantType t : kTypes) {
     const int64_t be = QuantBlockElems(t);
-    for (int64_t blocks : {1, 2, 3, 7, 12}) {
+    for (int64_t blocks : {1, 2, 3, 7, 12, 16, 37}) {
       for (int64_t out : {1, 5, 17, 40}) {
         const int64_t n = 1 + (rng() % 3), in = blocks * be;
         SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
@@ -313,8 +322,9 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   }
 }
 
-// The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions, 1 and 2 threads; a token's result is
-// the same in every batch.
+// The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions
+// (precision bf16 with and without the bf16 dot product's pair panels), 1 and 2 threads; a token's
+// result is the same in every batch.
 TEST(LinearQuant, GemmMatchesReference) {
   std::mt19937 rng(5);
   ThreadPool pool(2);
@@ -326,18 +336,23 @@ TEST(LinearQuant, GemmMatchesReference) {
         SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
                      " n=" + std::to_string(n));
         const Problem p = MakeProblem(rng, t, n, in, out);
-        for (MatmulPrecision prec : {MatmulPrecision::kF32, MatmulPrecision::kBf16}) {
+        for (int variant = 0; variant < 3; ++variant) {  // f32; bf16 with the dot product (if any); bf16 without
+          const MatmulPrecision prec = variant == 0 ? MatmulPrecision::kF32 : MatmulPrecision::kBf16;
+          ops::EnableBf16Dot(variant != 2);
+          const bool bf16_weights = variant == 1 && ops::Bf16Dot() != nullptr;
+          SCOPED_TRACE("variant " + std::to_string(variant));
           std::vector<float> ref(n * p.ys);
           ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys, prec);
           std::vector<double> tol(n * p.ys);
           for (int64_t i = 0; i < n; ++i)
-            for (int64_t o = 0; o < out; ++o) tol[i * p.ys + o] = GemmTolerance(p, prec, ref, i, o);
+            for (int64_t o = 0; o < out; ++o) tol[i * p.ys + o] = GemmTolerance(p, prec, bf16_weights, ref, i, o);
           for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
             const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kGemm);
             EXPECT_TRUE(WithinTolerances(y, ref, tol, p));
             if (n >= 32) {
               EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kLinear));  // many tokens: Linear's GEMM
             }
+            EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kGemmScratch));  // x rounded once: the same bits
             // The last four tokens as their own batch: the same bits.
             const std::vector<float> tail = RunLinear(p, 4, tp, prec, Path::kGemm, n - 4);
             for (int64_t i = 0; i < 4; ++i)
@@ -345,6 +360,7 @@ TEST(LinearQuant, GemmMatchesReference) {
                 ASSERT_EQ(tail[i * p.ys + o], y[(n - 4 + i) * p.ys + o]) << "token " << n - 4 + i << " o=" << o;
           }
         }
+        ops::EnableBf16Dot(true);
       }
     }
   }

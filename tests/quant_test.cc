@@ -271,5 +271,22 @@ TEST(QuantTest, RowsAreIndependentBlocks) {
   }
 }
 
+// Blocks at odd addresses (a GGUF's alignment may be 1): the same values and bytes as aligned ones
+// (and no misaligned access for the sanitizer builds to report).
+TEST(QuantTest, UnalignedBlocks) {
+  for (QuantType t : kAll) {
+    const int64_t n = 3 * QuantBlockElems(t);
+    const std::vector<float> x = Normal(static_cast<size_t>(n), 17);
+    const std::vector<uint8_t> q = Quantize(t, x);
+    std::vector<uint8_t> odd(q.size() + 1);
+    QuantizeRow(t, x.data(), odd.data() + 1, n);
+    ASSERT_EQ(std::memcmp(odd.data() + 1, q.data(), q.size()), 0) << QuantTypeName(t);
+    std::vector<float> y(static_cast<size_t>(n));
+    DequantizeRow(t, odd.data() + 1, y.data(), n);
+    EXPECT_EQ(y, Dequantize(t, q, n)) << QuantTypeName(t);
+    EXPECT_EQ(FirstNonFiniteBlock(t, odd.data() + 1, n), -1);
+  }
+}
+
 }  // namespace
 }  // namespace tessera

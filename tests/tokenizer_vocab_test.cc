@@ -261,11 +261,14 @@ TEST(TokenizerVocab, BpeWithoutByteTokens) {
   ASSERT_TRUE(no_unk.ok()) << no_unk.status().message();
   auto err = no_unk.value()->Encode("abz", false);
   ASSERT_FALSE(err.ok());
-  EXPECT_NE(err.status().message().find("byte 122 of the text has no token"), std::string::npos);
+  EXPECT_NE(err.status().message().find("'z' is not a token, and neither its <0xXX> byte tokens nor an unknown"),
+            std::string::npos)
+      << err.status().message();
   v.unk_id = 3;
   auto with_unk = Tokenizer::FromVocab(v, "nobytes.gguf");
   ASSERT_TRUE(with_unk.ok());
   EXPECT_EQ(with_unk.value()->Encode("abz", false).value(), (std::vector<int32_t>{9, 3}));
+  EXPECT_EQ(with_unk.value()->Encode("z\xc3\xa9z a", false).value(), (std::vector<int32_t>{3, 3, 3, 12}));
 }
 
 TEST(TokenizerVocab, BadBpeVocabulariesAreClearErrors) {

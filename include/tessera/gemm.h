@@ -7,8 +7,9 @@
 // load (WeightView::pairs, PackPairPanels) skips the per-call packing, and Linear then sends it
 // every token count (decode included). At precision f32 the same holds for f32 panels packed at
 // load (WeightView::panels, PackF32Panels): the GEMM reads its blocks in place.
-// Block-quantized weights (WeightView::quant) are dequantized per block into the f32 panels (whole
-// quant blocks per k block), at either precision (precision bf16 rounds x to bf16 first).
+// Block-quantized weights (WeightView::quant) are dequantized per block (whole quant blocks per k
+// block) into the f32 panels, or at precision bf16 on CPUs with the dot product into bf16 pair
+// panels (the weights then rounded to bf16 like x).
 #pragma once
 
 #include <cstdint>

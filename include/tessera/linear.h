@@ -51,8 +51,8 @@ struct WeightView {
 // the blocked GEMM (tessera/gemm.h) for more (prefill: compute-bound).
 // precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked), or quantized weights.
 // Quantized weights (w.quant): a few tokens take the int8 row-dot path (x quantized per block,
-// in <= kMaxQuantRowDotIn, checked), more the GEMM on dequantized panels (x rounded to bf16 first at
-// precision bf16, as for f32 weights on CPUs without the bf16 dot product).
+// in <= kMaxQuantRowDotIn, checked; either precision), more the GEMM on dequantized panels (at
+// precision bf16 both x and the dequantized weights rounded to bf16, see tessera/gemm.h).
 // x_pairs: optional scratch for the GEMM at precision bf16 (tessera/gemm.h: GemmScratchWords(n, in)
 // words; x rounded into it once per call instead of once per block of output columns); needed
 // for w.pairs to be used. At precision f32, w.panels (where set) serve every n.

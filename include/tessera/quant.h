@@ -19,6 +19,8 @@ enum class QuantType : int {
 };
 
 // The block structs. Halves (ggml_half) are raw f16 bit patterns (tessera/dtype.h F16ToF32).
+// The structs need 2-byte alignment; the functions below do not (they copy blocks), so they read a
+// mapped tensor at any offset. Code that casts mapped bytes to a struct must check the alignment.
 struct BlockQ4_0 {
   uint16_t d;
   uint8_t qs[16];  // value j (< 16) in the low nibble of qs[j], value j + 16 in its high nibble

@@ -25,9 +25,12 @@ struct TokenizerVocab {
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   int32_t pad_id = -1;
+  // Flags the caller applies (Encode takes add_bos) except add_space_prefix. When a key is absent
+  // llama.cpp assumes add_bos true, add_eos false, add_space_prefix true for "llama" and false
+  // for "gemma4"; Gemma's converter always writes add_space_prefix (false).
   bool add_bos = true;            // tokenizer.ggml.add_bos_token
   bool add_eos = false;           // tokenizer.ggml.add_eos_token
-  bool add_space_prefix = false;  // tokenizer.ggml.add_space_prefix (Gemma: false)
+  bool add_space_prefix = false;  // tokenizer.ggml.add_space_prefix
 };
 
 }  // namespace tessera::tokenizer

@@ -170,38 +170,55 @@ def _libggml_base():
     return libs[0] if libs else None
 
 
-@pytest.mark.skipif(_libggml_base() is None,
-                    reason="llama.cpp's libggml-base (bench/.peers, installed by bench/setup_peers.sh) is absent")
-def test_llama_cpp_parser_loads_our_files(tmp_path):
+class _Params(ctypes.Structure):
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.POINTER(ctypes.c_void_p))]
+
+
+class _InitParams(ctypes.Structure):
+    _fields_ = [("mem_size", ctypes.c_size_t), ("mem_buffer", ctypes.c_void_p), ("no_alloc", ctypes.c_bool)]
+
+
+def _ggml():
+    """llama.cpp's libggml-base with the prototypes of the gguf/ggml calls used here."""
     lib = ctypes.CDLL(_libggml_base())
+    P, I64, SZ, STR = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t, ctypes.c_char_p
+    protos = {
+        "gguf_init_from_file": (P, [STR, _Params]), "gguf_init_empty": (P, []), "gguf_free": (None, [P]),
+        "gguf_get_n_kv": (I64, [P]), "gguf_get_n_tensors": (I64, [P]), "gguf_get_alignment": (SZ, [P]),
+        "gguf_get_data_offset": (SZ, [P]), "gguf_get_version": (ctypes.c_uint32, [P]),
+        "gguf_get_key": (STR, [P, I64]), "gguf_get_tensor_name": (STR, [P, I64]),
+        "gguf_get_tensor_offset": (SZ, [P, I64]), "gguf_get_tensor_type": (ctypes.c_int, [P, I64]),
+        "gguf_get_tensor_size": (SZ, [P, I64]), "gguf_get_arr_n": (SZ, [P, I64]),
+        "gguf_get_val_u64": (ctypes.c_uint64, [P, I64]), "gguf_get_val_str": (STR, [P, I64]),
+        "gguf_set_val_str": (None, [P, STR, STR]), "gguf_set_val_u32": (None, [P, STR, ctypes.c_uint32]),
+        "gguf_set_val_i64": (None, [P, STR, ctypes.c_int64]), "gguf_set_val_f64": (None, [P, STR, ctypes.c_double]),
+        "gguf_set_val_bool": (None, [P, STR, ctypes.c_bool]),
+        "gguf_set_arr_data": (None, [P, STR, ctypes.c_int, P, SZ]),
+        "gguf_set_arr_str": (None, [P, STR, ctypes.POINTER(STR), SZ]),
+        "gguf_add_tensor": (None, [P, P]), "gguf_write_to_file": (ctypes.c_bool, [P, STR, ctypes.c_bool]),
+        "ggml_init": (P, [_InitParams]), "ggml_free": (None, [P]),
+        "ggml_new_tensor_2d": (P, [P, ctypes.c_int, I64, I64]), "ggml_set_name": (P, [P, STR]),
+        "ggml_get_data": (P, [P]), "ggml_nbytes": (SZ, [P]),
+    }
+    for name, (res, args) in protos.items():
+        getattr(lib, name).restype = res
+        getattr(lib, name).argtypes = args
+    return lib
 
-    class Params(ctypes.Structure):
-        _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.POINTER(ctypes.c_void_p))]
 
-    lib.gguf_init_from_file.restype = ctypes.c_void_p
-    lib.gguf_init_from_file.argtypes = [ctypes.c_char_p, Params]
-    for fn, res in [("gguf_get_n_kv", ctypes.c_int64), ("gguf_get_n_tensors", ctypes.c_int64),
-                    ("gguf_get_alignment", ctypes.c_size_t), ("gguf_get_data_offset", ctypes.c_size_t),
-                    ("gguf_get_version", ctypes.c_uint32)]:
-        getattr(lib, fn).restype = res
-        getattr(lib, fn).argtypes = [ctypes.c_void_p]
-    for fn, res in [("gguf_get_key", ctypes.c_char_p), ("gguf_get_kv_type", ctypes.c_int),
-                    ("gguf_get_tensor_name", ctypes.c_char_p), ("gguf_get_tensor_offset", ctypes.c_size_t),
-                    ("gguf_get_tensor_type", ctypes.c_int), ("gguf_get_tensor_size", ctypes.c_size_t),
-                    ("gguf_get_arr_n", ctypes.c_size_t), ("gguf_get_val_u64", ctypes.c_uint64),
-                    ("gguf_get_val_str", ctypes.c_char_p)]:
-        getattr(lib, fn).restype = res
-        getattr(lib, fn).argtypes = [ctypes.c_void_p, ctypes.c_int64]
-    lib.gguf_free.argtypes = [ctypes.c_void_p]
-    lib.ggml_free.argtypes = [ctypes.c_void_p]
+_NO_GGML = "llama.cpp's libggml-base (bench/.peers, installed by bench/setup_peers.sh) is absent"
 
+
+@pytest.mark.skipif(_libggml_base() is None, reason=_NO_GGML)
+def test_llama_cpp_parser_loads_our_files(tmp_path):
+    lib = _ggml()
     for alignment in (32, 256):
         tensors = _tensors(_rng())
         path = tmp_path / f"ours{alignment}.gguf"
         _write_with_ours(path, tensors, alignment)
         ggml_ctx = ctypes.c_void_p()
         # no_alloc=False: llama.cpp also reads every tensor's data into a ggml context
-        ctx = lib.gguf_init_from_file(str(path).encode(), Params(False, ctypes.pointer(ggml_ctx)))
+        ctx = lib.gguf_init_from_file(str(path).encode(), _Params(False, ctypes.pointer(ggml_ctx)))
         assert ctx, "llama.cpp's gguf_init_from_file refused our file"
         try:
             assert lib.gguf_get_version(ctx) == 3
@@ -210,8 +227,7 @@ def test_llama_cpp_parser_loads_our_files(tmp_path):
             keys = [lib.gguf_get_key(ctx, i).decode() for i in range(n_kv)]
             ours = tg.read(path)
             assert keys == list(ours.metadata)
-            i = keys.index("s.u64")
-            assert lib.gguf_get_val_u64(ctx, i) == 18446744073709551615
+            assert lib.gguf_get_val_u64(ctx, keys.index("s.u64")) == 18446744073709551615
             assert lib.gguf_get_arr_n(ctx, keys.index("a.string")) == 4
             assert lib.gguf_get_val_str(ctx, keys.index("s.string")).decode() == "\u2581Hello \u4e16\u754c"
             data_offset = lib.gguf_get_data_offset(ctx)
@@ -219,13 +235,61 @@ def test_llama_cpp_parser_loads_our_files(tmp_path):
             assert lib.gguf_get_n_tensors(ctx) == len(tensors)
             for j, (name, shape, type_name, _, arr) in enumerate(tensors):
                 assert lib.gguf_get_tensor_name(ctx, j).decode() == name
-                assert lib.gguf_get_tensor_type(ctx, j) == [k for k, v in tg.GGML_TYPE_NAMES.items() if v == type_name][0]
+                assert tg.GGML_TYPE_NAMES[lib.gguf_get_tensor_type(ctx, j)] == type_name
                 size = lib.gguf_get_tensor_size(ctx, j)
                 off = data_offset + lib.gguf_get_tensor_offset(ctx, j)
                 assert raw[off:off + size] == np.ascontiguousarray(arr).tobytes(), name
         finally:
             lib.gguf_free(ctx)
             lib.ggml_free(ggml_ctx)
+
+
+@pytest.mark.skipif(_libggml_base() is None, reason=_NO_GGML)
+def test_files_written_by_llama_cpp_read_by_ours(tmp_path):
+    """llama.cpp's own C writer (gguf_write_to_file), with ggml tensors of every type we run."""
+    lib = _ggml()
+    rng = _rng()
+    gctx = lib.gguf_init_empty()
+    mem = lib.ggml_init(_InitParams(1 << 20, None, False))
+    try:
+        lib.gguf_set_val_str(gctx, b"general.architecture", b"gemma3")
+        lib.gguf_set_val_u32(gctx, b"gemma3.block_count", 26)
+        lib.gguf_set_val_i64(gctx, b"i64", -(2**63))
+        lib.gguf_set_val_f64(gctx, b"f64", 0.1)
+        lib.gguf_set_val_bool(gctx, b"bool", True)
+        scores = np.array([0.5, -1.0, 2.25], np.float32)
+        lib.gguf_set_arr_data(gctx, b"tokenizer.ggml.scores", int(T.FLOAT32), scores.ctypes.data, 3)
+        words = [b"<pad>", b"\xe2\x96\x81a", b""]
+        lib.gguf_set_arr_str(gctx, b"tokenizer.ggml.tokens", (ctypes.c_char_p * 3)(*words), 3)
+        expect = {}
+        for name, type_id, ne0, ne1 in [("f32", 0, 5, 3), ("f16", 1, 4, 2), ("bf16", 30, 8, 1), ("q4_0", 2, 64, 2),
+                                        ("q5_0", 6, 32, 3), ("q8_0", 8, 96, 1), ("q4_K", 12, 256, 2),
+                                        ("q5_K", 13, 512, 1), ("q6_K", 14, 256, 3)]:
+            t = lib.ggml_new_tensor_2d(mem, type_id, ne0, ne1)
+            lib.ggml_set_name(t, name.encode())
+            data = rng.integers(0, 256, lib.ggml_nbytes(t), dtype=np.uint8).tobytes()
+            ctypes.memmove(lib.ggml_get_data(t), data, len(data))
+            lib.gguf_add_tensor(gctx, t)
+            # ggml stores only the dimensions up to the last one above 1: a one-row matrix is 1-D
+            expect[name] = ((ne1, ne0) if ne1 > 1 else (ne0,), type_id, data)
+        path = tmp_path / "llama.gguf"
+        assert lib.gguf_write_to_file(gctx, str(path).encode(), False)
+    finally:
+        lib.gguf_free(gctx)
+        lib.ggml_free(mem)
+    c = tg.read(path)
+    assert c.metadata["general.architecture"] == "gemma3"
+    assert (c.types["gemma3.block_count"], c.metadata["gemma3.block_count"]) == ("u32", 26)
+    assert (c.types["i64"], c.metadata["i64"]) == ("i64", -(2**63))
+    assert (c.types["f64"], c.metadata["f64"]) == ("f64", 0.1)
+    assert (c.types["bool"], c.metadata["bool"]) == ("bool", True)
+    assert c.types["tokenizer.ggml.scores"] == "array[f32]"
+    assert c.metadata["tokenizer.ggml.scores"] == [0.5, -1.0, 2.25]
+    assert c.metadata["tokenizer.ggml.tokens"] == ["<pad>", "\u2581a", ""]
+    assert [t.name for t in c.tensors] == list(expect)
+    for t in c.tensors:
+        shape, type_id, data = expect[t.name]
+        assert t.shape == shape and t.type == tg.GGML_TYPE_NAMES[type_id] and t.data == data, t.name
 
 
 def test_bad_files_raise_value_error_naming_the_file(tmp_path):

@@ -89,12 +89,12 @@ void DequantizeRow(QuantType t, const void* src, float* dst, int64_t n) {
   using namespace quant_detail;
   const int64_t nb = BlockCount(t, n);
   switch (t) {
-    case QuantType::kQ4_0: return DequantizeQ4_0(static_cast<const BlockQ4_0*>(src), dst, nb);
-    case QuantType::kQ5_0: return DequantizeQ5_0(static_cast<const BlockQ5_0*>(src), dst, nb);
-    case QuantType::kQ8_0: return DequantizeQ8_0(static_cast<const BlockQ8_0*>(src), dst, nb);
-    case QuantType::kQ4_K: return DequantizeQ4_K(static_cast<const BlockQ4_K*>(src), dst, nb);
-    case QuantType::kQ5_K: return DequantizeQ5_K(static_cast<const BlockQ5_K*>(src), dst, nb);
-    case QuantType::kQ6_K: return DequantizeQ6_K(static_cast<const BlockQ6_K*>(src), dst, nb);
+    case QuantType::kQ4_0: return DequantizeQ4_0(src, dst, nb);
+    case QuantType::kQ5_0: return DequantizeQ5_0(src, dst, nb);
+    case QuantType::kQ8_0: return DequantizeQ8_0(src, dst, nb);
+    case QuantType::kQ4_K: return DequantizeQ4_K(src, dst, nb);
+    case QuantType::kQ5_K: return DequantizeQ5_K(src, dst, nb);
+    case QuantType::kQ6_K: return DequantizeQ6_K(src, dst, nb);
     case QuantType::kNone: break;
   }
 }
@@ -103,12 +103,12 @@ void QuantizeRow(QuantType t, const float* src, void* dst, int64_t n) {
   using namespace quant_detail;
   const int64_t nb = BlockCount(t, n);
   switch (t) {
-    case QuantType::kQ4_0: return QuantizeQ4_0(src, static_cast<BlockQ4_0*>(dst), nb);
-    case QuantType::kQ5_0: return QuantizeQ5_0(src, static_cast<BlockQ5_0*>(dst), nb);
-    case QuantType::kQ8_0: return QuantizeQ8_0(src, static_cast<BlockQ8_0*>(dst), nb);
-    case QuantType::kQ4_K: return QuantizeQ4_K(src, static_cast<BlockQ4_K*>(dst), nb);
-    case QuantType::kQ5_K: return QuantizeQ5_K(src, static_cast<BlockQ5_K*>(dst), nb);
-    case QuantType::kQ6_K: return QuantizeQ6_K(src, static_cast<BlockQ6_K*>(dst), nb);
+    case QuantType::kQ4_0: return QuantizeQ4_0(src, dst, nb);
+    case QuantType::kQ5_0: return QuantizeQ5_0(src, dst, nb);
+    case QuantType::kQ8_0: return QuantizeQ8_0(src, dst, nb);
+    case QuantType::kQ4_K: return QuantizeQ4_K(src, dst, nb);
+    case QuantType::kQ5_K: return QuantizeQ5_K(src, dst, nb);
+    case QuantType::kQ6_K: return QuantizeQ6_K(src, dst, nb);
     case QuantType::kNone: break;
   }
 }
@@ -132,93 +132,104 @@ int64_t FirstNonFiniteBlock(QuantType t, const void* src, int64_t n) {
 
 namespace quant_detail {
 
-void DequantizeQ4_0(const BlockQ4_0* x, float* y, int64_t nb) {
+void DequantizeQ4_0(const void* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += 32) {
-    const float d = F16ToF32(x[i].d);
+    const BlockQ4_0 b = LoadBlock<BlockQ4_0>(x, i);
+    const float d = F16ToF32(b.d);
     for (int j = 0; j < 16; ++j) {
-      const int lo = (x[i].qs[j] & 0x0f) - 8;
-      const int hi = (x[i].qs[j] >> 4) - 8;
+      const int lo = (b.qs[j] & 0x0f) - 8;
+      const int hi = (b.qs[j] >> 4) - 8;
       y[j] = static_cast<float>(lo) * d;
       y[j + 16] = static_cast<float>(hi) * d;
     }
   }
 }
 
-void DequantizeQ5_0(const BlockQ5_0* x, float* y, int64_t nb) {
+void DequantizeQ5_0(const void* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += 32) {
-    const float d = F16ToF32(x[i].d);
+    const BlockQ5_0 b = LoadBlock<BlockQ5_0>(x, i);
+    const float d = F16ToF32(b.d);
     uint32_t qh;
-    std::memcpy(&qh, x[i].qh, 4);
+    std::memcpy(&qh, b.qh, 4);
     for (int j = 0; j < 16; ++j) {
-      const int lo = ((x[i].qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - 16;
-      const int hi = ((x[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
+      const int lo = ((b.qs[j] & 0x0f) | (((qh >> j) & 1u) << 4)) - 16;
+      const int hi = ((b.qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - 16;
       y[j] = static_cast<float>(lo) * d;
       y[j + 16] = static_cast<float>(hi) * d;
     }
   }
 }
 
-void DequantizeQ8_0(const BlockQ8_0* x, float* y, int64_t nb) {
+void DequantizeQ8_0(const void* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += 32) {
-    const float d = F16ToF32(x[i].d);
-    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
+    const BlockQ8_0 b = LoadBlock<BlockQ8_0>(x, i);
+    const float d = F16ToF32(b.d);
+    for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
   }
 }
+
+namespace {
+
+// The first value of largest magnitude, sign kept (ggml's strict "amax < |v|" scan: a later equal
+// magnitude, or a -0.0 in a zero block, never replaces it).
+float SignedExtreme(const float* x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+}  // namespace
 
 // Q4_0: d = (the value of largest magnitude) / -8, so that value maps to q = 0 exactly and the
 // rest to round(x / d) + 8 clamped to 15. ggml rounds by truncating x/d + 8.5 through an int8 cast.
-void QuantizeQ4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+void QuantizeQ4_0(const float* x, void* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += 32) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8;
+    BlockQ4_0 b;
+    const float d = SignedExtreme(x) / -8;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = F32ToF16(d);
+    b.d = F32ToF16(d);
     for (int j = 0; j < 16; ++j) {
       const int8_t q0 = static_cast<int8_t>(TruncToInt32(x[j] * id + 8.5f));
       const int8_t q1 = static_cast<int8_t>(TruncToInt32(x[j + 16] * id + 8.5f));
       const uint8_t lo = static_cast<uint8_t>(q0 < 15 ? q0 : 15);
       const uint8_t hi = static_cast<uint8_t>(q1 < 15 ? q1 : 15);
-      y[i].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+      b.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
     }
+    StoreBlock(y, i, b);
   }
 }
 
 // Q5_0: as Q4_0 with 32 levels (d = max / -16, offset 16); the fifth bits go to qh.
-void QuantizeQ5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+void QuantizeQ5_0(const float* x, void* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += 32) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -16;
+    BlockQ5_0 b;
+    const float d = SignedExtreme(x) / -16;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = F32ToF16(d);
+    b.d = F32ToF16(d);
     uint32_t qh = 0;
     for (int j = 0; j < 16; ++j) {
       const int8_t q0 = static_cast<int8_t>(TruncToInt32(x[j] * id + 16.5f));
       const int8_t q1 = static_cast<int8_t>(TruncToInt32(x[j + 16] * id + 16.5f));
       const uint8_t lo = static_cast<uint8_t>(q0 < 31 ? q0 : 31);
       const uint8_t hi = static_cast<uint8_t>(q1 < 31 ? q1 : 31);
-      y[i].qs[j] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
+      b.qs[j] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
       qh |= static_cast<uint32_t>((lo & 0x10u) >> 4) << j;
       qh |= static_cast<uint32_t>((hi & 0x10u) >> 4) << (j + 16);
     }
-    std::memcpy(y[i].qh, &qh, 4);
+    std::memcpy(b.qh, &qh, 4);
+    StoreBlock(y, i, b);
   }
 }
 
 // Q8_0: symmetric, d = amax / 127, q = round half away from zero (roundf, as ggml).
-void QuantizeQ8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+void QuantizeQ8_0(const float* x, void* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += 32) {
+    BlockQ8_0 b;
     float amax = 0.0f;
     for (int j = 0; j < 32; ++j) {
       const float a = std::fabs(x[j]);
@@ -226,8 +237,9 @@ void QuantizeQ8_0(const float* x, BlockQ8_0* y, int64_t nb) {
     }
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    y[i].d = F32ToF16(d);
-    for (int j = 0; j < 32; ++j) y[i].qs[j] = static_cast<int8_t>(TruncToInt32(std::round(x[j] * id)));
+    b.d = F32ToF16(d);
+    for (int j = 0; j < 32; ++j) b.qs[j] = static_cast<int8_t>(TruncToInt32(std::round(x[j] * id)));
+    StoreBlock(y, i, b);
   }
 }
 

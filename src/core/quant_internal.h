@@ -27,18 +27,31 @@ inline int32_t TruncToInt32(float v) {
   return static_cast<int32_t>(v);
 }
 
-void DequantizeQ4_0(const BlockQ4_0* x, float* y, int64_t nb);
-void DequantizeQ5_0(const BlockQ5_0* x, float* y, int64_t nb);
-void DequantizeQ8_0(const BlockQ8_0* x, float* y, int64_t nb);
-void DequantizeQ4_K(const BlockQ4_K* x, float* y, int64_t nb);
-void DequantizeQ5_K(const BlockQ5_K* x, float* y, int64_t nb);
-void DequantizeQ6_K(const BlockQ6_K* x, float* y, int64_t nb);
+// Blocks are copied in and out whole: a mapped tensor need not be aligned for the structs' halves
+// (GGUF's alignment field may be as small as 1), and the copy costs nothing next to the arithmetic.
+template <class Block>
+Block LoadBlock(const void* base, int64_t i) {
+  Block b;
+  std::memcpy(&b, static_cast<const uint8_t*>(base) + i * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+  return b;
+}
+template <class Block>
+void StoreBlock(void* base, int64_t i, const Block& b) {
+  std::memcpy(static_cast<uint8_t*>(base) + i * static_cast<int64_t>(sizeof(Block)), &b, sizeof(Block));
+}
 
-void QuantizeQ4_0(const float* x, BlockQ4_0* y, int64_t nb);
-void QuantizeQ5_0(const float* x, BlockQ5_0* y, int64_t nb);
-void QuantizeQ8_0(const float* x, BlockQ8_0* y, int64_t nb);
-void QuantizeQ4_K(const float* x, BlockQ4_K* y, int64_t nb);
-void QuantizeQ5_K(const float* x, BlockQ5_K* y, int64_t nb);
-void QuantizeQ6_K(const float* x, BlockQ6_K* y, int64_t nb);
+void DequantizeQ4_0(const void* x, float* y, int64_t nb);
+void DequantizeQ5_0(const void* x, float* y, int64_t nb);
+void DequantizeQ8_0(const void* x, float* y, int64_t nb);
+void DequantizeQ4_K(const void* x, float* y, int64_t nb);
+void DequantizeQ5_K(const void* x, float* y, int64_t nb);
+void DequantizeQ6_K(const void* x, float* y, int64_t nb);
+
+void QuantizeQ4_0(const float* x, void* y, int64_t nb);
+void QuantizeQ5_0(const float* x, void* y, int64_t nb);
+void QuantizeQ8_0(const float* x, void* y, int64_t nb);
+void QuantizeQ4_K(const float* x, void* y, int64_t nb);
+void QuantizeQ5_K(const float* x, void* y, int64_t nb);
+void QuantizeQ6_K(const float* x, void* y, int64_t nb);
 
 }  // namespace tessera::quant_detail

@@ -195,16 +195,17 @@ void QuantizeKBlock(const float* x, int nmax, float rmin, int nstep, uint16_t* d
 
 }  // namespace
 
-void DequantizeQ4_K(const BlockQ4_K* x, float* y, int64_t nb) {
+void DequantizeQ4_K(const void* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
-    const float d = F16ToF32(x[i].d);
-    const float min = F16ToF32(x[i].dmin);
-    const uint8_t* q = x[i].qs;
+    const BlockQ4_K b = LoadBlock<BlockQ4_K>(x, i);
+    const float d = F16ToF32(b.d);
+    const float min = F16ToF32(b.dmin);
+    const uint8_t* q = b.qs;
     for (int c = 0; c < 4; ++c, q += 32) {
       uint8_t sc, m;
-      ScaleMinK4(2 * c, x[i].scales, &sc, &m);
+      ScaleMinK4(2 * c, b.scales, &sc, &m);
       const float d1 = d * static_cast<float>(sc), m1 = min * static_cast<float>(m);
-      ScaleMinK4(2 * c + 1, x[i].scales, &sc, &m);
+      ScaleMinK4(2 * c + 1, b.scales, &sc, &m);
       const float d2 = d * static_cast<float>(sc), m2 = min * static_cast<float>(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xf) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -212,18 +213,19 @@ void DequantizeQ4_K(const BlockQ4_K* x, float* y, int64_t nb) {
   }
 }
 
-void DequantizeQ5_K(const BlockQ5_K* x, float* y, int64_t nb) {
+void DequantizeQ5_K(const void* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
-    const float d = F16ToF32(x[i].d);
-    const float min = F16ToF32(x[i].dmin);
-    const uint8_t* ql = x[i].qs;
-    const uint8_t* qh = x[i].qh;
+    const BlockQ5_K b = LoadBlock<BlockQ5_K>(x, i);
+    const float d = F16ToF32(b.d);
+    const float min = F16ToF32(b.dmin);
+    const uint8_t* ql = b.qs;
+    const uint8_t* qh = b.qh;
     uint8_t u1 = 1, u2 = 2;
     for (int c = 0; c < 4; ++c, ql += 32) {
       uint8_t sc, m;
-      ScaleMinK4(2 * c, x[i].scales, &sc, &m);
+      ScaleMinK4(2 * c, b.scales, &sc, &m);
       const float d1 = d * static_cast<float>(sc), m1 = min * static_cast<float>(m);
-      ScaleMinK4(2 * c + 1, x[i].scales, &sc, &m);
+      ScaleMinK4(2 * c + 1, b.scales, &sc, &m);
       const float d2 = d * static_cast<float>(sc), m2 = min * static_cast<float>(m);
       for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
@@ -233,12 +235,13 @@ void DequantizeQ5_K(const BlockQ5_K* x, float* y, int64_t nb) {
   }
 }
 
-void DequantizeQ6_K(const BlockQ6_K* x, float* y, int64_t nb) {
+void DequantizeQ6_K(const void* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
-    const float d = F16ToF32(x[i].d);
-    const uint8_t* ql = x[i].ql;
-    const uint8_t* qh = x[i].qh;
-    const int8_t* sc = x[i].scales;
+    const BlockQ6_K b = LoadBlock<BlockQ6_K>(x, i);
+    const float d = F16ToF32(b.d);
+    const uint8_t* ql = b.ql;
+    const uint8_t* qh = b.qh;
+    const int8_t* sc = b.scales;
     // Each 128-value half: value l of quarter k has low nibble in ql (k odd: high nibble) and two
     // high bits at bit 2k of qh[l].
     for (int n = 0; n < kQK; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
@@ -257,23 +260,26 @@ void DequantizeQ6_K(const BlockQ6_K* x, float* y, int64_t nb) {
   }
 }
 
-void QuantizeQ4_K(const float* x, BlockQ4_K* y, int64_t nb) {
+void QuantizeQ4_K(const float* x, void* y, int64_t nb) {
   uint8_t L[kQK];
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    QuantizeKBlock(x, 15, -1.f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
-    uint8_t* q = y[i].qs;
+    BlockQ4_K b;
+    QuantizeKBlock(x, 15, -1.f, 20, &b.d, &b.dmin, b.scales, L);
+    uint8_t* q = b.qs;
     for (int j = 0; j < kQK; j += 64, q += 32) {
       for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
     }
+    StoreBlock(y, i, b);
   }
 }
 
-void QuantizeQ5_K(const float* x, BlockQ5_K* y, int64_t nb) {
+void QuantizeQ5_K(const float* x, void* y, int64_t nb) {
   uint8_t L[kQK];
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    QuantizeKBlock(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
-    uint8_t* qh = y[i].qh;
-    uint8_t* ql = y[i].qs;
+    BlockQ5_K b;
+    QuantizeKBlock(x, 31, -0.5f, 15, &b.d, &b.dmin, b.scales, L);
+    uint8_t* qh = b.qh;
+    uint8_t* ql = b.qs;
     std::memset(qh, 0, 32);
     uint8_t m1 = 1, m2 = 2;
     for (int n = 0; n < kQK; n += 64, ql += 32) {
@@ -292,6 +298,7 @@ void QuantizeQ5_K(const float* x, BlockQ5_K* y, int64_t nb) {
       m1 = static_cast<uint8_t>(m1 << 2);
       m2 = static_cast<uint8_t>(m2 << 2);
     }
+    StoreBlock(y, i, b);
   }
 }
 
@@ -334,20 +341,25 @@ bool QuantizeQ6KScales(const float* x, BlockQ6_K* y, int8_t* L) {
 
 }  // namespace
 
-void QuantizeQ6_K(const float* x, BlockQ6_K* y, int64_t nb) {
+void QuantizeQ6_K(const float* x, void* y, int64_t nb) {
   int8_t L[kQK];
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    if (!QuantizeQ6KScales(x, &y[i], L)) continue;
-    uint8_t* ql = y[i].ql;
-    uint8_t* qh = y[i].qh;
+    BlockQ6_K b;
+    if (!QuantizeQ6KScales(x, &b, L)) {
+      StoreBlock(y, i, b);
+      continue;
+    }
+    uint8_t* ql = b.ql;
+    uint8_t* qh = b.qh;
     for (int j = 0; j < kQK; j += 128, ql += 64, qh += 32) {
       for (int l = 0; l < 32; ++l) {
-        const int a = L[j + l], b = L[j + l + 32], c = L[j + l + 64], e = L[j + l + 96];
+        const int a = L[j + l], b2 = L[j + l + 32], c = L[j + l + 64], e = L[j + l + 96];
         ql[l] = static_cast<uint8_t>((a & 0xf) | ((c & 0xf) << 4));
-        ql[l + 32] = static_cast<uint8_t>((b & 0xf) | ((e & 0xf) << 4));
-        qh[l] = static_cast<uint8_t>((a >> 4) | ((b >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
+        ql[l + 32] = static_cast<uint8_t>((b2 & 0xf) | ((e & 0xf) << 4));
+        qh[l] = static_cast<uint8_t>((a >> 4) | ((b2 >> 4) << 2) | ((c >> 4) << 4) | ((e >> 4) << 6));
       }
     }
+    StoreBlock(y, i, b);
   }
 }
 

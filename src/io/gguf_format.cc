@@ -1,5 +1,8 @@
 #include "io/gguf_format.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace tessera::io::gguf {
 namespace {
 
@@ -90,6 +93,26 @@ int64_t RowBytes(const GgmlType& t, int64_t n) {
   int64_t bytes = 0;
   if (__builtin_mul_overflow(n / elems, block_bytes, &bytes)) return -1;  // (QuantRowBytes does not check)
   return bytes;
+}
+
+Status TensorBytes(const GgmlType& t, const std::vector<int64_t>& shape, const std::string& what, uint64_t* nbytes) {
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) numel = 0, overflow = false;
+  if (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return InvalidArgument(what + " shape " + ShapeString(shape) + " overflows the element count");
+  const int64_t ne0 = shape.empty() ? 1 : shape.back();
+  const int64_t elems = BlockElems(t);
+  if (elems <= 0 || ne0 % elems != 0)
+    return InvalidArgument(what + " of " + t.name + " has rows of " + std::to_string(ne0) +
+                           " values, not a multiple of its block of " + std::to_string(elems));
+  const int64_t row_bytes = RowBytes(t, ne0);
+  const uint64_t rows = ne0 == 0 ? 0 : numel / static_cast<uint64_t>(ne0);
+  if (row_bytes < 0 || __builtin_mul_overflow(rows, static_cast<uint64_t>(row_bytes), nbytes) ||
+      *nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    return InvalidArgument(what + " shape " + ShapeString(shape) + " of " + t.name + " overflows the byte count");
+  return Status::Ok();
 }
 
 std::string TypeName(uint32_t type) {

@@ -49,6 +49,11 @@ int64_t BlockElems(const GgmlType& t);
 // Bytes per row of n values; -1 when n is not a multiple of the block or the size overflows.
 int64_t RowBytes(const GgmlType& t, int64_t n);
 
+// The byte size of a tensor of `shape` (outermost first, dims >= 0) and supported type `t`: the
+// element count (0 when any dimension is 0, whatever the others) and rows * row bytes, refusing a
+// row that is not a whole number of blocks and any overflow. `what` starts the messages.
+Status TensorBytes(const GgmlType& t, const std::vector<int64_t>& shape, const std::string& what, uint64_t* nbytes);
+
 // "u8", "string", "array", ... for messages; "type <n>" for an unknown id.
 std::string TypeName(uint32_t type);
 // Bytes of one scalar of `type`; 0 for string and array (variable) and unknown ids.

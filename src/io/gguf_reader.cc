@@ -57,6 +57,16 @@ class Cursor {
     return Status::Ok();
   }
   const uint8_t* here() const { return b_ + pos_; }
+  // Skips a string of at most `limit` bytes when one is there; otherwise stays put (the caller
+  // then reads it with Str for the message). Vocabulary arrays hold 10^5 strings: no messages built.
+  bool TrySkipString(uint64_t limit) {
+    if (left() < 8) return false;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | b_[pos_ + i];
+    if (n > limit || n > left() - 8) return false;
+    pos_ += 8 + n;
+    return true;
+  }
 
  private:
   const uint8_t* b_;
@@ -137,7 +147,8 @@ Status ReadValue(Cursor& c, const std::string& where, gguf::Kv* kv) {
   if (kv->elem_type == GgufType::kString) {
     TESSERA_RETURN_IF_ERROR(c.Need(kv->count * 8, what));  // each string has an 8-byte length
     for (uint64_t i = 0; i < kv->count; ++i)
-      TESSERA_RETURN_IF_ERROR(SkipScalar(c, elem, what + "[" + std::to_string(i) + "]"));
+      if (!c.TrySkipString(gguf::kMaxStringBytes))
+        TESSERA_RETURN_IF_ERROR(SkipScalar(c, elem, what + "[" + std::to_string(i) + "]"));
   } else {
     TESSERA_RETURN_IF_ERROR(c.Skip(kv->count * gguf::ScalarBytes(elem), what));  // count < 2^26: no overflow
   }
@@ -214,24 +225,7 @@ Status ReadTensorInfo(Cursor& c, const std::string& where, uint64_t index, GgufT
                          "q5_K, q6_K)");
   t->dtype = type->dtype;
   t->quant = type->quant;
-  // Element count with overflow detection; a zero dimension makes it 0 whatever came before.
-  uint64_t numel = 1;
-  bool overflow = false;
-  for (int64_t d : ne) overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
-  if (std::find(ne.begin(), ne.end(), 0) != ne.end()) numel = 0, overflow = false;
-  if (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    return InvalidArgument(what + " shape " + gguf::ShapeString(t->shape) + " overflows the element count");
-  const int64_t ne0 = n_dims == 0 ? 1 : ne[0];
-  const int64_t row_bytes = gguf::RowBytes(*type, ne0);
-  if (row_bytes < 0)
-    return InvalidArgument(what + " of " + type->name + " has rows of " + std::to_string(ne0) +
-                           " values, not a multiple of its block of " + std::to_string(gguf::BlockElems(*type)));
-  const uint64_t rows = ne0 == 0 ? 0 : numel / static_cast<uint64_t>(ne0);
-  if (__builtin_mul_overflow(rows, static_cast<uint64_t>(row_bytes), &t->nbytes) ||
-      t->nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    return InvalidArgument(what + " shape " + gguf::ShapeString(t->shape) + " of " + type->name +
-                           " overflows the byte count");
-  return Status::Ok();
+  return gguf::TensorBytes(*type, t->shape, what, &t->nbytes);
 }
 
 // The data of each tensor: aligned, inside the file, and not overlapping another.

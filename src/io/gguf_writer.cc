@@ -234,33 +234,20 @@ StatusOr<std::string> GgufWriter::EncodeHeader(uint32_t alignment, std::vector<u
     if (type == nullptr || !type->supported) return InvalidArgument(what + " has no GGUF type (QuantType::kNone?)");
     if (t.shape.size() > gguf::kMaxDims)
       return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " has more than 4 dimensions");
-    uint64_t numel = 1;
-    bool overflow = false;
-    for (int64_t d : t.shape) {
+    for (int64_t d : t.shape)
       if (d < 0) return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " has a negative dimension");
-      overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel);
-    }
-    // A zero dimension makes the tensor empty whatever the others are (the reader accepts it so).
-    if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) numel = 0, overflow = false;
-    if (overflow || numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " overflows");
-    const int64_t ne0 = t.shape.empty() ? 1 : t.shape.back();
-    const int64_t row_bytes = gguf::RowBytes(*type, ne0);
-    if (row_bytes < 0)
-      return InvalidArgument(what + " of " + type->name + " has rows of " + std::to_string(ne0) +
-                             " values, not a multiple of its block of " + std::to_string(gguf::BlockElems(*type)));
     uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(ne0 == 0 ? 0 : numel / static_cast<uint64_t>(ne0), static_cast<uint64_t>(row_bytes),
-                               &nbytes) ||
-        nbytes > (uint64_t{1} << 62))
-      return InvalidArgument(what + " shape " + gguf::ShapeString(t.shape) + " overflows the byte count");
+    TESSERA_RETURN_IF_ERROR(gguf::TensorBytes(*type, t.shape, what, &nbytes));
     PutString(&h, t.name);
     Put<uint32_t>(&h, static_cast<uint32_t>(t.shape.size()));
     for (auto d = t.shape.rbegin(); d != t.shape.rend(); ++d) Put<int64_t>(&h, *d);  // ne[0] innermost
     Put<uint32_t>(&h, t.ggml_type);
     Put<uint64_t>(&h, offset);
     sizes->push_back(nbytes);
-    offset += PadTo(nbytes, alignment);
+    // nbytes < 2^63 and alignment <= 2^30, so the padding cannot wrap; the sum can.
+    if (__builtin_add_overflow(offset, PadTo(nbytes, alignment), &offset) ||
+        offset > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / 2)
+      return InvalidArgument(what + ": the tensors' total size overflows");
   }
   return h;
 }
@@ -334,7 +321,7 @@ class TempFile {
   Status Errno(const char* what) const {
     const int err = errno;
     const std::string msg = std::string("GgufWriter::Write: ") + what + " '" + path_ + "': " + std::strerror(err);
-    if (err == ENOSPC || err == EDQUOT || err == ENOMEM) return ResourceExhausted(msg);
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG || err == ENOMEM) return ResourceExhausted(msg);
     return InvalidArgument(msg);
   }
 

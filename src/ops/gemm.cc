@@ -172,7 +172,11 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
     if (prepacked) {
       panels = w.pairs + it.o0 / 16 * pairs * 16 + p0 * 16, stride = pairs * 16;
     } else {
-      dot.pack_weight_pairs16(static_cast<const uint16_t*>(w.data) + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
+      if (w.quant != QuantType::kNone) {
+        PackQuantPairs(dot, w, it.o0, it.nc, k0, kc, bp);
+      } else {
+        dot.pack_weight_pairs16(static_cast<const uint16_t*>(w.data) + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
+      }
     }
     for (int64_t t = it.t_begin; t < it.t_end; t += kMrDot) {
       const int mr = static_cast<int>(std::min(kMrDot, it.t_end - t));
@@ -235,8 +239,10 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   TESSERA_CHECK(!bf16 || quant || w.dtype == DType::kBF16, "Gemm: precision bf16 needs bf16 or quantized weights");
   TESSERA_CHECK(!quant || w.in % QuantBlockElems(w.quant) == 0, "Gemm: quantized weight rows must be whole blocks");
   const SimdKernels& simd = Simd();
-  // Quantized weights dequantize into f32 panels (x rounded to bf16 first at precision bf16).
-  const Bf16DotKernels* dot = bf16 && !quant ? Bf16Dot() : nullptr;
+  // Quantized weights dequantize into f32 panels, or at precision bf16 on CPUs with the dot product
+  // into bf16 pair panels: there x is rounded once per call (x_pairs) instead of per block of
+  // columns, 1.2-1.9x the f32 panels with x rounded per tile (bench/results/quant_kernels.md).
+  const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols =
       dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;

@@ -79,7 +79,7 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
   if (w.quant != QuantType::kNone) {
-    if (n >= kGemmMinTokensQuant) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision);
+    if (n >= kGemmMinTokensQuant) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
     return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
   }
   // Prepacked panels: one kernel for every n, so decode and prefill give each token the same

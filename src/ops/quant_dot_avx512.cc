@@ -21,8 +21,9 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 #include "ops/quant_convert_x86.inc"
 
 // The 32-value formats two blocks per 512-bit vector: block b's codes in the low half, b + 1's in
-// the high half, one vpdpbusd for both; each half's lanes hold exact partial sums of
-// (code - offset) x (the offset's products subtracted lane by lane by a second vpdpbusd).
+// the high half, one vpdpbusd for both, each half's lanes exact partial sums. Pair* below handle
+// one pair with its own scales and offsets (a second vpdpbusd subtracts the offset's products);
+// Row16 handles sixteen blocks at a time with their scales in one vector.
 
 // Codes of two Q4_0 / Q5_0 blocks: the 16 bytes of each twice, the second copy shifted by 4.
 inline __m512i Nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
@@ -79,9 +80,7 @@ inline __m512 PairQ8_0(const BlockQ8_0* w, const ActBlock32* x, __m512 acc) {
 // Pairs of blocks on two accumulators; an odd last block on the 256-bit kernel.
 template <typename W, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
           __m256 (*Block)(const W&, const ActBlock32&, __m256)>
-float Row512(const void* wp, const void* xp, int64_t nb) {
-  const W* w = static_cast<const W*>(wp);
-  const auto* x = static_cast<const ActBlock32*>(xp);
+float Row512(const W* w, const ActBlock32* x, int64_t nb) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0;
   int64_t b = 0;
   for (; b + 4 <= nb; b += 4) a0 = Pair(w + b, x + b, a0), a1 = Pair(w + b + 2, x + b + 2, a1);
@@ -91,12 +90,131 @@ float Row512(const void* wp, const void* xp, int64_t nb) {
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + tail;
 }
 
+// The codes of blocks w[0], w[1] for Row16.
+inline __m512i CodesQ4_0(const BlockQ4_0* w) { return Nibbles64(w[0].qs, w[1].qs); }
+inline __m512i CodesQ5_0(const BlockQ5_0* w) {
+  uint32_t h0, h1;
+  std::memcpy(&h0, w[0].qh, 4), std::memcpy(&h1, w[1].qh, 4);
+  const __m512i nib = Nibbles64(w[0].qs, w[1].qs);
+  return _mm512_mask_add_epi8(nib, _cvtu64_mask64(h0 | static_cast<uint64_t>(h1) << 32), nib, _mm512_set1_epi8(16));
+}
+
+// Sixteen blocks at a time: their f16 weight scales gathered with one instruction and multiplied
+// by the activation scales (ActScales) in one vector; each pair of blocks then takes its two
+// scales from that vector by a permute. The offset's term, offset * sum_b dw_b (dx_b sum_b), is a
+// separate dot of the gathered scales with ActOffsets, so the byte products need no second
+// vpdpbusd. Pairs of codes come from Codes(w + 2p, w + 2p + 1), activations as LoadPair.
+template <typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
+          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
+float Row16(const void* wp, const void* xp, int64_t nb) {
+  const W* w = static_cast<const W*>(wp);
+  const auto* x = static_cast<const ActBlock32*>(xp);
+  const float* xd = ActScales(xp, nb);
+  const float* xo = ActOffsets(xp, nb);
+  const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32(int(sizeof(W))));
+  const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, off = a0;
+  int64_t b = 0;
+  for (; b + 16 <= nb; b += 16) {
+    // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
+    const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+    const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xd + b));
+    if (kOffset) off = _mm512_fmadd_ps(dw, _mm512_loadu_ps(xo + b), off);
+    for (int p = 0; p < 8; p += 2) {
+      const __m512i l0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Codes(w + b + 2 * p), LoadPair(x[b + 2 * p], x[b + 2 * p + 1]));
+      const __m512i l1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Codes(w + b + 2 * p + 2),
+                                             LoadPair(x[b + 2 * p + 2], x[b + 2 * p + 3]));
+      const __m512 s0 = _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(2 * p)), s);
+      const __m512 s1 = _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(2 * p + 2)), s);
+      a0 = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(l0), a0);
+      a1 = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(l1), a1);
+    }
+  }
+  float r = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) - static_cast<float>(kOffset) * _mm512_reduce_add_ps(off);
+  return r + Row512<W, Pair, Block>(w + b, x + b, nb - b);  // the last blocks in pairs
+}
+
+// Q4_K / Q5_K a block per 512-bit pass: each 64 values (sub-blocks 2c and 2c + 1) are the low and
+// high nibbles of the same 32 bytes, so one broadcast load and a per-half shift give codes in the
+// activations' own order. vpmaddubsw + vpmaddwd fold each sub-block's 6-bit scale into the pair
+// sums (exact: at most 2 * 31 * 127 per pair before the scale).
+template <bool kQh>
+inline __m512 BlockK45x512(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh,
+                           const ActBlock256& x, __m512 acc) {
+  uint32_t w[3], sc[2], mn[2];
+  std::memcpy(w, scales, 12);
+  sc[0] = w[0] & 0x3f3f3f3fu, sc[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 6) & 0x03030303u) << 4;
+  mn[0] = w[1] & 0x3f3f3f3fu, mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 6) & 0x03030303u) << 4;
+  // The eight scales as int16 in a vector; permutes hand each 64-value pass its two.
+  const __m512i sc16 = _mm512_castsi128_si512(
+      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc[0] | uint64_t(sc[1]) << 32))));
+  const __m512i halves = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);  // shift of each half, in 16-bit lanes
+  const __m512i shift = _mm512_or_si512(halves, _mm512_slli_epi64(halves, 16));
+  const __m512i nib_shift = _mm512_or_si512(shift, _mm512_slli_epi64(shift, 32));
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i hb = kQh ? _mm512_broadcast_i64x4(Load32(qh)) : _mm512_setzero_si512();
+  __m512i i1 = _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q = _mm512_broadcast_i64x4(Load32(qs + 32 * c));
+    __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), m4);
+    if (kQh) {  // bit 2c of qh[l] for the low half's values, bit 2c + 1 for the high half's
+      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                             _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
+      codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(hb, bit), codes, _mm512_set1_epi8(16));
+    }
+    const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
+                                            _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+    const __m512i scale = _mm512_permutexvar_epi16(pick, sc16);
+    const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x.q + 64 * c));
+    i1 = _mm512_add_epi32(i1, _mm512_madd_epi16(pairs, scale));
+  }
+  const __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn[0] | uint64_t(mn[1]) << 32)));
+  const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+  const __m256i i2 = _mm256_madd_epi16(Load32(x.bsums), mins);
+  acc = _mm512_fmadd_ps(_mm512_set1_ps(x.d * Half(d)), _mm512_cvtepi32_ps(i1), acc);
+  return _mm512_fnmadd_ps(_mm512_set1_ps(x.d * Half(dmin)), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(i2)), acc);
+}
+
+template <typename W, bool kQh>
+float RowK45(const void* wp, const void* xp, int64_t nb) {
+  const W* w = static_cast<const W*>(wp);
+  const auto* x = static_cast<const ActBlock256*>(xp);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  const uint8_t* no_qh = nullptr;
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    if constexpr (kQh) {
+      a0 = BlockK45x512<true>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, w[b].qh, x[b], a0);
+      a1 = BlockK45x512<true>(w[b + 1].d, w[b + 1].dmin, w[b + 1].scales, w[b + 1].qs, w[b + 1].qh, x[b + 1], a1);
+    } else {
+      a0 = BlockK45x512<false>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, no_qh, x[b], a0);
+      a1 = BlockK45x512<false>(w[b + 1].d, w[b + 1].dmin, w[b + 1].scales, w[b + 1].qs, no_qh, x[b + 1], a1);
+    }
+  }
+  if (b < nb) {
+    if constexpr (kQh) {
+      a0 = BlockK45x512<true>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, w[b].qh, x[b], a0);
+    } else {
+      a0 = BlockK45x512<false>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, no_qh, x[b], a0);
+    }
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+float Row8_0(const void* w, const void* x, int64_t nb) {
+  return Row512<BlockQ8_0, PairQ8_0, DotQ8_0>(static_cast<const BlockQ8_0*>(w), static_cast<const ActBlock32*>(x), nb);
+}
+
 void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   float (*row)(const void*, const void*, int64_t) = nullptr;
   switch (t) {
-    case QuantType::kQ4_0: row = Row512<BlockQ4_0, PairQ4_0, DotQ4_0>; break;
-    case QuantType::kQ5_0: row = Row512<BlockQ5_0, PairQ5_0, DotQ5_0>; break;
-    case QuantType::kQ8_0: row = Row512<BlockQ8_0, PairQ8_0, DotQ8_0>; break;
+    case QuantType::kQ4_0: row = Row16<BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>; break;
+    case QuantType::kQ5_0: row = Row16<BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>; break;
+    case QuantType::kQ8_0: row = Row8_0; break;
+    case QuantType::kQ4_K: row = RowK45<BlockQ4_K, false>; break;
+    case QuantType::kQ5_K: row = RowK45<BlockQ5_K, true>; break;
     default: return DotRows(t, w, w_stride, rows, xq, nb, out);
   }
   for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);

@@ -77,17 +77,22 @@ float BlockK45(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* 
 // Q6_K: value 128 h + 32 k + l (k < 4, l < 32) is the nibble (k / 2) of ql[64 h + 32 (k & 1) + l] plus
 // 16 times bits 2k, 2k+1 of qh[32 h + l]; sub-block s (16 values) has scale sc[s], offset 32.
 float BlockQ6K(const BlockQ6_K& w, const ActBlock256& x) {
-  int32_t total = 0;
-  for (int s = 0; s < 16; ++s) {
-    int32_t sum = 0;
-    for (int i = 16 * s; i < 16 * s + 16; ++i) {
-      const int h = i / 128, k = i % 128 / 32, l = i % 32;
-      const int lo = (w.ql[64 * h + 32 * (k & 1) + l] >> (4 * (k / 2))) & 15;
-      const int hi = (w.qh[32 * h + l] >> (2 * k)) & 3;
-      sum += (lo | hi << 4) * x.q[i];
+  int32_t sums[16] = {};
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 4; ++k) {
+      const uint8_t* ql = w.ql + 64 * h + 32 * (k & 1);
+      const uint8_t* qh = w.qh + 32 * h;
+      const int8_t* xq = x.q + 128 * h + 32 * k;
+      const int lo_shift = 4 * (k / 2), hi_shift = 2 * k;
+      for (int half = 0; half < 2; ++half) {  // two 16-value sub-blocks
+        int32_t s = 0;
+        for (int l = 16 * half; l < 16 * half + 16; ++l)
+          s += (((ql[l] >> lo_shift) & 15) | ((qh[l] >> hi_shift) & 3) << 4) * xq[l];
+        sums[8 * h + 2 * k + half] = s;
+      }
     }
-    total += w.scales[s] * (sum - 32 * x.bsums[s]);
-  }
+  int32_t total = 0;
+  for (int s = 0; s < 16; ++s) total += w.scales[s] * (sums[s] - 32 * x.bsums[s]);
   return x.d * F16ToF32(w.d) * static_cast<float>(total);
 }
 

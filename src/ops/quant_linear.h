@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "ops/bf16_dot.h"
 #include "tessera/linear.h"
 #include "tessera/thread_pool.h"
 
@@ -24,6 +25,12 @@ int64_t QuantBlockDepth(QuantType t, int64_t in, int64_t most);
 // Dequantizes W[o0 .. o0 + nc, k0 .. k0 + kc) (k0, kc whole quant blocks, nc <= 64) into the GEMM's
 // panels bp[p][k][16] (columns past nc zero), as PackBlock in gemm.cc does for stored dtypes.
 void PackQuantBlock(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc, float* bp);
+
+// Dequantizes W[o0 .. o0 + nc, k0 .. k0 + kc) (whole quant blocks, kc <= 512, nc <= 128), rounds it
+// to bf16 (F32ToBf16) and packs it as the bf16 dot product's pair panels bp[p][kc / 2][16]: the GEMM
+// at precision bf16 on CPUs with the dot product, where both operands are bf16.
+void PackQuantPairs(const Bf16DotKernels& dot, const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc,
+                    uint32_t* bp);
 
 // The row-dot path's numerics in plain loops: each token's x quantized per block as the kernels
 // quantize it (QuantizeActivations), the weights dequantized by the reference DequantizeRow, the

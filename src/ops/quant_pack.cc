@@ -7,6 +7,7 @@
 #include "ops/quant_linear.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
+#include "tessera/dtype.h"
 #include "tessera/quant.h"
 
 namespace tessera::ops {
@@ -29,6 +30,22 @@ void PackQuantBlock(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int
     const int r = static_cast<int>(std::min<int64_t>(16, nc - p * 16));
     for (int j = 0; j < r; ++j) dq.dequantize(w.quant, base + (o0 + p * 16 + j) * row_bytes, rows + j * kc, kc);
     simd.pack_panel16(DType::kF32, rows, kc, r, kc, bp + p * kc * 16);
+  }
+}
+
+void PackQuantPairs(const Bf16DotKernels& dot, const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc,
+                    uint32_t* bp) {
+  alignas(64) float rows[16 * 512];
+  alignas(64) uint16_t half[16 * 512];
+  TESSERA_CHECK(kc <= 512, "PackQuantPairs: k blocks are at most 512 deep");
+  const QuantDotKernels& dq = QuantDot();
+  const int64_t row_bytes = QuantRowBytes(w.quant, w.in), be = QuantBlockElems(w.quant);
+  const char* base = static_cast<const char*>(w.data) + k0 / be * QuantBlockBytes(w.quant);
+  for (int64_t p = 0; p * 16 < nc; ++p) {
+    const int r = static_cast<int>(std::min<int64_t>(16, nc - p * 16));
+    for (int j = 0; j < r; ++j) dq.dequantize(w.quant, base + (o0 + p * 16 + j) * row_bytes, rows + j * kc, kc);
+    for (int64_t i = 0; i < r * kc; ++i) half[i] = F32ToBf16(rows[i]);
+    dot.pack_weight_pairs16(half, kc, r, kc, bp + p * (kc / 2) * 16);
   }
 }
 

@@ -20,7 +20,7 @@ constexpr int64_t kChunkBytes = 32 * 1024;
 // Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
 // row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls go in groups of tokens.
-constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * int64_t(sizeof(ActBlock32));
+constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
 
 }  // namespace
 

@@ -97,16 +97,15 @@ int32_t BpeTokenizer::Rank(std::string_view left, std::string_view right) const 
 }
 
 Status BpeTokenizer::Fallback(std::string_view symbol, std::vector<int32_t>* out) const {
-  for (char c : symbol) {
-    const int32_t id = byte_ids_[static_cast<unsigned char>(c)];
-    if (id >= 0) {
-      out->push_back(id);
-    } else if (unk_id_ >= 0) {
-      out->push_back(unk_id_);
-    } else {
-      return InvalidArgument("BpeTokenizer::Encode: '" + name_ + "': byte " + std::to_string(static_cast<unsigned char>(c)) +
-                             " of the text has no token (no <0xXX> byte token and no unknown token)");
-    }
+  bool all_bytes = true;
+  for (char c : symbol) all_bytes &= byte_ids_[static_cast<unsigned char>(c)] >= 0;
+  if (all_bytes) {
+    for (char c : symbol) out->push_back(byte_ids_[static_cast<unsigned char>(c)]);
+  } else if (unk_id_ >= 0) {
+    out->push_back(unk_id_);  // one per symbol, as transformers does without its byte tokens
+  } else {
+    return InvalidArgument("BpeTokenizer::Encode: '" + name_ + "': '" + std::string(symbol) +
+                           "' is not a token, and neither its <0xXX> byte tokens nor an unknown token exist");
   }
   return Status::Ok();
 }

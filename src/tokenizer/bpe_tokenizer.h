@@ -31,7 +31,7 @@ class BpeTokenizer final : public Tokenizer {
   Status EncodeRun(std::string_view run, std::vector<int32_t>* out) const;
   // BPE over the characters of `word` (no newline mixed with other characters).
   Status EncodeWord(std::string_view word, std::vector<int32_t>* out) const;
-  // A symbol that is not a token: its bytes as <0xXX> tokens, else the unknown token.
+  // A symbol that is not a token: its bytes as <0xXX> tokens, else one unknown token.
   Status Fallback(std::string_view symbol, std::vector<int32_t>* out) const;
   int32_t Rank(std::string_view left, std::string_view right) const;
 
