@@ -227,8 +227,10 @@ Status FillTensor(const SourceTensor& t, const io::SafetensorsCheckpoint& ck, Gg
   for (int64_t r = 0; r < rows; ++r) {
     if (t.hf_name.empty()) std::memcpy(row.data(), t.values.data() + r * cols, cols * sizeof(float));
     else DecodeToF32(src.dtype, static_cast<const char*>(src.data) + r * cols * esize, row.data(), cols);
+    // The converter adds in the checkpoint's dtype: exact for f32, and an f16 checkpoint's sum is
+    // rounded back to f16 (bf16 ones it widens to f32 first).
     if (t.add_one)
-      for (float& v : row) v += 1.0f;
+      for (float& v : row) v = src.dtype == DType::kF16 ? F16ToF32(F32ToF16(v + 1.0f)) : v + 1.0f;
     const int64_t bad = FirstNonFinite(DType::kF32, row.data(), cols);
     if (bad >= 0)
       return InvalidArgument("quantize: tensor " + (t.hf_name.empty() ? t.plan.name : t.hf_name) + " has a non-finite value at row " +
