@@ -1,16 +1,17 @@
 // tessera quantize's pieces that need no llama.cpp: QAT-grid weights quantize exactly, the
 // per-tensor type choice on real model shapes (Gemma 3 1B / 4B), the file types, and errors.
 // (Bytes and types against llama.cpp's own quantizer: python/tests/test_quantize.py.)
+#include "tessera/quantize.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "tessera/dtype.h"
 #include "tessera/quant.h"
-#include "tessera/quantize.h"
-#include "temp_dir.h"
 
 namespace tessera {
 namespace {
@@ -26,8 +27,10 @@ std::vector<float> GridRow(QuantType t, int64_t n, std::mt19937* rng) {
     const int extreme = pick(*rng);
     for (int j = 0; j < 32; ++j) {
       int q;
-      if (t == QuantType::kQ4_0) q = j == extreme ? -8 : std::uniform_int_distribution<int>(-7, 7)(*rng);
-      else q = j == extreme ? ((*rng)() % 2 ? 127 : -127) : std::uniform_int_distribution<int>(-126, 126)(*rng);
+      if (t == QuantType::kQ4_0)
+        q = j == extreme ? -8 : std::uniform_int_distribution<int>(-7, 7)(*rng);
+      else
+        q = j == extreme ? ((*rng)() % 2 ? 127 : -127) : std::uniform_int_distribution<int>(-126, 126)(*rng);
       w[b * 32 + j] = d * static_cast<float>(q);
     }
   }
@@ -134,7 +137,8 @@ TEST(QuantizeTypes, Gemma3_4BShapesAndUntiedOutput) {
 }
 
 TEST(QuantizeTypes, RowsThatFitNoBlockAreF16) {
-  const std::vector<TensorPlan> p = {{"blk.0.proj.weight", {64, 8}}, {"per_layer_model_proj.weight", {48, 64}},
+  const std::vector<TensorPlan> p = {{"blk.0.proj.weight", {64, 8}},
+                                     {"per_layer_model_proj.weight", {48, 64}},
                                      {"blk.0.layer_output_scale.weight", {1}}};
   const auto t = ChooseTensorTypes(QuantizeFileType::kQ4_0, p, 1);
   EXPECT_EQ(t[0].Name(), "f16");

@@ -28,7 +28,9 @@ struct GgufElementType {
   QuantType quant = QuantType::kNone;
   DType dtype = DType::kF32;
   std::string Name() const;  // "q4_0", "f32", ...
-  bool operator==(const GgufElementType& o) const { return quant == o.quant && (quant != QuantType::kNone || dtype == o.dtype); }
+  bool operator==(const GgufElementType& o) const {
+    return quant == o.quant && (quant != QuantType::kNone || dtype == o.dtype);
+  }
 };
 
 // One output tensor, in llama.cpp's names and GGUF's row-major shape ([out, in] for a matrix).
@@ -48,8 +50,8 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
 bool LlamaTensorOrderLess(const std::string& a, const std::string& b);
 
 struct QuantizeReport {
-  std::vector<TensorPlan> tensors;         // as written, in file order
-  std::vector<GgufElementType> types;      // the type of each
+  std::vector<TensorPlan> tensors;     // as written, in file order
+  std::vector<GgufElementType> types;  // the type of each
 };
 
 // Reads the checkpoint directory `hf_dir` (config.json, model.safetensors[.index.json],

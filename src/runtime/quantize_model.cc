@@ -1,13 +1,10 @@
-#include "tessera/quantize.h"
-
 #include <algorithm>
-#include <climits>
 #include <cctype>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "io/input_file.h"
@@ -17,6 +14,7 @@
 #include "model/gguf_weights.h"
 #include "runtime/quantize_model_meta.h"
 #include "tessera/gguf.h"
+#include "tessera/quantize.h"
 
 namespace tessera {
 namespace {
@@ -31,9 +29,12 @@ int LayerOf(const std::string& name) {
 
 QuantType BaseType(QuantizeFileType t) {
   switch (t) {
-    case QuantizeFileType::kQ8_0: return QuantType::kQ8_0;
-    case QuantizeFileType::kQ4_0: return QuantType::kQ4_0;
-    case QuantizeFileType::kQ4_K_M: return QuantType::kQ4_K;
+    case QuantizeFileType::kQ8_0:
+      return QuantType::kQ8_0;
+    case QuantizeFileType::kQ4_0:
+      return QuantType::kQ4_0;
+    case QuantizeFileType::kQ4_K_M:
+      return QuantType::kQ4_K;
   }
   return QuantType::kNone;
 }
@@ -53,8 +54,10 @@ bool UseMoreBits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 
 // A row that is not whole blocks of `q` takes the next type whose blocks fit, at worst F16.
 GgufElementType Fallback(QuantType q, int64_t ncols) {
   if (ncols % QuantBlockElems(q) == 0) return {q, DType::kF32};
-  if (q == QuantType::kQ4_K) q = QuantType::kQ5_0;
-  else if (q == QuantType::kQ6_K) q = QuantType::kQ8_0;
+  if (q == QuantType::kQ4_K)
+    q = QuantType::kQ5_0;
+  else if (q == QuantType::kQ6_K)
+    q = QuantType::kQ8_0;
   if (ncols % QuantBlockElems(q) == 0) return {q, DType::kF32};
   return {QuantType::kNone, DType::kF16};
 }
@@ -69,32 +72,44 @@ std::string Lower(std::string_view s) {
 
 bool ParseQuantizeFileType(std::string_view name, QuantizeFileType* out) {
   const std::string n = Lower(name);
-  if (n == "q8_0") *out = QuantizeFileType::kQ8_0;
-  else if (n == "q4_0") *out = QuantizeFileType::kQ4_0;
-  else if (n == "q4_k_m") *out = QuantizeFileType::kQ4_K_M;
-  else return false;
+  if (n == "q8_0")
+    *out = QuantizeFileType::kQ8_0;
+  else if (n == "q4_0")
+    *out = QuantizeFileType::kQ4_0;
+  else if (n == "q4_k_m")
+    *out = QuantizeFileType::kQ4_K_M;
+  else
+    return false;
   return true;
 }
 
 const char* QuantizeFileTypeName(QuantizeFileType t) {
   switch (t) {
-    case QuantizeFileType::kQ8_0: return "q8_0";
-    case QuantizeFileType::kQ4_0: return "q4_0";
-    case QuantizeFileType::kQ4_K_M: return "q4_k_m";
+    case QuantizeFileType::kQ8_0:
+      return "q8_0";
+    case QuantizeFileType::kQ4_0:
+      return "q4_0";
+    case QuantizeFileType::kQ4_K_M:
+      return "q4_k_m";
   }
   return "?";
 }
 
 uint32_t LlamaFtype(QuantizeFileType t) {
   switch (t) {
-    case QuantizeFileType::kQ8_0: return 7;
-    case QuantizeFileType::kQ4_0: return 2;
-    case QuantizeFileType::kQ4_K_M: return 15;
+    case QuantizeFileType::kQ8_0:
+      return 7;
+    case QuantizeFileType::kQ4_0:
+      return 2;
+    case QuantizeFileType::kQ4_K_M:
+      return 15;
   }
   return 0;
 }
 
-std::string GgufElementType::Name() const { return quant != QuantType::kNone ? QuantTypeName(quant) : DTypeName(dtype); }
+std::string GgufElementType::Name() const {
+  return quant != QuantType::kNone ? QuantTypeName(quant) : DTypeName(dtype);
+}
 
 bool LlamaTensorOrderLess(const std::string& a, const std::string& b) {
   const int la = LayerOf(a), lb = LayerOf(b);
@@ -125,8 +140,10 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
     const int64_t ncols = t.shape.back();
     QuantType q = BaseType(type);
     if (t.name == "output.weight" || (tied && IsTokenEmbedding(t.name))) {
-      if (ncols % QuantBlockElems(q) != 0) q = QuantType::kQ8_0;
-      else if (q != QuantType::kQ8_0) q = QuantType::kQ6_K;
+      if (ncols % QuantBlockElems(q) != 0)
+        q = QuantType::kQ8_0;
+      else if (q != QuantType::kQ8_0)
+        q = QuantType::kQ6_K;
     } else if (IsTokenEmbedding(t.name)) {
       // the base type
     } else if (Contains(t.name, "attn_v.weight")) {
@@ -146,7 +163,7 @@ namespace {
 
 struct SourceTensor {
   TensorPlan plan;
-  std::string hf_name;  // empty: generated (rope_freqs)
+  std::string hf_name;        // empty: generated (rope_freqs)
   std::vector<float> values;  // generated tensors' data
   bool add_one = false;       // Gemma 3 norms are stored as 1 + w
 };
@@ -156,7 +173,8 @@ StatusOr<nlohmann::json> TextConfigJson(const std::string& dir) {
   if (!text.ok()) return Status(text.status().code(), "quantize: " + text.status().message());
   TESSERA_RETURN_IF_ERROR(io::CheckJsonNesting(text.value(), dir + "/config.json"));
   nlohmann::json j = nlohmann::json::parse(text.value(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("quantize: '" + dir + "/config.json' is not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return InvalidArgument("quantize: '" + dir + "/config.json' is not a JSON object");
   if (j.contains("text_config") && j["text_config"].is_object()) return nlohmann::json(j["text_config"]);
   return j;
 }
@@ -185,9 +203,12 @@ StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io
   std::vector<SourceTensor> out;
   for (const std::string& name : ck.TensorNames()) {
     std::string canonical;
-    if (head && name == *head) canonical = "lm_head.weight";
-    else if (name.compare(0, prefix.value().size(), prefix.value()) == 0) canonical = name.substr(prefix.value().size());
-    else continue;  // a vision / audio tower: not part of a text GGUF
+    if (head && name == *head)
+      canonical = "lm_head.weight";
+    else if (name.compare(0, prefix.value().size(), prefix.value()) == 0)
+      canonical = name.substr(prefix.value().size());
+    else
+      continue;  // a vision / audio tower: not part of a text GGUF
     SourceTensor t;
     t.hf_name = name;
     t.plan.name = model::GgufTensorName(canonical);
@@ -223,30 +244,35 @@ Status FillTensor(const SourceTensor& t, const io::SafetensorsCheckpoint& ck, Gg
   std::vector<float> row(cols);
   const size_t esize = DTypeSize(src.dtype);
   const int64_t out_row = type.quant != QuantType::kNone ? QuantRowBytes(type.quant, cols)
-                                                          : cols * static_cast<int64_t>(DTypeSize(type.dtype));
+                                                         : cols * static_cast<int64_t>(DTypeSize(type.dtype));
   for (int64_t r = 0; r < rows; ++r) {
-    if (t.hf_name.empty()) std::memcpy(row.data(), t.values.data() + r * cols, cols * sizeof(float));
-    else DecodeToF32(src.dtype, static_cast<const char*>(src.data) + r * cols * esize, row.data(), cols);
+    if (t.hf_name.empty())
+      std::memcpy(row.data(), t.values.data() + r * cols, cols * sizeof(float));
+    else
+      DecodeToF32(src.dtype, static_cast<const char*>(src.data) + r * cols * esize, row.data(), cols);
     // The converter adds in the checkpoint's dtype: exact for f32, and an f16 checkpoint's sum is
     // rounded back to f16 (bf16 ones it widens to f32 first).
     if (t.add_one)
       for (float& v : row) v = src.dtype == DType::kF16 ? F16ToF32(F32ToF16(v + 1.0f)) : v + 1.0f;
     const int64_t bad = FirstNonFinite(DType::kF32, row.data(), cols);
     if (bad >= 0)
-      return InvalidArgument("quantize: tensor " + (t.hf_name.empty() ? t.plan.name : t.hf_name) + " has a non-finite value at row " +
-                             std::to_string(r) + ", column " + std::to_string(bad));
+      return InvalidArgument("quantize: tensor " + (t.hf_name.empty() ? t.plan.name : t.hf_name) +
+                             " has a non-finite value at row " + std::to_string(r) + ", column " + std::to_string(bad));
     char* out = dst + r * out_row;
-    if (type.quant != QuantType::kNone) QuantizeRow(type.quant, row.data(), out, cols);
-    else EncodeFromF32(type.dtype, row.data(), out, cols);
+    if (type.quant != QuantType::kNone)
+      QuantizeRow(type.quant, row.data(), out, cols);
+    else
+      EncodeFromF32(type.dtype, row.data(), out, cols);
   }
   return Status::Ok();
 }
 
 // One matrix stored as `type`: rows decoded to f32 and re-encoded into a buffer kept in `keep`.
-StatusOr<model::StoredTensor> StoreAs(const model::StoredTensor& s, GgufElementType type, std::vector<AlignedBuffer>* keep) {
+StatusOr<model::StoredTensor> StoreAs(const model::StoredTensor& s, GgufElementType type,
+                                      std::vector<AlignedBuffer>* keep) {
   const int64_t rows = s.shape[0], cols = s.shape[1];
   const int64_t row_bytes = type.quant != QuantType::kNone ? QuantRowBytes(type.quant, cols)
-                                                            : cols * static_cast<int64_t>(DTypeSize(type.dtype));
+                                                           : cols * static_cast<int64_t>(DTypeSize(type.dtype));
   keep->emplace_back(static_cast<size_t>(rows * row_bytes));
   char* out = static_cast<char*>(keep->back().data());
   std::vector<float> row(cols);
@@ -255,10 +281,12 @@ StatusOr<model::StoredTensor> StoreAs(const model::StoredTensor& s, GgufElementT
     DecodeToF32(s.dtype, static_cast<const char*>(s.data) + r * cols * esize, row.data(), cols);
     const int64_t bad = FirstNonFinite(DType::kF32, row.data(), cols);
     if (bad >= 0)
-      return InvalidArgument("quantize on load: tensor " + s.name + " has a non-finite value at row " + std::to_string(r) +
-                             ", column " + std::to_string(bad));
-    if (type.quant != QuantType::kNone) QuantizeRow(type.quant, row.data(), out + r * row_bytes, cols);
-    else EncodeFromF32(type.dtype, row.data(), out + r * row_bytes, cols);
+      return InvalidArgument("quantize on load: tensor " + s.name + " has a non-finite value at row " +
+                             std::to_string(r) + ", column " + std::to_string(bad));
+    if (type.quant != QuantType::kNone)
+      QuantizeRow(type.quant, row.data(), out + r * row_bytes, cols);
+    else
+      EncodeFromF32(type.dtype, row.data(), out + r * row_bytes, cols);
   }
   model::StoredTensor q = s;
   q.data = out;
@@ -271,7 +299,7 @@ StatusOr<model::StoredTensor> StoreAs(const model::StoredTensor& s, GgufElementT
 }  // namespace
 
 StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(const std::string& dir,
-                                                                               QuantizeFileType type) {
+                                                                            QuantizeFileType type) {
   StatusOr<model::ModelConfig> cfg = model::LoadModelConfig(dir);
   if (!cfg.ok()) return Status(cfg.status().code(), "quantize on load: " + cfg.status().message());
   StatusOr<io::SafetensorsCheckpoint> ck = io::SafetensorsCheckpoint::Open(dir);
@@ -314,8 +342,10 @@ StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeF
     const SourceTensor* t = &plan.value()[i];
     const GgufElementType ty = report.types[i];
     auto fill = [t, ty, &checkpoint](char* dst) { return FillTensor(*t, checkpoint, ty, dst); };
-    if (ty.quant != QuantType::kNone) w.AddQuantTensor(t->plan.name, t->plan.shape, ty.quant, fill);
-    else w.AddTensor(t->plan.name, t->plan.shape, ty.dtype, fill);
+    if (ty.quant != QuantType::kNone)
+      w.AddQuantTensor(t->plan.name, t->plan.shape, ty.quant, fill);
+    else
+      w.AddTensor(t->plan.name, t->plan.shape, ty.dtype, fill);
   }
   const Status written = w.Write(out_path);
   if (!written.ok()) return Status(written.code(), "quantize: " + written.message());

@@ -1,11 +1,10 @@
 #include "runtime/quantize_model_meta.h"
 
+#include <sentencepiece_processor.h>
 #include <sys/stat.h>
 
 #include <set>
 #include <vector>
-
-#include <sentencepiece_processor.h>
 
 #include "io/input_file.h"
 #include "io/json_nesting.h"
@@ -65,8 +64,8 @@ Status SentencePieceVocab(const std::string& dir, int64_t vocab_size, const json
     for (const auto& [key, data] : added->items()) {
       char* end = nullptr;
       const long long id = std::strtoll(key.c_str(), &end, 10);
-      if (end == key.c_str() || *end != '\0' || id < 0 || id >= n || !data.is_object() ||
-          !data.contains("content") || !data["content"].is_string())
+      if (end == key.c_str() || *end != '\0' || id < 0 || id >= n || !data.is_object() || !data.contains("content") ||
+          !data["content"].is_string())
         continue;
       std::string text = data["content"].get<std::string>();
       const bool special = (data.contains("special") && data["special"].is_boolean() && data["special"].get<bool>()) ||
@@ -109,7 +108,10 @@ void SpecialIds(const json& tok_config, const json& tj, const json& config, cons
     if (id < 0 && config.contains(key + "_id") && config[key + "_id"].is_number_integer())
       id = config[key + "_id"].get<int64_t>();
     if (id >= 0 && id < static_cast<int64_t>(v.tokens.size()))
-      w->SetU32(std::string("tokenizer.ggml.") + (std::string(kind) == "unk" ? "unknown" : kind == std::string("pad") ? "padding" : kind) +
+      w->SetU32(std::string("tokenizer.ggml.") +
+                    (std::string(kind) == "unk"   ? "unknown"
+                     : kind == std::string("pad") ? "padding"
+                                                  : kind) +
                     "_token_id",
                 static_cast<uint32_t>(id));
   }
@@ -128,12 +130,16 @@ Status WriteVocab(const std::string& dir, int64_t vocab_size, bool gemma4, const
   }
   TokenizerVocab v;
   if (gemma4) {
-    if (!has_json) return InvalidArgument("quantize: '" + dir + "' has no tokenizer.json (a Gemma 4 GGUF carries its BPE vocabulary)");
+    if (!has_json)
+      return InvalidArgument("quantize: '" + dir +
+                             "' has no tokenizer.json (a Gemma 4 GGUF carries its BPE vocabulary)");
     StatusOr<TokenizerVocab> bpe = GgufVocabFromTokenizerJson(tj, "quantize: '" + dir + "/tokenizer.json'");
     if (!bpe.ok()) return bpe.status();
     v = std::move(bpe.value());
   } else {
-    if (!has_sp) return InvalidArgument("quantize: '" + dir + "' has no tokenizer.model (a Gemma 3 GGUF carries its SentencePiece vocabulary)");
+    if (!has_sp)
+      return InvalidArgument("quantize: '" + dir +
+                             "' has no tokenizer.model (a Gemma 3 GGUF carries its SentencePiece vocabulary)");
     TESSERA_RETURN_IF_ERROR(SentencePieceVocab(dir, vocab_size, tok_config.value(), &v));
   }
   w->SetString("tokenizer.ggml.model", v.model);
@@ -210,7 +216,7 @@ void WriteArch(const model::ModelConfig& c, const json& tc, io::GgufWriter* w) {
     std::vector<int32_t> ff;
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       ff.push_back(static_cast<int32_t>(i < c.num_hidden_layers - c.num_kv_shared_layers ? c.intermediate_size
-                                                                                           : 2 * c.intermediate_size));
+                                                                                         : 2 * c.intermediate_size));
     w->SetI32Array(a + ".feed_forward_length", ff);
   }
   const int64_t kv_full = FullLayerValue(tc, "num_global_key_value_heads", "num_key_value_heads");

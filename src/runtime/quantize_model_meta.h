@@ -3,14 +3,13 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/config.h"
 #include "model/weight_loader.h"
-#include "tessera/quantize.h"
 #include "tessera/gguf.h"
+#include "tessera/quantize.h"
 
 namespace tessera {
 
@@ -23,6 +22,6 @@ Status WriteQuantizeMetadata(const std::string& dir, const model::ModelConfig& c
 // Quantize-on-load for the checkpoint directory `dir`: a WeightLoadOptions::rewrite_matrix that
 // stores each matrix in the type QuantizeCheckpoint would write it in (same blocks, same bytes).
 StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(const std::string& dir,
-                                                                               QuantizeFileType type);
+                                                                            QuantizeFileType type);
 
 }  // namespace tessera

@@ -48,25 +48,27 @@ Status HfBpeVocab(const json& tj, const std::string& where, TokenizerVocab* v) {
   }
   const int64_t n = by_id.empty() ? 0 : by_id.rbegin()->first + 1;
   if (static_cast<int64_t>(by_id.size()) != n) return InvalidArgument(where + ": the token ids are not 0..n-1");
-  static const std::set<std::string> kVisible = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+  static const std::set<std::string> kVisible = {"<|channel>",       "<channel|>",       "<|tool_call>", "<tool_call|>",
                                                  "<|tool_response>", "<tool_response|>", "<|\"|>"};
   v->model = "gemma4";
   for (const auto& [id, piece] : by_id) {
     v->tokens.push_back(piece);
     v->scores.push_back(-1000.0f);
-    int32_t t = IsBytePiece(piece) ? TokenizerVocab::kByte
-                : special.count(id)            ? TokenizerVocab::kControl
-                : user.count(id)               ? TokenizerVocab::kUserDefined
-                                               : TokenizerVocab::kNormal;
+    int32_t t = IsBytePiece(piece)  ? TokenizerVocab::kByte
+                : special.count(id) ? TokenizerVocab::kControl
+                : user.count(id)    ? TokenizerVocab::kUserDefined
+                                    : TokenizerVocab::kNormal;
     if (kVisible.count(piece)) t = TokenizerVocab::kUserDefined;
     v->token_types.push_back(t);
   }
   if (tj["model"].contains("merges") && tj["model"]["merges"].is_array()) {
     for (const json& m : tj["model"]["merges"]) {
-      if (m.is_string()) v->merges.push_back(m.get<std::string>());
+      if (m.is_string())
+        v->merges.push_back(m.get<std::string>());
       else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
         v->merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-      else return InvalidArgument(where + ": a model.merges entry is neither \"a b\" nor [a, b]");
+      else
+        return InvalidArgument(where + ": a model.merges entry is neither \"a b\" nor [a, b]");
     }
   }
   return Status::Ok();

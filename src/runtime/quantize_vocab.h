@@ -2,10 +2,9 @@
 // Gemma 4 model (tessera quantize; docs/quantizing.md). Separate so that it can be fuzzed alone.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "tessera/status.h"
 #include "tessera/tokenizer_vocab.h"
