@@ -36,6 +36,7 @@ class Args {
 // Options without a value, by command: shared by the parsers and the --help scan (tessera.cc).
 inline const std::vector<std::string> kRunFlags = {"no-stop", "no-repack"};
 inline const std::vector<std::string> kKvMemoryFlags = {"per-layer"};
+inline const std::vector<std::string> kQuantizeFlags = {"verbose"};
 
 // Whether the arguments ask for help: "--help" or "-h" where an option may stand (the value of
 // an option such as --prompt is not a request). `flags` are the command's options without a value.
@@ -49,5 +50,6 @@ int InspectCommand(int argc, char** argv);  // tessera inspect
 int KvMemoryCommand(int argc, char** argv); // tessera kv-memory
 int DemoCommand(int argc, char** argv);     // tessera demo
 int SelfCheckCommand(int argc, char** argv);  // tessera selfcheck
+int QuantizeCommand(int argc, char** argv);   // tessera quantize
 
 }  // namespace tessera::cli

@@ -52,6 +52,12 @@ Status ParseOptions(const Args& a, SessionOptions* opt, LoadOptions* load, Gener
       return InvalidArgument("--dtype must be f32, bf16 or f16, got '" + a.Get("dtype") + "'");
     load->convert_to = d;
   }
+  if (a.Has("quantize")) {
+    QuantizeFileType q;
+    if (!ParseQuantizeFileType(a.Get("quantize"), &q))
+      return InvalidArgument("--quantize must be q8_0, q4_0 or q4_k_m, got '" + a.Get("quantize") + "'");
+    load->quantize = q;
+  }
   gen->max_new_tokens = max_new.value();
   gen->sampling = {static_cast<float>(temp.value()), top_k.value(), static_cast<float>(top_p.value()),
                    static_cast<uint64_t>(seed.value())};
@@ -160,7 +166,7 @@ int RunCommand(int argc, char** argv) {
                                       {"model", "ids", "prompt", "image-embeds", "token-types", "image-tokens",
                                        "max-new-tokens", "mode", "temperature", "top-k", "top-p", "seed",
                                        "max-context", "max-chunk", "threads", "kv-dtype", "attention-precision",
-                                       "matmul-precision", "dtype"},
+                                       "matmul-precision", "dtype", "quantize"},
                                       kRunFlags, /*allow_positional=*/false, {"image"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();

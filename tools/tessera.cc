@@ -32,6 +32,7 @@ const Command kCommands[] = {
      "      [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
      "      [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
      "      [--no-repack]   (read the weights as stored: faster load, slower prefill) [--no-stop]\n"
+     "      [--quantize q8_0|q4_0|q4_k_m]   (a checkpoint's matrices quantized at load, as tessera quantize does)\n"
      "      --ids prints the generated ids (DIR/tokenizer.model is not read); --prompt needs\n"
      "      DIR/tokenizer.model (a GGUF carries its own) and prints text. --image (JPEG/PNG, repeatable) goes through the\n"
      "      checkpoint's processor and vision encoder; each image marker in the prompt (Gemma 3\n"
@@ -43,6 +44,10 @@ const Command kCommands[] = {
     {"kv-memory", tessera::cli::KvMemoryCommand, &tessera::cli::kKvMemoryFlags,
      " [CONTEXT...] [--max-chunk N] [--per-layer]\n"
      "      Gemma-12B-shaped KV memory\n"},
+    {"quantize", tessera::cli::QuantizeCommand, &tessera::cli::kQuantizeFlags,
+     " --model DIR --type q8_0|q4_0|q4_k_m --out FILE.gguf [--verbose]\n"
+     "      a Hugging Face Gemma 3 / Gemma 4 checkpoint to a GGUF that llama.cpp runs too, with the\n"
+     "      tensor types llama.cpp's quantizer picks (--verbose lists them)\n"},
     {"selfcheck", tessera::cli::SelfCheckCommand, &kNoFlags,
      "\n      attention and Linear kernels vs reference at Gemma-4 shapes\n"},
 };

@@ -16,6 +16,7 @@
 #include "tessera/dtype.h"
 #include "tessera/image.h"
 #include "tessera/precision.h"
+#include "tessera/quantize.h"
 #include "tessera/sampling.h"
 #include "tessera/status.h"
 #include "tessera/tokenizer_vocab.h"
@@ -76,6 +77,9 @@ struct LoadOptions {
   int64_t threads = 0;
   // A pool to use instead of starting one (not owned; must outlive the model).
   ThreadPool* pool = nullptr;
+  // Quantize a checkpoint directory's matrices at load, as `tessera quantize` would store them
+  // (docs/quantizing.md); empty: as stored. Not for a GGUF, whose types are the file's.
+  std::optional<QuantizeFileType> quantize;
 };
 
 // What a caller needs to know of a model without its internals.

@@ -74,9 +74,15 @@ void CheckHidden(const PyModel& m, const std::vector<F32Array>& embeds) {
 std::unique_ptr<PyModel> MakeModel(const std::string& path, const std::string& dtype, int64_t max_batch,
                                    int64_t max_context, int64_t max_chunk, const std::string& kv_dtype, int threads,
                                    const std::string& mode, const std::string& attention_precision,
-                                   const std::string& matmul_precision, bool repack) {
+                                   const std::string& matmul_precision, bool repack, const std::string& quantize) {
   auto pm = std::make_unique<PyModel>();
   LoadOptions lo;
+  if (!quantize.empty()) {
+    QuantizeFileType q;
+    if (!ParseQuantizeFileType(quantize, &q))
+      throw py::value_error("unknown quantize '" + quantize + "' (q8_0, q4_0, q4_k_m)");
+    lo.quantize = q;
+  }
   if (dtype != "auto") {
     DType d;
     if (!ParseDType(dtype, &d)) throw py::value_error("unknown dtype '" + dtype + "'");

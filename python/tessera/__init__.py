@@ -24,6 +24,7 @@ from ._args import INT32, INT64, THREADS, int_arg
 from ._tessera import MAX_HEAD_DIM
 from . import onnx  # noqa: F401  (tessera.onnx)
 from .model import Model
+from ._quantize import quantize  # noqa: F401  (tessera.quantize)
 
 __all__ = ["attention", "attention_bias", "MAX_HEAD_DIM", "onnx", "Model"]
 

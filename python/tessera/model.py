@@ -38,7 +38,7 @@ class Model(ImagesMixin):
     @classmethod
     def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
              num_threads=0, mode="unified", attention_precision="float32", matmul_precision="float32",
-             repack=True):
+             repack=True, quantize=None):
         """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
         A GGUF's block-quantized matrices (q8_0, q4_k, ...) are kept as stored whatever dtype says;
         its f32/f16/bf16 ones convert like a checkpoint's.
@@ -59,7 +59,9 @@ class Model(ImagesMixin):
         them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
         blocks per call; bench/BENCHMARKS.md "Repacking at load"). `Model.repacked` tells which was done.
         A weight holding NaN or inf (or overflowing the dtype it is converted to) raises ValueError
-        naming the tensor and element."""
+        naming the tensor and element.
+        quantize: "q8_0", "q4_0" or "q4_k_m" quantizes a checkpoint directory's matrices at load into
+        the blocks `tessera.quantize` would write to a GGUF (docs/quantizing.md); None: as stored."""
         max_batch = int_arg("max_batch", max_batch, 1, INT64[1])
         max_context = int_arg("max_context", max_context, 1, INT64[1])
         max_chunk = min(256, max_context) if max_chunk is None else int_arg("max_chunk", max_chunk, 1, INT64[1])
@@ -69,7 +71,8 @@ class Model(ImagesMixin):
         return cls(_tessera._Model(str(path), str(dtype), max_batch, max_context, max_chunk,
                                    str(kv_dtype), num_threads, str(mode),
                                    _PRECISIONS.get(attention_precision, str(attention_precision)),
-                                   _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack)), path)
+                                   _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack),
+                                   "" if quantize is None else str(quantize)), path)
 
     @property
     def tokenizer(self):

@@ -39,6 +39,7 @@ class Binder {
 
   Status Matrix(const std::string& name, int64_t out, int64_t in, ops::WeightView* view, Use use = Use::kLinear) {
     StatusOr<StoredTensor> t = Tensor(name, {out, in});
+    if (t.ok() && opt_.rewrite_matrix) t = opt_.rewrite_matrix(name, t.value(), &w_.owned);
     if (!t.ok()) return t.status();
     if (t.value().quant != QuantType::kNone) return BindQuant(t.value(), out, in, view);
     return Bind(t.value().name, t.value(), out, in, view, use);

@@ -4,6 +4,7 @@
 // (safetensors directory, GGUF file) through WeightSource, so the checks exist once.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "tessera/linear.h"
 
 namespace tessera::model {
+
+struct StoredTensor;
 
 struct WeightLoadOptions {
   std::optional<DType> convert_to;  // keep the stored dtype when empty
@@ -30,6 +33,11 @@ struct WeightLoadOptions {
   // Threads to pack on (null: the calling thread). Packing writes fresh memory, whose first touch
   // dominates loading (bench/results/kernel_choices.md, "Panels on huge pages").
   ThreadPool* pool = nullptr;
+  // Quantize-on-load (runtime/quantize_model.cc): each matrix as stored, by its Hugging Face name,
+  // is replaced by what this returns; storage it allocates goes into `keep` (the weights' own).
+  std::function<StatusOr<StoredTensor>(const std::string& name, const StoredTensor& stored,
+                                       std::vector<AlignedBuffer>* keep)>
+      rewrite_matrix;
 };
 
 // One stored tensor as the binder sees it: block-quantized (quant != kNone) or of `dtype`.

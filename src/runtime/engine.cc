@@ -3,9 +3,11 @@
 
 #include <string>
 
+#include "model/gguf_config.h"
 #include "model/gguf_vocab.h"
 #include "model/loaded_model.h"
 #include "model/reference_configs.h"
+#include "runtime/quantize_model_meta.h"
 #include "runtime/generator.h"
 #include "runtime/model_vision.h"
 #include "runtime/session.h"
@@ -106,6 +108,14 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   wo.convert_to = options.convert_to;
   wo.pack_panels_for = options.repack_for;
   wo.pool = m->pool_;
+  if (options.quantize) {
+    if (model::IsGgufFile(dir))
+      return InvalidArgument("quantize on load (" + std::string(QuantizeFileTypeName(*options.quantize)) +
+                             ") needs a checkpoint directory; '" + dir + "' is a GGUF, loaded as stored");
+    auto rewrite = QuantizeOnLoad(dir, *options.quantize);
+    if (!rewrite.ok()) return rewrite.status();
+    wo.rewrite_matrix = std::move(rewrite.value());
+  }
   StatusOr<std::unique_ptr<model::LoadedModel>> loaded = model::LoadedModel::Load(dir, wo);
   if (!loaded.ok()) return loaded.status();
   m->loaded_ = std::move(loaded.value());
