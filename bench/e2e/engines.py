@@ -129,24 +129,31 @@ def prepare_ortgenai(hf, out, threads, log, retry=False):
     return out, None
 
 
-def prepare_llamacpp(hf, out_file, log, retry=False, outtype="f32"):
+def _make_file(out_file, cmd, what, log, retry, env=None):
+    """Runs cmd to write out_file + ".part", renamed into place on success; a failure leaves
+    out_file + ".FAILED" with its reason, not retried unless asked."""
     failed = out_file + ".FAILED"
     if os.path.exists(failed) and not retry:
         return None, open(failed).read().strip()
     if not os.path.exists(out_file):
-        log(f"llama.cpp: converting {hf} -> {out_file} (--outtype {outtype})")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SDIST, "gguf-py"), SDIST]))
-        cmd = [sys.executable, os.path.join(SDIST, "convert_hf_to_gguf.py"), hf, "--outtype", outtype,
-               "--outfile", out_file + ".part"]
         rc, so, se, rss, wall = run_measured(cmd, timeout=3 * 3600, env=env)
-        log(f"llama.cpp convert: rc {rc}, {wall:.0f} s, peak RSS {rss / 2**20:.1f} GiB")
+        log(f"llama.cpp {what}: rc {rc}, {wall:.0f} s, peak RSS {rss / 2**20:.1f} GiB")
         if rc != 0:
-            why = f"convert failed (rc {rc}): {tail(se + so)}"
+            why = f"{what} failed (rc {rc}): {tail(se + so)}"
             with open(failed, "w") as f:
                 f.write(why + "\n")
             return None, why
         os.replace(out_file + ".part", out_file)
     return out_file, None
+
+
+def prepare_llamacpp(hf, out_file, log, retry=False, outtype="f32"):
+    if not os.path.exists(out_file):
+        log(f"llama.cpp: converting {hf} -> {out_file} (--outtype {outtype})")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SDIST, "gguf-py"), SDIST]))
+    cmd = [sys.executable, os.path.join(SDIST, "convert_hf_to_gguf.py"), hf, "--outtype", outtype,
+           "--outfile", out_file + ".part"]
+    return _make_file(out_file, cmd, "convert", log, retry, env)
 
 
 QUANT_FTYPES = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15}  # llama.cpp's llama_ftype numbers
@@ -163,22 +170,10 @@ sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode
 def prepare_llamacpp_quant(f32_gguf, out_file, qtype, threads, log, retry=False):
     """llama.cpp's own quantizer (llama_model_quantize, no importance matrix) on the f32 GGUF: the
     file users get from `llama-quantize model.f32.gguf out.gguf Q4_K_M`. Both engines run it."""
-    failed = out_file + ".FAILED"
-    if os.path.exists(failed) and not retry:
-        return None, open(failed).read().strip()
     if not os.path.exists(out_file):
         log(f"llama.cpp: quantizing {f32_gguf} -> {out_file} ({qtype})")
-        cmd = [sys.executable, "-c", QUANTIZE_SCRIPT, f32_gguf, out_file + ".part", str(QUANT_FTYPES[qtype]),
-               str(threads)]
-        rc, so, se, rss, wall = run_measured(cmd, timeout=3 * 3600)
-        log(f"llama.cpp quantize: rc {rc}, {wall:.0f} s")
-        if rc != 0:
-            why = f"quantize failed (rc {rc}): {tail(se + so)}"
-            with open(failed, "w") as f:
-                f.write(why + "\n")
-            return None, why
-        os.replace(out_file + ".part", out_file)
-    return out_file, None
+    cmd = [sys.executable, "-c", QUANTIZE_SCRIPT, f32_gguf, out_file + ".part", str(QUANT_FTYPES[qtype]), str(threads)]
+    return _make_file(out_file, cmd, "quantize", log, retry)
 
 
 def gguf_tensor_bytes(path):
