@@ -128,6 +128,9 @@ def main():
                          "q4_k_m: one llama.cpp-quantized GGUF for both engines")
     ap.add_argument("--llama-batch", type=int, default=512, help="llama.cpp n_batch = n_ubatch")
     ap.add_argument("--llama-flash-attn", choices=["on", "off"], default="on")
+    ap.add_argument("--llama-extra-bufts", choices=["on", "off"], default="on",
+                    help="llama.cpp's extra CPU buffer types (AMX / repacked quantized matmuls); llama-cpp-python "
+                         "0.3.36 segfaults in its AMX path on quantized GGUFs on AMX CPUs: off there")
     ap.add_argument("--retry-failed", action="store_true", help="retry exports/conversions that failed before")
     ap.add_argument("--prepare-only", action="store_true", help="write checkpoints and conversions, measure nothing")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per measured run")
@@ -239,6 +242,7 @@ def main():
                 return engines.run_tessera(args.tessera, models[e], ids, decode, args.threads, args.tessera_chunk,
                                            args.timeout, dtype=args.dtype)
             extra = {"batch": args.llama_batch, "flash_attn": args.llama_flash_attn == "on",
+                     "extra_bufts": args.llama_extra_bufts == "on",
                      "kv_type": 30 if bf16 or quant else 0} if e == "llamacpp" \
                 else {"window": checkpoint.text_config(saved_cfg)["sliding_window"]}
             return engines.run_peer(e, models[e], ids, decode, args.threads, args.timeout, extra)

@@ -341,16 +341,7 @@ def run_llamacpp(path, a):
 def llamacpp_worker(job):
     """In the peers venv: bench/e2e/worker.py's llama.cpp run, by default without llama.cpp's extra
     CPU buffer types: its AMX Q4_0 matmul crashes (SIGSEGV) on this file on this machine."""
-    import llama_cpp.llama_cpp as C
     from e2e import worker
-    if not job.pop("extra_bufts"):
-        default = C.llama_model_default_params
-
-        def no_extra_bufts():
-            p = default()
-            p.use_extra_bufts = False
-            return p
-        C.llama_model_default_params = no_extra_bufts
     r = worker.run_llamacpp(job)
     r["maxrss_kb"] = worker.vm_hwm_kb()
     print("RESULT " + json.dumps(r), flush=True)
