@@ -43,8 +43,6 @@ from e2e.peers_venv import reexec_in_peers_venv  # noqa: E402
 
 reexec_in_peers_venv("bench/e2e_peers.py")
 
-import numpy as np  # noqa: E402
-
 from e2e import checkpoint, engines, roofline  # noqa: E402
 
 T0 = time.time()
@@ -60,17 +58,6 @@ def plan(quick):
                     check=(24, 12))
     return dict(layers={"gemma3": 26, "gemma4": 6}, vocab=262144, prefill=[512, 4096], decode=[1024, 8192], steps=32,
                 check=(32, 16))
-
-
-def prompt_ids(n, vocab, avoid, seed=7):
-    rng = np.random.default_rng(seed)
-    hi = min(vocab, 255999)
-    out = []
-    while len(out) < n:
-        for t in rng.integers(16, hi, size=n).tolist():
-            if t not in avoid:
-                out.append(t)
-    return out[:n]
 
 
 def agreement(ref, got):
@@ -254,7 +241,7 @@ def main():
         for name, n, dec in runs:  # run-major: engines alternate, so drift hits all alike
             if cells and name not in cells:
                 continue
-            ids = prompt_ids(n, vocab, avoid)
+            ids = checkpoint.prompt_ids(n, vocab, avoid)
             samples = {e: [] for e in models}
             for rep in range(args.repeat):  # repeats alternate engines too
                 for e in models:

@@ -80,6 +80,18 @@ def special_ids(cfg):
     return ids
 
 
+def prompt_ids(n, vocab, avoid, seed=7):
+    """n random ids in [16, min(vocab, 255999)) outside `avoid` (the benches' prompts)."""
+    rng = np.random.default_rng(seed)
+    hi = min(vocab, 255999)
+    out = []
+    while len(out) < n:
+        for t in rng.integers(16, hi, size=n).tolist():
+            if t not in avoid:
+                out.append(t)
+    return out[:n]
+
+
 def text_config(cfg):
     return cfg.get("text_config") or cfg
 
