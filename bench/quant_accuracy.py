@@ -32,14 +32,10 @@ from e2e import checkpoint, engines  # noqa: E402
 
 LLAMA_LOGITS = r"""
 import sys, json, numpy as np, llama_cpp
-import llama_cpp.llama_cpp as C
-default = C.llama_model_default_params
-def no_extra_bufts():
-    p = default()
-    p.use_extra_bufts = False
-    return p
-C.llama_model_default_params = no_extra_bufts
-path, ids, threads, out = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+path, ids, threads, out, bench = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+sys.path.insert(0, bench)
+from e2e import worker
+worker.no_extra_buffer_types()
 llm = llama_cpp.Llama(model_path=path, n_ctx=len(ids), n_threads=threads, n_threads_batch=threads, n_batch=512,
                       n_ubatch=512, logits_all=True, verbose=False, flash_attn=True, type_k=30, type_v=30)
 llm.eval(ids)
@@ -74,7 +70,7 @@ def llama_logits(path, ids, threads):
         out = os.path.join(d, "logits.npy")
         t = time.time()
         r = subprocess.run([os.path.join(engines.PEERS, "venv", "bin", "python"), "-c", LLAMA_LOGITS, path,
-                            json.dumps(ids), str(threads), out], capture_output=True, text=True, timeout=3600)
+                            json.dumps(ids), str(threads), out, HERE], capture_output=True, text=True, timeout=3600)
         if r.returncode != 0:
             return None, f"rc {r.returncode}: {engines.tail(r.stderr)}"
         return np.load(out), time.time() - t

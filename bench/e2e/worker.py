@@ -37,19 +37,24 @@ def n_threads():
     return len(os.listdir("/proc/self/task"))
 
 
+def no_extra_buffer_types():
+    """Models loaded after this call go without llama.cpp's extra CPU buffer types (its AMX and
+    repacked quantized matmuls): on the project's Intel VM llama-cpp-python 0.3.36 segfaults in the
+    AMX path on quantized GGUFs (bench/PEERS.md)."""
+    import llama_cpp.llama_cpp as C
+    default = C.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    C.llama_model_default_params = params
+
+
 def run_llamacpp(a):
     import llama_cpp
     if not a.get("extra_bufts", True):
-        # Without llama.cpp's extra CPU buffer types (its AMX and repacked quantized matmuls): on
-        # this Intel VM llama-cpp-python 0.3.36 segfaults in the AMX path on quantized GGUFs.
-        import llama_cpp.llama_cpp as C
-        default = C.llama_model_default_params
-
-        def no_extra_bufts():
-            p = default()
-            p.use_extra_bufts = False
-            return p
-        C.llama_model_default_params = no_extra_bufts
+        no_extra_buffer_types()
     llm = llama_cpp.Llama(model_path=a["model"], n_ctx=a["context"], n_threads=a["threads"],
                           n_threads_batch=a["threads"], n_batch=a.get("batch", 512),
                           n_ubatch=a.get("batch", 512), logits_all=False, verbose=False,
