@@ -25,9 +25,17 @@ class Tokenizer {
   // From a vocabulary as data (`name`, e.g. the GGUF path, is used in messages). "llama" gives a
   // SentencePieceTokenizer, "gemma4" a merges-ranked BPE tokenizer. Every field is validated.
   static StatusOr<std::unique_ptr<Tokenizer>> FromVocab(const TokenizerVocab& vocab, const std::string& name);
+  // A checkpoint directory's tokenizer: tokenizer.model (SentencePiece) where present, else
+  // tokenizer.json (the Hugging Face tokenizers format, which Gemma 4 checkpoints ship). A GGUF's
+  // is FromVocab(Model::TokenizerVocab()).
+  static StatusOr<std::unique_ptr<Tokenizer>> FromCheckpointDir(const std::string& dir);
 
   // Ids of `text`, with BOS first when add_bos. Control tokens written in the text are plain text.
   virtual StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_bos) const = 0;
+  // Ids of rendered chat text: control and added tokens written in the text (<start_of_turn>,
+  // <bos>, <image_soft_token>, ...) become their ids, the text between them is encoded as by
+  // Encode, and no BOS is added (the template writes it). As HF tokenizers do with special tokens.
+  virtual StatusOr<std::vector<int32_t>> EncodeWithSpecialTokens(const std::string& text) const;
   virtual StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const = 0;
   // The surface text of one id (for streaming output); empty for control tokens and bad ids.
   virtual std::string Piece(int32_t id) const = 0;
