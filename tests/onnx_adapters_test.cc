@@ -36,22 +36,28 @@ void ExpectError(const Status& st, StatusCode code, const std::vector<std::strin
 
 // One head, D = 1, scale 1: scores are q*k. Keys 0 and ln 3 give weights 1/4 and 3/4, so with
 // values 0 and 4 a query seeing both keys outputs 3, one seeing key 0 only outputs 0.
-TEST(OnnxAttention, TinyCausalCaseByHand) {
-  const std::vector<float> q = {1, 1}, k = {0, kLn3}, v = {0, 4};
+struct TinyAttention {
+  std::vector<float> q = {1, 1}, k = {0, kLn3}, v = {0, 4}, y = std::vector<float>(2, -1);
   AttentionInputs in;
-  in.q = F32(q, {1, 1, 2, 1});  // [B, H, S_q, D]
-  in.k = F32(k, {1, 1, 2, 1});
-  in.v = F32(v, {1, 1, 2, 1});
   AttentionAttrs attrs;
-  attrs.is_causal = 1;
-  attrs.scale = 1.0f;
-  std::vector<float> y(2, -1);
   AttentionOutputs out;
-  out.y = {y.data(), {1, 1, 2, 1}};
+
+  TinyAttention() {
+    in.q = F32(q, {1, 1, 2, 1});  // [B, H, S_q, D]
+    in.k = F32(k, {1, 1, 2, 1});
+    in.v = F32(v, {1, 1, 2, 1});
+    attrs.scale = 1.0f;
+    out.y = {y.data(), {1, 1, 2, 1}};
+  }
+};
+
+TEST(OnnxAttention, TinyCausalCaseByHand) {
+  TinyAttention t;
+  t.attrs.is_causal = 1;
   Ctx c;
-  ASSERT_TRUE(Attention(in, attrs, out, c.ctx).ok());
-  EXPECT_FLOAT_EQ(y[0], 0.0f);  // query 0 sees key 0 only (top-left without a cache)
-  EXPECT_NEAR(y[1], 3.0f, 1e-6);
+  ASSERT_TRUE(Attention(t.in, t.attrs, t.out, c.ctx).ok());
+  EXPECT_FLOAT_EQ(t.y[0], 0.0f);  // query 0 sees key 0 only (top-left without a cache)
+  EXPECT_NEAR(t.y[1], 3.0f, 1e-6);
 }
 
 TEST(OnnxAttention, PastIsConcatenatedAndOffsetsCausal) {
@@ -155,44 +161,27 @@ TEST(OnnxAttention, BadInputNamesOperatorArgumentAndValue) {
 
 // The tiny causal case with a window: left_window_size 0 leaves each query its own key only.
 TEST(OnnxAttention, Opset25WindowByHand) {
-  const std::vector<float> q = {1, 1}, k = {0, kLn3}, v = {0, 4};
-  AttentionInputs in;
-  in.q = F32(q, {1, 1, 2, 1});
-  in.k = F32(k, {1, 1, 2, 1});
-  in.v = F32(v, {1, 1, 2, 1});
-  AttentionAttrs attrs;
-  attrs.scale = 1.0f;
-  attrs.left_window_size = 0;
-  attrs.right_window_size = 0;  // (no is_causal: the right bound alone hides key 1 from query 0)
-  std::vector<float> y(2, -1);
-  AttentionOutputs out;
-  out.y = {y.data(), {1, 1, 2, 1}};
+  TinyAttention t;
+  t.attrs.left_window_size = 0;
+  t.attrs.right_window_size = 0;  // (no is_causal: the right bound alone hides key 1 from query 0)
   Ctx c;
-  ASSERT_TRUE(Attention(in, attrs, out, c.ctx).ok());
-  EXPECT_FLOAT_EQ(y[0], 0.0f);
-  EXPECT_FLOAT_EQ(y[1], 4.0f);
+  ASSERT_TRUE(Attention(t.in, t.attrs, t.out, c.ctx).ok());
+  EXPECT_FLOAT_EQ(t.y[0], 0.0f);
+  EXPECT_FLOAT_EQ(t.y[1], 4.0f);
 }
 
 TEST(OnnxAttention, QkMatmulOutputModesByHand) {
-  const std::vector<float> q = {1, 1}, k = {0, kLn3}, v = {0, 4};
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<std::vector<float>> want = {{0, kLn3, 0, kLn3}, {0, kLn3, 0, kLn3}, {0, -inf, 0, kLn3},
                                                 {1, 0, 0.25f, 0.75f}};
   for (int64_t mode = 0; mode < 4; ++mode) {
-    AttentionInputs in;
-    in.q = F32(q, {1, 1, 2, 1});
-    in.k = F32(k, {1, 1, 2, 1});
-    in.v = F32(v, {1, 1, 2, 1});
-    AttentionAttrs attrs;
-    attrs.scale = 1.0f;
-    attrs.is_causal = 1;
-    attrs.qk_matmul_output_mode = mode;
-    std::vector<float> y(2), qk(4, 7);
-    AttentionOutputs out;
-    out.y = {y.data(), {1, 1, 2, 1}};
-    out.qk_matmul_output = MutableTensorRef{qk.data(), {1, 1, 2, 2}};
+    TinyAttention t;
+    t.attrs.is_causal = 1;
+    t.attrs.qk_matmul_output_mode = mode;
+    std::vector<float> qk(4, 7);
+    t.out.qk_matmul_output = MutableTensorRef{qk.data(), {1, 1, 2, 2}};
     Ctx c;
-    ASSERT_TRUE(Attention(in, attrs, out, c.ctx).ok());
+    ASSERT_TRUE(Attention(t.in, t.attrs, t.out, c.ctx).ok());
     for (int i = 0; i < 4; ++i) {
       if (std::isinf(want[mode][i])) {
         EXPECT_EQ(qk[i], want[mode][i]) << "mode " << mode << " at " << i;

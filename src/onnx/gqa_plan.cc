@@ -195,14 +195,17 @@ Status PlanRotary(const GroupQueryAttentionInputs& in, const GroupQueryAttention
     const TensorRef& ids = *in.position_ids;
     if (ids.type != ElemType::kInt64)
       return Bad(std::string("position_ids must be int64, got ") + ElemTypeName(ids.type));
-    const bool shape_ok = p.first_prompt ? ids.rank() == 2 && NumElements(ids.shape) >= 1
-                                         : ids.shape == std::vector<int64_t>{p.B, p.S};
-    if (!shape_ok)
-      return Bad("position_ids must be [" + Str(p.B) + ", " + Str(p.S) + "]" +
-                 (p.first_prompt ? " (a first prompt reads only its first element)" : "") + ", got " +
+    // (onnxruntime accepts a wider array but indexes it as [B, S]: refused rather than guessed)
+    if (ids.shape != std::vector<int64_t>{p.B, p.S})
+      return Bad("position_ids must be [" + Str(p.B) + ", " + Str(p.S) + "] (batch_size, sequence_length), got " +
                  ShapeString(ids.shape));
     if (ids.data == nullptr) return Bad("position_ids has no data");
     p.position_ids = ids.i64();
+    // Every element must index the tables, read or not (onnxruntime checks them all too).
+    for (int64_t i = 0; i < p.B * p.S; ++i)
+      if (p.position_ids[i] < 0 || p.position_ids[i] >= p.tables.rows)
+        return Bad("position_ids[" + Str(i / p.S) + "][" + Str(i % p.S) + "] = " +
+                   Str(p.position_ids[i]) + " is outside the cos_cache rows [0, " + Str(p.tables.rows) + ")");
   }
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t valid = TotalOf(p, b) - PastOf(p, b);

@@ -28,7 +28,7 @@ struct Plan {
   float scale = 1.0f;
   bool rotary = false;
   RotaryTables tables;                    // with rotary
-  const int64_t* position_ids = nullptr;  // with rotary, when given
+  const int64_t* position_ids = nullptr;  // [B, S] with rotary, when given
   bool first_prompt = false;              // S == total_sequence_length
   const float* head_sink = nullptr;       // [Hq] when given
   bool smooth = false;                    // sink 0 for every head (smooth_softmax = 1 without head_sink)

@@ -50,7 +50,7 @@ struct GroupQueryAttentionInputs {
   TensorRef total_sequence_length;      // scalar or [1] int32, >= max_b(seqlens_k[b] + 1)
   std::optional<TensorRef> cos_cache;     // [max_position, R/2] f32, with do_rotary
   std::optional<TensorRef> sin_cache;     // [max_position, R/2] f32, with do_rotary
-  std::optional<TensorRef> position_ids;  // [B, S] int64 (a first prompt: >= 1 element), with do_rotary
+  std::optional<TensorRef> position_ids;  // [B, S] int64, with do_rotary; every entry < max_position
   std::optional<TensorRef> attention_bias;  // [B|1, Hq|1, S, total_sequence_length] f32
   std::optional<TensorRef> head_sink;       // [Hq] f32
 };
