@@ -73,6 +73,9 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromVocab(const TokenizerV
       return Bad(name, "tokenizer.ggml.tokens[" + std::to_string(i) + "] '" + v.tokens[i] + "' repeats token " +
                            std::to_string(it->second));
     if (t->types_[i] == TokenizerVocab::kUserDefined) t->user_defined_.push_back(id);
+    if (t->types_[i] == TokenizerVocab::kUserDefined || t->types_[i] == TokenizerVocab::kControl ||
+        t->types_[i] == TokenizerVocab::kUnknown)
+      t->added_.Add(v.tokens[i], id, /*special=*/false);
     if (t->types_[i] == TokenizerVocab::kByte) t->byte_ids_[ByteTokenValue(v.tokens[i])] = id;
   }
   // Longest first, as llama.cpp splits them out (ties: lower id first).
@@ -213,6 +216,20 @@ StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(const std::string& text, boo
       continue;
     }
     Status s = EncodeRun(std::string_view(text).substr(f.offset, f.length), &out);
+    if (!s.ok()) return s;
+  }
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> BpeTokenizer::EncodeWithSpecialTokens(const std::string& text) const {
+  std::vector<int32_t> out;
+  // No token starts inside the text between the matches, so no user-defined token is left to cut.
+  for (const AddedTokenMatcher::Piece& p : added_.Split(text, /*keep_special=*/true)) {
+    if (p.token >= 0) {
+      out.push_back(p.token);
+      continue;
+    }
+    Status s = EncodeRun(std::string_view(text).substr(p.offset, p.length), &out);
     if (!s.ok()) return s;
   }
   return out;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/tokenizer.h"
+#include "tokenizer/added_tokens.h"
 
 namespace tessera::tokenizer {
 
@@ -19,6 +20,8 @@ class BpeTokenizer final : public Tokenizer {
   static StatusOr<std::unique_ptr<BpeTokenizer>> FromVocab(const TokenizerVocab& vocab, const std::string& name);
 
   StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_bos) const override;
+  // Control, user-defined and unknown tokens count as tokens.
+  StatusOr<std::vector<int32_t>> EncodeWithSpecialTokens(const std::string& text) const override;
   StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const override;
   std::string Piece(int32_t id) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(tokens_.size()); }
@@ -40,6 +43,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<std::string, int32_t> ranks_;  // key: left, NUL, right (tokens hold no NUL)
   std::vector<int32_t> user_defined_;               // matched in the raw text first, longest first
+  AddedTokenMatcher added_;                         // control, user-defined and unknown tokens
   int32_t byte_ids_[256];
   int32_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
   std::string name_;
