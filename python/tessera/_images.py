@@ -27,10 +27,11 @@ class ImagesMixin:
 
     @property
     def tokenizer(self):
-        """The checkpoint's tokenizer.model (encode(text, add_bos) / decode(ids)); read on first use."""
+        """The checkpoint's tokenizer.model, else its tokenizer.json (encode(text, add_bos) /
+        encode_with_special_tokens(text) / decode(ids)); read on first use."""
         if self._tokenizer is None:
             from . import _tessera
-            self._tokenizer = _tessera._Tokenizer(os.path.join(self._path, "tokenizer.model"))
+            self._tokenizer = _tessera._Tokenizer.from_checkpoint_dir(str(self._path))
         return self._tokenizer
 
     def encode_images(self, images, image_tokens=0):
