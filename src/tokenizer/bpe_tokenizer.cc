@@ -92,20 +92,20 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromVocab(const TokenizerV
   return t;
 }
 
-std::unique_ptr<BpeTokenizer> BpeTokenizer::FromHfModel(const TokenizerVocab& v, int32_t model_size,
+std::unique_ptr<BpeTokenizer> BpeTokenizer::FromHfModel(TokenizerVocab v, int32_t model_size,
                                                         const std::vector<std::pair<std::string, std::string>>& merges,
                                                         const std::string& name) {
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
   t->name_ = name;
-  t->tokens_ = v.tokens;
-  t->types_ = v.token_types;
+  t->tokens_ = std::move(v.tokens);
+  t->types_ = std::move(v.token_types);
   t->model_size_ = model_size;
-  t->ids_.reserve(v.tokens.size());
+  t->ids_.reserve(t->tokens_.size());
   std::fill(std::begin(t->byte_ids_), std::end(t->byte_ids_), -1);
-  for (size_t i = 0; i < v.tokens.size(); ++i) {
-    t->ids_.emplace(v.tokens[i], static_cast<int32_t>(i));
+  for (size_t i = 0; i < t->tokens_.size(); ++i) {
+    t->ids_.emplace(t->tokens_[i], static_cast<int32_t>(i));
     // The library looks byte tokens up by name in the model's vocabulary, whatever their kind.
-    const int b = ByteTokenValue(v.tokens[i]);
+    const int b = ByteTokenValue(t->tokens_[i]);
     if (b >= 0 && static_cast<int32_t>(i) < model_size) t->byte_ids_[b] = static_cast<int32_t>(i);
   }
   t->ranks_.reserve(merges.size());

@@ -23,7 +23,7 @@ class BpeTokenizer final : public Tokenizer {
   // A tokenizer.json BPE model, checked by its reader (tokenizer_json.cc): `v.tokens` by id, the
   // first `model_size` of them the model's vocabulary (the rest added tokens only), `merges` as
   // pairs in rank order (a repeated pair takes its last rank, as the library's map does).
-  static std::unique_ptr<BpeTokenizer> FromHfModel(const TokenizerVocab& v, int32_t model_size,
+  static std::unique_ptr<BpeTokenizer> FromHfModel(TokenizerVocab v, int32_t model_size,
                                                    const std::vector<std::pair<std::string, std::string>>& merges,
                                                    const std::string& name);
 

@@ -40,9 +40,9 @@ StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(const std::string& path
 StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromText(std::string_view text, const std::string& name) {
   StatusOr<TokenizerJson> parsed = ParseTokenizerJson(text, name);
   if (!parsed.ok()) return parsed.status();
-  const TokenizerJson& j = parsed.value();
+  TokenizerJson& j = parsed.value();
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
-  t->bpe_ = BpeTokenizer::FromHfModel(j.vocab, j.model_size, j.merges, name);
+  t->bpe_ = BpeTokenizer::FromHfModel(std::move(j.vocab), j.model_size, j.merges, name);
   for (const TokenizerJson::AddedToken& a : j.added) {
     if (a.normalized)
       t->normalized_.Add(Normalize(a.content), a.id, a.special);

@@ -72,12 +72,19 @@ int64_t IdValue(const Json& j, int64_t limit) {
   return -1;
 }
 
-Status CheckToken(const std::string& t, const std::string& where, const std::string& name) {
-  if (t.empty()) return Bad(name, where + " is empty");
-  if (t.size() > kMaxTokenBytes)
-    return Bad(name, where + " is longer than " + std::to_string(kMaxTokenBytes) + " bytes");
-  if (t.find('\0') != std::string::npos) return Bad(name, where + " contains a NUL character");
-  return Status::Ok();
+// Why `t` cannot be a token, or nullptr.
+const char* TokenProblem(const std::string& t) {
+  if (t.empty()) return "is empty";
+  if (t.size() > kMaxTokenBytes) return "is longer than the limit of 65536 bytes";
+  if (t.find('\0') != std::string::npos) return "contains a NUL character";
+  return nullptr;
+}
+
+// obj[key], or null when absent (a reference: the vocabulary and merges are large).
+const Json& Member(const Json& obj, const char* key) {
+  static const Json kNull;
+  const auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
 }
 
 // model.vocab: token -> id, ids exactly 0..n-1.
@@ -89,12 +96,12 @@ Status ParseVocab(const Json& vocab, const std::string& name, TokenizerJson* out
   const auto n = static_cast<int64_t>(vocab.size());
   std::vector<const std::string*> by_id(static_cast<size_t>(n), nullptr);
   for (const auto& [token, id] : vocab.items()) {
-    const std::string where = "model.vocab[" + Show(Json(token)) + "]";
-    TESSERA_RETURN_IF_ERROR(CheckToken(token, where, name));
+    auto where = [&, &token = token] { return "model.vocab[" + Show(Json(token)) + "]"; };  // only for errors
+    if (const char* problem = TokenProblem(token)) return Bad(name, where() + " " + problem);
     const int64_t i = IdValue(id, n);
-    if (i < 0) return Bad(name, where + " is " + Show(id) + ", not an id in [0, " + std::to_string(n) + ")");
+    if (i < 0) return Bad(name, where() + " is " + Show(id) + ", not an id in [0, " + std::to_string(n) + ")");
     if (by_id[i] != nullptr)
-      return Bad(name, where + " repeats id " + std::to_string(i) + " of " + Show(Json(*by_id[i])));
+      return Bad(name, where() + " repeats id " + std::to_string(i) + " of " + Show(Json(*by_id[i])));
     by_id[i] = &token;
   }
   TokenizerVocab& v = out->vocab;
@@ -115,24 +122,26 @@ Status ParseMerges(const Json& merges, const std::unordered_map<std::string_view
     return Bad(name, "model.merges has " + std::to_string(merges.size()) + " entries, more than " +
                          std::to_string(kMaxMerges));
   out->merges.reserve(merges.size());
+  std::string joined;
   for (size_t i = 0; i < merges.size(); ++i) {
     const Json& m = merges[i];
-    const std::string where = "model.merges[" + std::to_string(i) + "]";
+    auto where = [&] { return "model.merges[" + std::to_string(i) + "]"; };  // only for errors
     std::string left, right;
     if (m.is_string()) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos)
-        return Bad(name, where + " " + Show(m) + " is not two tokens separated by one space");
+        return Bad(name, where() + " " + Show(m) + " is not two tokens separated by one space");
       left = s.substr(0, space), right = s.substr(space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      left = m[0].get<std::string>(), right = m[1].get<std::string>();
+      left = m[0].get_ref<const std::string&>(), right = m[1].get_ref<const std::string&>();
     } else {
-      return Bad(name, where + " is " + Show(m) + ", neither \"left right\" nor [left, right]");
+      return Bad(name, where() + " is " + Show(m) + ", neither \"left right\" nor [left, right]");
     }
-    for (const std::string& part : {left, right, left + right}) {
-      if (ids.count(part) == 0)
-        return Bad(name, where + " " + Show(m) + ": " + Show(Json(part)) + " is not in model.vocab");
+    joined.assign(left).append(right);
+    for (const std::string* part : {&left, &right, &joined}) {
+      if (ids.count(*part) == 0)
+        return Bad(name, where() + " " + Show(m) + ": " + Show(Json(*part)) + " is not in model.vocab");
     }
     out->merges.emplace_back(std::move(left), std::move(right));
   }
@@ -151,7 +160,7 @@ Status ParseModel(const Json& model, const std::string& name, TokenizerJson* out
   TESSERA_RETURN_IF_ERROR(CheckFixed(model, "byte_fallback", true, false, "model.", name));
   if (model.contains("ignore_merges"))
     TESSERA_RETURN_IF_ERROR(CheckFixed(model, "ignore_merges", false, false, "model.", name));
-  TESSERA_RETURN_IF_ERROR(ParseVocab(model.contains("vocab") ? model["vocab"] : Json(), name, out));
+  TESSERA_RETURN_IF_ERROR(ParseVocab(Member(model, "vocab"), name, out));
   std::unordered_map<std::string_view, int32_t> ids;
   ids.reserve(out->vocab.tokens.size());
   for (size_t i = 0; i < out->vocab.tokens.size(); ++i) ids.emplace(out->vocab.tokens[i], static_cast<int32_t>(i));
@@ -160,7 +169,7 @@ Status ParseModel(const Json& model, const std::string& name, TokenizerJson* out
     return Bad(name, "model.unk_token is " + (unk == model.end() ? std::string("absent") : Show(*unk)) +
                          ", not a token of model.vocab");
   out->vocab.unk_id = ids.at(unk->get_ref<const std::string&>());
-  return ParseMerges(model.contains("merges") ? model["merges"] : Json(), ids, name, out);
+  return ParseMerges(Member(model, "merges"), ids, name, out);
 }
 
 // One added_tokens entry, its flags as Gemma's files have them (no stripping, no word matching).
@@ -178,7 +187,7 @@ Status ParseAddedToken(const Json& a, const std::string& where, int64_t id_limit
   if (!a.contains("content") || !a["content"].is_string())
     return Bad(name, where + ".content is missing or not a string");
   out->content = a["content"].get<std::string>();
-  TESSERA_RETURN_IF_ERROR(CheckToken(out->content, where + ".content", name));
+  if (const char* problem = TokenProblem(out->content)) return Bad(name, where + ".content " + problem);
   const int64_t id = a.contains("id") ? IdValue(a["id"], id_limit) : -1;
   if (id < 0)
     return Bad(name, where + ".id is " + (a.contains("id") ? Show(a["id"]) : "absent") + ", not an id in [0, " +
@@ -192,6 +201,7 @@ Status ParseAddedToken(const Json& a, const std::string& where, int64_t id_limit
 // added_tokens: each is model.vocab's token of that id, or one of ids model_size, model_size + 1, ...
 // outside it; special ones become control tokens, the others user-defined.
 Status ParseAddedTokens(const Json& added, const std::string& name, TokenizerJson* out) {
+  if (added.is_null()) return Status::Ok();  // absent: none
   if (!added.is_array()) return Bad(name, "added_tokens is not an array");
   TokenizerVocab& v = out->vocab;
   const int64_t id_limit = out->model_size + static_cast<int64_t>(std::min(added.size(), kMaxVocabTokens));
@@ -319,8 +329,7 @@ StatusOr<TokenizerJson> ParseTokenizerJson(std::string_view text, const std::str
   if (!root.contains("model")) return Bad(name, "model is missing");
   TokenizerJson out;
   TESSERA_RETURN_IF_ERROR(ParseModel(root["model"], name, &out));
-  TESSERA_RETURN_IF_ERROR(
-      ParseAddedTokens(root.contains("added_tokens") ? root["added_tokens"] : Json::array(), name, &out));
+  TESSERA_RETURN_IF_ERROR(ParseAddedTokens(Member(root, "added_tokens"), name, &out));
   TESSERA_RETURN_IF_ERROR(ParsePostProcessor(root, name, &out));
   return out;
 }
