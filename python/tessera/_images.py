@@ -71,7 +71,8 @@ class ImagesMixin:
 
     def _double_newline(self):
         # Gemma 3's processor frames each image with "\\n\\n"; its id comes from the tokenizer.
-        if self.model_type != "gemma3" or not os.path.exists(os.path.join(self._path, "tokenizer.model")):
+        has_tokenizer = any(os.path.exists(os.path.join(self._path, f)) for f in ("tokenizer.model", "tokenizer.json"))
+        if self.model_type != "gemma3" or not has_tokenizer:
             return None
         ids = self.tokenizer.encode("\\n\\n", False)
         return ids[0] if len(ids) == 1 else None
