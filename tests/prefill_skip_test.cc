@@ -25,23 +25,7 @@ namespace {
 using testing::MakeTinyModel;
 using testing::TinyModelOptions;
 
-constexpr int32_t kImage = 90;
-
-// Text, an image block of `img` placeholders (token type 1), text; image rows from the generator.
-Prompt MakePrompt(std::mt19937& rng, int64_t before, int64_t img, int64_t after, std::vector<float>& embeds,
-                  int64_t hidden) {
-  Prompt p;
-  std::uniform_int_distribution<int32_t> tok(3, 80);
-  for (int64_t i = 0; i < before; ++i) p.tokens.push_back(tok(rng)), p.token_types.push_back(0);
-  for (int64_t i = 0; i < img; ++i) p.tokens.push_back(kImage), p.token_types.push_back(1);
-  for (int64_t i = 0; i < after; ++i) p.tokens.push_back(tok(rng)), p.token_types.push_back(0);
-  std::normal_distribution<float> nd;
-  embeds.resize(img * hidden);
-  for (float& x : embeds) x = nd(rng);
-  p.image_embeds = img ? embeds.data() : nullptr;
-  p.image_rows = img;
-  return p;
-}
+using testing::MakeImagePrompt;
 
 // Trailing KV-shared layers: 2 and 3 of 6 (with and without PLE), none (only the LM-head skip).
 std::vector<TinyModelOptions> Variants() {
@@ -105,10 +89,10 @@ TEST(PrefillSkip, LastLogitsMatchTheFullPrefill) {
     auto m = MakeTinyModel(opt);
     std::mt19937 rng(3);
     std::vector<float> e0, e1, e2;
-    const Prompt a = MakePrompt(rng, 2, 5, 9, e0, m->arch().hidden);   // 16 tokens
-    const Prompt b = MakePrompt(rng, 0, 3, 2, e1, m->arch().hidden);   // 5 tokens, block at the start
-    const Prompt c = MakePrompt(rng, 20, 0, 0, e2, m->arch().hidden);  // 20 tokens, text
-    const Prompt d = MakePrompt(rng, 6, 4, 0, e2, m->arch().hidden);   // ends inside an image block
+    const Prompt a = MakeImagePrompt(rng, 2, 5, 9, e0, m->arch().hidden);   // 16 tokens
+    const Prompt b = MakeImagePrompt(rng, 0, 3, 2, e1, m->arch().hidden);   // 5 tokens, block at the start
+    const Prompt c = MakeImagePrompt(rng, 20, 0, 0, e2, m->arch().hidden);  // 20 tokens, text
+    const Prompt d = MakeImagePrompt(rng, 6, 4, 0, e2, m->arch().hidden);   // ends inside an image block
     for (const std::vector<Prompt>& batch : {std::vector<Prompt>{a, b, c}, {c}, {d, a}}) {
       for (int64_t chunk : {32, 6, 1 + 5}) {
         SCOPED_TRACE(::testing::Message() << batch.size() << " rows, chunk " << chunk);
@@ -128,7 +112,7 @@ TEST(PrefillSkip, BaselineModesMatchTheFullPrefill) {
   auto m = MakeTinyModel(opt);
   std::mt19937 rng(7);
   std::vector<float> e0, e1;
-  const Prompt a = MakePrompt(rng, 3, 5, 6, e0, m->arch().hidden), b = MakePrompt(rng, 14, 0, 0, e1, 0);
+  const Prompt a = MakeImagePrompt(rng, 3, 5, 6, e0, m->arch().hidden), b = MakeImagePrompt(rng, 14, 0, 0, e1, 0);
   for (Mode mode : {Mode::kBias, Mode::kSplit}) {
     SCOPED_TRACE(ModeName(mode));
     const Prefilled full = PrefillLast(*m, {a, b}, 6, false, nullptr, mode);
@@ -146,8 +130,8 @@ TEST(PrefillSkip, CountsTheWorkItSkips) {
     const int64_t L = m->arch().num_layers(), sh = opt.shared_layers;
     std::mt19937 rng(4);
     std::vector<float> e;
-    const Prompt a = MakePrompt(rng, 16, 0, 0, e, 0), b = MakePrompt(rng, 5, 0, 0, e, 0),
-                 c = MakePrompt(rng, 20, 0, 0, e, 0);
+    const Prompt a = MakeImagePrompt(rng, 16, 0, 0, e, 0), b = MakeImagePrompt(rng, 5, 0, 0, e, 0),
+                 c = MakeImagePrompt(rng, 20, 0, 0, e, 0);
     const Prefilled full1 = PrefillLast(*m, {c}, 6, false, nullptr);
     EXPECT_EQ(full1.counts.layer_tokens, L * 20);
     EXPECT_EQ(full1.counts.head_rows, 4);  // one row per chunk
@@ -171,7 +155,7 @@ TEST(PrefillSkip, ForwardStyleCallsRunEveryToken) {
   const int64_t L = m->arch().num_layers(), V = m->arch().vocab, H = m->arch().hidden;
   std::mt19937 rng(6);
   std::vector<float> e;
-  const Prompt p = MakePrompt(rng, 3, 4, 5, e, H);  // 12 tokens
+  const Prompt p = MakeImagePrompt(rng, 3, 4, 5, e, H);  // 12 tokens
   SessionOptions o = Options(1, 16);
   o.all_logits = true;
   auto s = std::move(Session::Create(*m, o, nullptr).value());
@@ -208,8 +192,8 @@ TEST(PrefillSkip, GeneratesTheSameTokens) {
     auto m = MakeTinyModel(opt);
     std::mt19937 rng(9);
     std::vector<float> e0, e1;
-    const Prompt a = MakePrompt(rng, 4, 6, 7, e0, m->arch().hidden);  // 17 tokens
-    const Prompt b = MakePrompt(rng, 9, 0, 0, e1, m->arch().hidden);   // 9 tokens
+    const Prompt a = MakeImagePrompt(rng, 4, 6, 7, e0, m->arch().hidden);  // 17 tokens
+    const Prompt b = MakeImagePrompt(rng, 9, 0, 0, e1, m->arch().hidden);   // 9 tokens
     for (const SamplingParams& sp : {SamplingParams{}, SamplingParams{0.9f, 20, 0.95f, 123}}) {
       for (int64_t chunk : {6, 32}) {
         SCOPED_TRACE(::testing::Message() << "temperature " << sp.temperature << " chunk " << chunk);
@@ -258,10 +242,10 @@ TEST(PrefillSkip, RequestBatchGivesTheSameTokens) {
     auto m = MakeTinyModel(opt);
     std::mt19937 rng(12);
     std::vector<float> e0, e1, e2;
-    const std::vector<Prompt> prompts = {MakePrompt(rng, 3, 0, 2, e0, m->arch().hidden),
-                                         MakePrompt(rng, 4, 5, 9, e1, m->arch().hidden),
-                                         MakePrompt(rng, 17, 0, 0, e2, m->arch().hidden),
-                                         MakePrompt(rng, 1, 6, 1, e2, m->arch().hidden)};
+    const std::vector<Prompt> prompts = {MakeImagePrompt(rng, 3, 0, 2, e0, m->arch().hidden),
+                                         MakeImagePrompt(rng, 4, 5, 9, e1, m->arch().hidden),
+                                         MakeImagePrompt(rng, 17, 0, 0, e2, m->arch().hidden),
+                                         MakeImagePrompt(rng, 1, 6, 1, e2, m->arch().hidden)};
     const auto full = RunRequests(*m, prompts, false);
     EXPECT_EQ(RunRequests(*m, prompts, true), full);
   }
