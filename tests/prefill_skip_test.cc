@@ -193,7 +193,7 @@ TEST(PrefillSkip, GeneratesTheSameTokens) {
     std::mt19937 rng(9);
     std::vector<float> e0, e1;
     const Prompt a = MakeImagePrompt(rng, 4, 6, 7, e0, m->arch().hidden);  // 17 tokens
-    const Prompt b = MakeImagePrompt(rng, 9, 0, 0, e1, m->arch().hidden);   // 9 tokens
+    const Prompt b = MakeImagePrompt(rng, 9, 0, 0, e1, m->arch().hidden);  // 9 tokens
     for (const SamplingParams& sp : {SamplingParams{}, SamplingParams{0.9f, 20, 0.95f, 123}}) {
       for (int64_t chunk : {6, 32}) {
         SCOPED_TRACE(::testing::Message() << "temperature " << sp.temperature << " chunk " << chunk);
@@ -242,15 +242,13 @@ TEST(PrefillSkip, RequestBatchGivesTheSameTokens) {
     auto m = MakeTinyModel(opt);
     std::mt19937 rng(12);
     std::vector<float> e0, e1, e2;
-    const std::vector<Prompt> prompts = {MakeImagePrompt(rng, 3, 0, 2, e0, m->arch().hidden),
-                                         MakeImagePrompt(rng, 4, 5, 9, e1, m->arch().hidden),
-                                         MakeImagePrompt(rng, 17, 0, 0, e2, m->arch().hidden),
-                                         MakeImagePrompt(rng, 1, 6, 1, e2, m->arch().hidden)};
+    const std::vector<Prompt> prompts = {
+        MakeImagePrompt(rng, 3, 0, 2, e0, m->arch().hidden), MakeImagePrompt(rng, 4, 5, 9, e1, m->arch().hidden),
+        MakeImagePrompt(rng, 17, 0, 0, e2, m->arch().hidden), MakeImagePrompt(rng, 1, 6, 1, e2, m->arch().hidden)};
     const auto full = RunRequests(*m, prompts, false);
     EXPECT_EQ(RunRequests(*m, prompts, true), full);
   }
 }
-
 
 // The checkpoints with KV sharing (tests/testdata: gemma4 with 3 of 6 layers shared, images;
 // gemma4_text with 3 of 7), through the public API: weights repacked at load, so every Linear runs

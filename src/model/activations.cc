@@ -14,18 +14,18 @@ void Activations::Sizes(const GemmaArch& a, int64_t n, int64_t logit_rows, size_
   // the PLE width (its projection).
   const int64_t widest_in = std::max({a.hidden, q_width, a.max_intermediate(), std::max<int64_t>(1, a.ple_dim)});
   const int64_t floats[kBuffers] = {n * a.hidden,
-                              n * a.hidden,
-                              n * q_width,
-                              n * kv_width,
-                              n * kv_width,
-                              n * q_width,
-                              n * a.max_intermediate(),
-                              n * a.max_intermediate(),
-                              n * std::max<int64_t>(1, a.num_layers() * a.ple_dim),
-                              n * std::max<int64_t>(1, a.ple_dim),
-                              logit_rows * a.vocab,
-                              ops::GemmScratchWords(n, widest_in),
-                              3 * n};
+                                    n * a.hidden,
+                                    n * q_width,
+                                    n * kv_width,
+                                    n * kv_width,
+                                    n * q_width,
+                                    n * a.max_intermediate(),
+                                    n * a.max_intermediate(),
+                                    n * std::max<int64_t>(1, a.num_layers() * a.ple_dim),
+                                    n * std::max<int64_t>(1, a.ple_dim),
+                                    logit_rows * a.vocab,
+                                    ops::GemmScratchWords(n, widest_in),
+                                    3 * n};
   for (int i = 0; i < kBuffers; ++i) out[i] = static_cast<size_t>(floats[i]) * 4;
 }
 
