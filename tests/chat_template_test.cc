@@ -210,13 +210,14 @@ TEST(ChatTemplate, RenderContextAsTransformersBuildsIt) {
             "('thinking', 'r')]");
   EXPECT_EQ(Render("{{ tools | length }}{{ bos_token }}", R"([{"role":"user"}])", R"({"tools":[{"a":1}],"bos_token":"B"})"),
             "1B");
-  EXPECT_EQ(Render("{{ messages }}", "[]"), "ERROR: messages: the conversation is empty");
-  EXPECT_EQ(Render("{{ messages }}", "{}"), "ERROR: messages: expected a JSON array of message objects");
-  EXPECT_EQ(Render("{{ messages }}", "[1]"), "ERROR: messages[0] is not a JSON object");
-  EXPECT_EQ(Render("{{ messages }}", "[{"), "ERROR: messages: not valid JSON");
+  EXPECT_EQ(Render("{{ messages }}", "[]"), "ERROR: chat template 't': messages: the conversation is empty");
+  EXPECT_EQ(Render("{{ messages }}", "{}"), "ERROR: chat template 't': messages: expected a JSON array of message objects");
+  EXPECT_EQ(Render("{{ messages }}", "[1]"), "ERROR: chat template 't': messages[0] is not a JSON object");
+  EXPECT_EQ(Render("{{ messages }}", "[{"), "ERROR: chat template 't': messages: not valid JSON");
   EXPECT_EQ(Render("x", kTwoTurns, R"({"messages":[]})"),
-            "ERROR: extra_context_json: 'messages' is set by the renderer, not as an extra variable");
-  EXPECT_EQ(Render("x", kTwoTurns, R"({"tools":{"a":1}})"), "ERROR: extra_context_json: 'tools' must be a list");
+            "ERROR: chat template 't': extra_context_json: 'messages' is set by the renderer, not as an extra "
+            "variable");
+  EXPECT_EQ(Render("x", kTwoTurns, R"({"tools":{"a":1}})"), "ERROR: chat template 't': extra_context_json: 'tools' must be a list");
 }
 
 TEST(ChatTemplate, OneTemplateRendersFromManyThreads) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tessera/chat_template.h"
 #include "tessera/gguf.h"
 #include "tessera/npy.h"
 #include "model/config.h"
@@ -83,6 +84,22 @@ TEST(FuzzRegression, GgufEmptyTensorWithHugeDimsCopiesThroughTheWriter) {
   StatusOr<io::GgufFile> g = io::GgufFile::Open(dir.File("copy.gguf"));
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(g.value().tensors()[0].shape, t.shape);
+}
+
+// A macro recursing 199 deep through 40 nested ifs is 8000 levels of evaluation: under ASan the
+// fuzz build overflowed its 8 MiB stack before the depth count stopped it (fuzz/corpus/
+// chat_template/deep_recursion). The renderer now also watches the stack itself.
+TEST(FuzzRegression, ChatTemplateDeepRecursionIsAnErrorNotAStackOverflow) {
+  std::string ifs, ends;
+  for (int i = 0; i < 40; ++i) ifs += "{% if true %}", ends += "{% endif %}";
+  const std::string src = "{% macro f(n) %}{% if n > 0 %}" + ifs + "{{ f(n - 1) | string }}" + ends +
+                          "{% endif %}{% endmacro %}{{ f(199) }}";
+  StatusOr<chat::ChatTemplate> t = chat::ChatTemplate::FromSource(src, "deep");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  StatusOr<std::string> out = t.value().Render(R"([{"role":"user","content":"x"}])", chat::RenderOptions{});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("chat template 'deep' line 1: template nests too deeply"), std::string::npos)
+      << out.status().message();
 }
 
 }  // namespace

@@ -259,5 +259,5 @@ def test_errors_are_value_errors_naming_the_template():
     t = tessera.ChatTemplate.from_source("{% for m in messages %}{{ m.content.missing.deeper }}{% endfor %}", "mine")
     with pytest.raises(ValueError, match=r"chat template 'mine' line 1: 'str object' has no attribute 'missing'"):
         t.render([{"role": "user", "content": "x"}])
-    with pytest.raises(ValueError, match="messages: the conversation is empty"):
+    with pytest.raises(ValueError, match="chat template 'mine': messages: the conversation is empty"):
         t.render([])

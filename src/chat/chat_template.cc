@@ -119,10 +119,10 @@ StatusOr<ChatTemplate> ChatTemplate::Builtin(const std::string& model_type) {
 }
 
 StatusOr<std::string> ChatTemplate::Render(const std::string& messages_json, const RenderOptions& options) const {
-  Dict ctx;
-  CHAT_ASSIGN_OR_RETURN(ctx, BuildContext(messages_json, options));
+  StatusOr<Dict> ctx = BuildContext(messages_json, options);
+  if (!ctx.ok()) return Status(ctx.status().code(), "chat template '" + impl_->name + "': " + ctx.status().message());
   Renderer renderer(impl_->name, RenderLimits{});
-  return renderer.Render(impl_->root, ctx);
+  return renderer.Render(impl_->root, ctx.value());
 }
 
 }  // namespace tessera::chat

@@ -66,6 +66,7 @@ StatusOr<Value> MakeNamespace(Renderer& r, const CallArgs& args) {
       return r.Fail("chat templates cannot store underscore-prefixed attributes on a namespace ('" + k.str() + "')");
     if (v.depth() > kMaxValueDepth) return r.Fail("value nests too deeply");
   }
+  TESSERA_RETURN_IF_ERROR(r.ChargeWork(16));  // namespaces live until the render ends: bound their number
   Namespace* ns = r.NewNamespace();
   ns->attrs = std::move(d);
   return Value::Ns(ns);

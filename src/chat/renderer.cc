@@ -180,6 +180,7 @@ Status Renderer::ExecStmt(const Stmt& s, const std::shared_ptr<Scope>& scope, st
     }
     case StmtKind::kMacro: {
       Callable c{CallableKind::kMacro, s.macro->name, s.macro.get(), scope.get(), Value()};
+      TESSERA_RETURN_IF_ERROR(ChargeWork(64));  // the scope stays alive until the render ends
       kept_scopes_.push_back(scope);
       scope->Set(s.macro->name, Value::Fn(std::move(c)));
       return Status::Ok();
@@ -318,6 +319,7 @@ Status Renderer::ExecCallBlock(const Stmt& s, const std::shared_ptr<Scope>& scop
   line_ = s.line;
   if (!callee.is_callable() || callee.fn().kind != CallableKind::kMacro)
     return Fail("a call block needs a macro to call");
+  TESSERA_RETURN_IF_ERROR(ChargeWork(64));
   kept_scopes_.push_back(scope);
   Callable caller{CallableKind::kMacro, "caller", s.macro.get(), scope.get(), Value()};
   Callable with_caller = callee.fn();
