@@ -254,3 +254,29 @@ def test_return_token_ids_extension(server, reference):
     assert [t for e in events for c in e["choices"] for t in c["token_ids"]] == generated
     status, _, data = call(server, "/v1/completions", {**body, "return_token_ids": "yes"})
     assert status == 400 and json.loads(data)["error"]["param"] == "return_token_ids"
+
+
+def test_idle_connections_do_not_starve_health(server):
+    """Connections that never send (or never finish) a request each hold one of httplib's threads;
+    the pool grows for them, so /health and the API still answer."""
+    import socket
+    host, port = server.rsplit("/", 1)[1].split(":")
+    t0 = time.monotonic()
+    idle = [socket.create_connection((host, int(port))) for _ in range(40)]  # a burst: the backlog holds it
+    idle[0].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+    try:
+        status, _, data = call(server, "/health", key=None)
+        assert status == 200 and time.monotonic() - t0 < 3
+        assert ok_json(server, "/v1/completions", {"prompt": "still here", "max_tokens": 2})["choices"]
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_a_port_in_use_is_refused(server, model_dir):
+    """No SO_REUSEPORT: a second server on the same port fails instead of sharing its connections."""
+    port = server.rsplit(":", 1)[1]
+    r = subprocess.run([TESSERA, "serve", "--model", model_dir, "--port", port, "--threads", "2"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "cannot listen" in r.stderr, r.stderr
+    assert call(server, "/health", key=None)[0] == 200

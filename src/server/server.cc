@@ -1,13 +1,16 @@
 // tessera::server::Server: the loaded model, the engine thread and cpp-httplib's listener.
 #include "tessera/server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <sys/socket.h>
 #include <cstdio>
 #include <mutex>
 #include <thread>
 
+#include "server/connection_pool.h"
 #include "server/http_api.h"
 #include "server/scheduler.h"
 #include "server/served_model.h"
@@ -16,9 +19,12 @@
 namespace tessera::server {
 namespace {
 
-// HTTP threads beyond one per slot and queue place: /health, /metrics and idle keep-alive
-// connections still get a thread when every request place is taken.
-constexpr int64_t kSpareHttpThreads = 8;
+// Connection threads (ConnectionPool: started as connections come): at least this many, and this
+// many beyond one per slot and queue place, so idle keep-alive or slow clients do not leave /health
+// and the request places without a thread.
+constexpr int64_t kMinHttpThreads = 256;
+constexpr int64_t kSpareHttpThreads = 64;
+constexpr int kListenBacklog = 1024;
 
 }  // namespace
 
@@ -79,16 +85,28 @@ Status Server::Start() {
   Impl& s = *impl_;
   // A client that closes its socket mid-write must not kill the process: the write fails instead.
   std::signal(SIGPIPE, SIG_IGN);
-  const size_t threads = static_cast<size_t>(s.options.session.max_batch + s.options.max_queue + kSpareHttpThreads);
-  s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const size_t threads = static_cast<size_t>(
+      std::max(kMinHttpThreads, s.options.session.max_batch + s.options.max_queue + kSpareHttpThreads));
+  s.http.new_task_queue = [threads] { return new ConnectionPool(threads); };
   s.http.set_payload_max_length(static_cast<size_t>(s.options.max_body_bytes));
   s.http.set_keep_alive_max_count(1000);
   s.api->Register(s.http);
+  // Instead of httplib's default options: SO_REUSEADDR without SO_REUSEPORT, so a second server on
+  // a port in use fails rather than silently sharing its connections.
+  int listen_fd = -1;
+  s.http.set_socket_options([&listen_fd](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd = sock;
+  });
   const int port = s.options.port == 0 ? s.http.bind_to_any_port(s.options.host)
                                        : (s.http.bind_to_port(s.options.host, s.options.port) ? s.options.port : -1);
   if (port < 0)
     return InvalidArgument("serve: cannot listen on " + s.options.host + ":" + std::to_string(s.options.port) +
                            " (in use, or not an address of this machine)");
+  // httplib listens with a backlog of 5, and Linux then drops connection attempts that arrive in
+  // a burst (a second each to retry): listening again on the socket only raises the backlog.
+  if (listen_fd >= 0) ::listen(listen_fd, kListenBacklog);
   s.port = port;
   s.scheduler->Start();
   // The socket listens from the bind on: connections made before the accept loop starts wait in
