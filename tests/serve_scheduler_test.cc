@@ -131,7 +131,9 @@ TEST(ServeScheduler, FullQueueRefuses) {
   auto first = std::make_shared<Job>(MakePrompt(5, 1), Options(3, 1, 0.0f));
   auto queued = std::make_shared<Job>(MakePrompt(5, 2), Options(3, 1, 0.0f));
   EXPECT_TRUE(sched.Submit(first));
+  EXPECT_TRUE(sched.HasRoom());
   EXPECT_TRUE(sched.Submit(queued));
+  EXPECT_FALSE(sched.HasRoom());
   EXPECT_FALSE(sched.Submit(std::make_shared<Job>(MakePrompt(5, 3), Options(3, 1, 0.0f))));
   EXPECT_NE(e.metrics->Render().find("tessera_queue_depth 2\n"), std::string::npos);
   sched.Stop();

@@ -26,6 +26,11 @@ ApiError AdmissionError(const Status& st) {
   return ServerError(st.message());
 }
 
+ApiError QueueFull() {
+  return ApiError{503, "server_error", "queue_full", "",
+                  "the server is busy: every slot and queue place is taken; retry later"};
+}
+
 // max_new_tokens within the context: prompt + completion <= max_context.
 ApiError CompletionBudget(const ApiRequest& r, int64_t prompt, int64_t max_context, int64_t* max_new) {
   const int64_t room = max_context - prompt;
@@ -213,14 +218,14 @@ void ReplyError(const ApiError& e, httplib::Response& res) {
 }
 
 void RunCompletion(const CompletionContext& ctx, const ApiRequest& r, httplib::Response& res) {
+  if (!ctx.scheduler.HasRoom()) return ReplyError(QueueFull(), res);  // before tokenizing and encoding images
   PromptData prompt;
   if (ApiError e = BuildPrompt(ctx.model, r, ctx.prompt_limits, &prompt); !e.ok()) return ReplyError(e, res);
   const int64_t prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
   int64_t max_new = 0;
   if (ApiError e = CompletionBudget(r, prompt_tokens, ctx.max_context, &max_new); !e.ok()) return ReplyError(e, res);
   auto job = std::make_shared<Job>(std::move(prompt), MakeOptions(r, ctx.model, max_new));
-  if (!ctx.scheduler.Submit(job))
-    return ReplyError(ApiError{503, "server_error", "queue_full", "", "the server is busy: every slot and queue place is taken; retry later"}, res);
+  if (!ctx.scheduler.Submit(job)) return ReplyError(QueueFull(), res);
   if (const Status st = job->WaitAdmitted(); !st.ok()) return ReplyError(AdmissionError(st), res);
   auto g = std::make_shared<Generation>(ctx, r, std::move(job), prompt_tokens);
   res.status = 200;

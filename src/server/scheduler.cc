@@ -24,12 +24,21 @@ void Scheduler::Stop() {
   Drain();  // the engine thread is gone (or never ran): the batch is this thread's now
 }
 
+bool Scheduler::Full() const {
+  // Requests that will find a slot free do not count against the queue's places.
+  const int64_t free_slots = std::max<int64_t>(0, batch_slots_ - busy_.load());
+  return stop_ || static_cast<int64_t>(queue_.size()) >= max_queue_ + free_slots;
+}
+
+bool Scheduler::HasRoom() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !Full();
+}
+
 bool Scheduler::Submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // Requests that will find a slot free do not count against the queue's places.
-    const int64_t free_slots = std::max<int64_t>(0, batch_slots_ - busy_.load());
-    if (stop_ || static_cast<int64_t>(queue_.size()) >= max_queue_ + free_slots) return false;
+    if (Full()) return false;
     queue_.push_back(std::move(job));
     metrics_.SetQueue(static_cast<int64_t>(queue_.size()));
   }

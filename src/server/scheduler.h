@@ -33,6 +33,8 @@ class Scheduler {
   // False when the queue is full (max_queue waiting beyond the free slots) or the scheduler
   // stopped: the caller answers 503.
   bool Submit(std::shared_ptr<Job> job);
+  // Whether a Submit now would be taken: a cheap look before the work of building a prompt.
+  bool HasRoom() const;
 
  private:
   void Loop();
@@ -41,13 +43,14 @@ class Scheduler {
   // After a step: hands finished requests their results.
   void Collect();
   void Drain();
+  bool Full() const;  // mu_ held
 
   RequestBatch& batch_;
   const int64_t batch_slots_;
   const int64_t max_queue_;
   std::atomic<int64_t> busy_{0};  // running requests, as the engine thread last counted them
   Metrics& metrics_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stop_ = false;
