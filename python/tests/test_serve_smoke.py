@@ -280,3 +280,24 @@ def test_a_port_in_use_is_refused(server, model_dir):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "cannot listen" in r.stderr, r.stderr
     assert call(server, "/health", key=None)[0] == 200
+
+
+def test_gguf_model_serves_with_its_own_vocabulary(model_dir, tmp_path):
+    """A GGUF (tessera quantize q8_0 of the tiny checkpoint): the tokenizer comes from the file."""
+    tessera = pytest.importorskip("tessera")
+    gguf = str(tmp_path / "tiny-q8_0.gguf")
+    r = subprocess.run([TESSERA, "quantize", "--model", model_dir, "--type", "q8_0", "--out", gguf],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    want = tessera.Model.load(gguf, max_context=CONTEXT, num_threads=2).generate(prompt="hello gguf", max_new_tokens=6)[0]
+    proc = subprocess.Popen([TESSERA, "serve", "--model", gguf, "--port", "0", "--max-context", str(CONTEXT),
+                             "--threads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+        assert ok_json(url, "/v1/models")["data"][0]["id"] == "tiny-q8_0.gguf"
+        got = ok_json(url, "/v1/completions", {"prompt": "hello gguf", "max_tokens": 6, "temperature": 0,
+                                               "return_token_ids": True})
+        assert got["choices"][0]["token_ids"] == [t for t in want if t != 1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
