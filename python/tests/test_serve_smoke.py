@@ -301,3 +301,45 @@ def test_gguf_model_serves_with_its_own_vocabulary(model_dir, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+
+
+def metric(url, name, key=None):
+    _, _, data = call(url, "/metrics", key=key)
+    for line in data.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_client_disconnect_cancels_the_request(model_dir, stream):
+    """A client that closes its connection mid-completion frees the slot long before max_tokens."""
+    import socket
+    proc = subprocess.Popen([TESSERA, "serve", "--model", model_dir, "--port", "0", "--slots", "1",
+                             "--max-context", "4096", "--threads", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+        host, port = url.rsplit("/", 1)[1].split(":")
+        body = json.dumps({"prompt": "go on", "max_tokens": 4000, "temperature": 1.0, "seed": 3,
+                           "stream": stream}).encode()
+        s = socket.create_connection((host, int(port)))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        if stream:
+            got = b""
+            while b"data: " not in got:
+                got += s.recv(4096)
+        else:
+            time.sleep(0.2)  # the completion is running: 4000 tokens take seconds
+            assert metric(url, "tessera_slots_busy") == 1
+        s.close()
+        deadline = time.monotonic() + 10
+        while metric(url, "tessera_slots_busy") != 0:
+            assert time.monotonic() < deadline, "the slot stayed busy after the client left"
+            time.sleep(0.02)
+        generated = metric(url, "tessera_generated_tokens_total")
+        assert generated < 2000, f"{generated} tokens generated for a client that had left"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
