@@ -2,6 +2,8 @@
 // python/scripts/make_tiny_tokenizer.sh). Expected ids were produced by Debian's spm_encode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tessera/tokenizer.h"
 
 #ifndef TESSERA_TESTDATA_DIR
@@ -27,6 +29,27 @@ TEST(SentencePieceTokenizer, EncodesLikeSpmEncodeAndRoundTrips) {
   const std::vector<int32_t> ids = t.Encode("the image model", false).value();
   for (int32_t id : ids) streamed += t.Piece(id);
   EXPECT_EQ(streamed, " the image model");
+}
+
+// gemma_style.model: 0-8 <pad> <eos> <bos> <unk> <mask> <start_of_turn> <end_of_turn> <start_of_image>
+// <end_of_image> (control, <unk> unknown), 9-12 "\n\n" "\t" U+2581x4 "tessera" (user-defined).
+TEST(SentencePieceTokenizer, SpecialTokensInText) {
+  auto tok = SentencePieceTokenizer::Load(TESSERA_TESTDATA_DIR "/tokenizer/gemma_style.model");
+  ASSERT_TRUE(tok.ok()) << tok.status().message();
+  const auto& t = *tok.value();
+  auto concat = [](std::initializer_list<std::vector<int32_t>> parts) {
+    std::vector<int32_t> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  const std::vector<int32_t> user = t.Encode("user", false).value(), hi = t.Encode(" hi", false).value();
+  EXPECT_EQ(t.EncodeWithSpecialTokens("<bos><start_of_turn>user\n\n hi<end_of_turn>").value(),
+            concat({{2, 5}, user, {9}, hi, {6}}));
+  EXPECT_EQ(t.EncodeWithSpecialTokens("<unk><mask>tessera<end_of_image>").value(), (std::vector<int32_t>{3, 4, 12, 8}));
+  // Encode leaves control pieces as text: no id 5 comes out of it.
+  const std::vector<int32_t> plain = t.Encode("<start_of_turn>", false).value();
+  EXPECT_TRUE(std::find(plain.begin(), plain.end(), 5) == plain.end());
+  EXPECT_EQ(t.EncodeWithSpecialTokens("").value(), std::vector<int32_t>{});
 }
 
 TEST(SentencePieceTokenizer, BadInput) {

@@ -254,6 +254,16 @@ TEST(TokenizerVocab, BpeMergesByRankThenLeftmost) {
   EXPECT_NE(bad.status().message().find("id 273 is outside [0, 273)"), std::string::npos);
 }
 
+// Control, unknown and user-defined tokens written in the text are their ids; the text between is
+// tokenized as by Encode.
+TEST(TokenizerVocab, BpeSpecialTokensInText) {
+  auto t = Tokenizer::FromVocab(HandMadeBpe(), "hand.gguf");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t.value()->EncodeWithSpecialTokens("x<|channel><bos>abc<unk>\n\n\n<eos>").value(),
+            (std::vector<int32_t>{kByte0 + 'x', 4, 2, 11, 3, 14, 13, 1}));
+  EXPECT_EQ(t.value()->EncodeWithSpecialTokens("<bo").value(), (std::vector<int32_t>{kByte0 + '<', 6, kByte0 + 'o'}));
+}
+
 TEST(TokenizerVocab, BpeWithoutByteTokens) {
   TokenizerVocab v = HandMadeBpe();
   v.tokens.resize(kByte0), v.token_types.resize(kByte0), v.scores.resize(kByte0);

@@ -103,9 +103,10 @@ Status EncodePrompt(const Args& a, const tokenizer::Tokenizer& tok, Prompt* prom
   return Status::Ok();
 }
 
-// The prompt's ids: parsed from --ids, or --prompt encoded with DIR/tokenizer.model. Only a text
-// prompt reads the tokenizer (--ids runs, and prints, ids alone); it is read before the model so a
-// bad one fails before the long load. A GGUF's tokenizer is in the file: GgufPromptTokens, after the load.
+// The prompt's ids: parsed from --ids, or --prompt encoded with DIR's tokenizer (tokenizer.model,
+// else tokenizer.json). Only a text prompt reads the tokenizer (--ids runs, and prints, ids
+// alone); it is read before the model so a bad one fails before the long load. A GGUF's tokenizer
+// is in the file: GgufPromptTokens, after the load.
 Status ReadPromptTokens(const Args& a, Prompt* prompt, std::unique_ptr<tokenizer::Tokenizer>* tok) {
   if (!a.Has("prompt")) {
     StatusOr<std::vector<int32_t>> ids = ParseIdList(a.Get("ids"), "--ids");
@@ -114,8 +115,7 @@ Status ReadPromptTokens(const Args& a, Prompt* prompt, std::unique_ptr<tokenizer
     return Status::Ok();
   }
   if (ModelIsFile(a)) return Status::Ok();
-  const std::string tok_path = a.Get("model") + "/tokenizer.model";
-  StatusOr<std::unique_ptr<tokenizer::SentencePieceTokenizer>> t = tokenizer::SentencePieceTokenizer::Load(tok_path);
+  StatusOr<std::unique_ptr<tokenizer::Tokenizer>> t = tokenizer::Tokenizer::FromCheckpointDir(a.Get("model"));
   if (!t.ok()) return InvalidArgument(t.status().message() + " (--prompt needs it; pass --ids instead)");
   *tok = std::move(t.value());
   return EncodePrompt(a, **tok, prompt);

@@ -8,7 +8,8 @@
 // the window instead:
 //   Visible(q, k) = valid(k) AND ((window AND causal-part) OR same block) AND dense.
 // A query row with no visible key yields zeros. Scores: s = (q.k) * scale, then softcap
-// c*tanh(s/c) if c > 0, then the additive dense bias, then softmax in f32, then P.V.
+// c*tanh(s/c) if c > 0, then the additive dense bias, then softmax in f32 (a per-head sink logit,
+// when given, joins every denominator), then P.V.
 // AttentionPrecision::kBf16 rounds q and the softmax weights to bf16 before their products (what a
 // bf16 model computes in transformers); products stay exact and sums f32.
 #pragma once
@@ -30,7 +31,8 @@ class Arena;
 inline constexpr int64_t kMaxHeadDim = 512;
 
 // Optional dense mask for interop and as a baseline. Logical shape [B, Hq, S_q, S_kv];
-// a stride of 0 broadcasts that dimension.
+// a stride of 0 broadcasts that dimension. Keys at or beyond kv_valid[b] are never read, so the
+// mask may have only kv_valid columns.
 struct DenseMask {
   enum class Kind { kNone, kAdditive /* float, -inf = masked */, kBool /* uint8, nonzero = attend */ };
   Kind kind = Kind::kNone;
@@ -68,6 +70,16 @@ const char* AttentionPrecisionName(AttentionPrecision p);
 // "f32", "bf16"; false for anything else.
 bool ParseAttentionPrecision(const std::string& name, AttentionPrecision* out);
 
+// What the softmax is computed in (ONNX Attention's softmax_precision).
+//   kF32:  every kernel, the default.
+//   kF64:  scores, softmax and P.V accumulated in double: the reference kernel.
+//   kF16, kBf16: the softmax input (scores after softcap and bias) and its output (the normalized
+//          weights) are rounded to that type, as ONNX casts them around the softmax; the softmax
+//          itself runs in double: the reference kernel.
+// The tiled kernels implement kF32 only; kAuto picks the reference kernel for the others.
+enum class SoftmaxPrecision { kF32, kF64, kF16, kBf16 };
+const char* SoftmaxPrecisionName(SoftmaxPrecision p);
+
 struct AttentionParams {
   HeadsView q;  // [B, Hq, S_q, D] f32
   HeadsView k;  // [B, Hkv, S_kv, D] f32 | bf16 | f16
@@ -77,6 +89,11 @@ struct AttentionParams {
   float scale = 1.0f;    // multiplies q.k
   float softcap = 0.0f;  // 0 = off
   AttentionPrecision precision = AttentionPrecision::kF32;
+  // [Hq] per-head sink logits (attention sinks; onnxruntime's head_sink and smooth_softmax, whose
+  // sink is 0): row weights become exp(s_j) / (exp(sink_h) + sum_k exp(s_k)). null = none; -inf
+  // entries are no sink. A row with no visible key still yields zeros.
+  const float* sink = nullptr;
+  SoftmaxPrecision softmax_precision = SoftmaxPrecision::kF32;
 };
 
 enum class AttentionKernel { kAuto, kReference, kPrefill, kDecode };
@@ -115,6 +132,20 @@ struct TileCensus {
   int64_t empty = 0, full = 0, partial = 0;
 };
 TileCensus CensusPrefillTiles(const AttentionParams& p);
+
+// Which intermediate AttentionScores writes (ONNX Attention's qk_matmul_output modes,
+// onnxruntime GroupQueryAttention's output_qk).
+enum class ScoreStage {
+  kRaw,            // (q.k) * scale, for every key, visible or not
+  kSoftcapped,     // then c*tanh(s/c) when softcap > 0, every key
+  kMasked,         // then + the additive dense bias; invisible keys get `masked_value`
+  kProbabilities,  // the softmax weights (sink included); invisible keys and rows with no visible key 0
+};
+
+// Writes the stage of every (query, key) pair to out [B, Hq, S_q, S_kv] f32, contiguous. The same
+// predicate, rounding (precision, softmax_precision) and sink as the kernels; double sums. Costs
+// O(B * Hq * S_q * S_kv * D): a debugging output, not a fast path.
+Status AttentionScores(const AttentionParams& p, ScoreStage stage, float masked_value, float* out);
 
 // Materializes the mask of `mask` as a dense additive bias out[b][0][i][j]: 0 where visible (plus
 // the additive dense bias when present) and `masked_value` elsewhere (-inf, or a dtype minimum for

@@ -17,6 +17,8 @@ class SentencePieceProcessor;
 
 namespace tessera::tokenizer {
 
+class AddedTokenMatcher;
+
 // What the engine needs of a tokenizer, whichever format it came from.
 class Tokenizer {
  public:
@@ -56,6 +58,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   ~SentencePieceTokenizer() override;
 
   StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_bos) const override;
+  // The control, user-defined and unknown pieces count as tokens (the ones transformers' conversion
+  // of the model makes added tokens).
+  StatusOr<std::vector<int32_t>> EncodeWithSpecialTokens(const std::string& text) const override;
   StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const override;
   std::string Piece(int32_t id) const override;
   int32_t vocab_size() const override;
@@ -63,9 +68,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t eos_id() const override;
 
  private:
-  SentencePieceTokenizer() = default;
+  SentencePieceTokenizer();
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
-  int32_t bos_id_ = -1, eos_id_ = -1;  // the model's own, or the vocabulary's
+  std::unique_ptr<AddedTokenMatcher> added_;  // the pieces EncodeWithSpecialTokens finds in text
+  int32_t bos_id_ = -1, eos_id_ = -1;         // the model's own, or the vocabulary's
 };
 
 }  // namespace tessera::tokenizer

@@ -1,4 +1,5 @@
-// tessera._Tokenizer: a checkpoint's tokenizer.model for Model.generate(prompt=...), or a
+// tessera._Tokenizer: a checkpoint's tokenizer.model for Model.generate(prompt=...), a checkpoint
+// directory's tokenizer (from_checkpoint_dir: tokenizer.model, else tokenizer.json), or a
 // vocabulary given as data (a GGUF's tokenizer metadata) through from_vocab.
 #include <pybind11/stl.h>
 
@@ -43,8 +44,19 @@ void BindTokenizer(py::module_& m) {
                   py::arg("bos_id") = -1, py::arg("eos_id") = -1, py::arg("unk_id") = -1, py::arg("pad_id") = -1,
                   py::arg("add_bos") = true, py::arg("add_eos") = false, py::arg("add_space_prefix") = false,
                   py::arg("name") = "vocab")
+      .def_static("from_checkpoint_dir", [](const std::string& dir) {
+        StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::FromCheckpointDir(dir);
+        ThrowIfError(t.status());
+        return std::move(t.value());
+      })
       .def("encode", [](const Tokenizer& t, const std::string& text, bool add_bos) {
         StatusOr<std::vector<int32_t>> ids = t.Encode(text, add_bos);
+        ThrowIfError(ids.status());
+        return ids.value();
+      })
+      // Control and added tokens written in the text become their ids (rendered chat templates).
+      .def("encode_with_special_tokens", [](const Tokenizer& t, const std::string& text) {
+        StatusOr<std::vector<int32_t>> ids = t.EncodeWithSpecialTokens(text);
         ThrowIfError(ids.status());
         return ids.value();
       })

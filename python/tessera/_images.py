@@ -27,10 +27,11 @@ class ImagesMixin:
 
     @property
     def tokenizer(self):
-        """The checkpoint's tokenizer.model (encode(text, add_bos) / decode(ids)); read on first use."""
+        """The checkpoint's tokenizer.model, else its tokenizer.json (encode(text, add_bos) /
+        encode_with_special_tokens(text) / decode(ids)); read on first use."""
         if self._tokenizer is None:
             from . import _tessera
-            self._tokenizer = _tessera._Tokenizer(os.path.join(self._path, "tokenizer.model"))
+            self._tokenizer = _tessera._Tokenizer.from_checkpoint_dir(str(self._path))
         return self._tokenizer
 
     def encode_images(self, images, image_tokens=0):
@@ -70,7 +71,8 @@ class ImagesMixin:
 
     def _double_newline(self):
         # Gemma 3's processor frames each image with "\\n\\n"; its id comes from the tokenizer.
-        if self.model_type != "gemma3" or not os.path.exists(os.path.join(self._path, "tokenizer.model")):
+        has_tokenizer = any(os.path.exists(os.path.join(self._path, f)) for f in ("tokenizer.model", "tokenizer.json"))
+        if self.model_type != "gemma3" or not has_tokenizer:
             return None
         ids = self.tokenizer.encode("\\n\\n", False)
         return ids[0] if len(ids) == 1 else None

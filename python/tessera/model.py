@@ -77,7 +77,7 @@ class Model(ImagesMixin):
     @property
     def tokenizer(self):
         """The tokenizer (encode(text, add_bos) / decode(ids)), read on first use: the checkpoint's
-        tokenizer.model, or the vocabulary a GGUF file carries."""
+        tokenizer.model (else its tokenizer.json), or the vocabulary a GGUF file carries."""
         if self._tokenizer is None and self._impl._is_gguf:
             self._tokenizer = self._impl._gguf_tokenizer(self._path)
         return super().tokenizer

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
 
 import pytest
+
+from helpers import texts as tokenizer_texts
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PEERS = os.path.join(ROOT, "bench", ".peers")
@@ -49,18 +50,7 @@ FLAGS = {"add_bos": "tokenizer.ggml.add_bos_token", "add_eos": "tokenizer.ggml.a
 
 
 def corpus():
-    texts = ["", " ", "  ", "    ", "     x", "\n", "\n\n", "\n\n\n", "\t", "a", "the image model",
-             "  leading and trailing  ", "Hello, World! 123 4567 3.14159", "München café naïve résumé",
-             "Москва привет мир", "東京 日本語 こんにちは 안녕하세요", "مرحبا שלום", "emoji 🙂🚀 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
-             "tab\tseparated\tvalues", "line one\nline two\n\nparagraph", "tessera engine, tesseract",
-             "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<bos><eos><pad><unk> as text",
-             "zero\u200bwidth and \u00a0nbsp", "\x01\x02 control bytes \x7f", "ＦＵＬＬ width ｶﾀｶﾅ", "ﬁ ①②",
-             "<|channel>thought<channel|>", "a<|channel><|channel>b", "\r\n windows \r\n\r\n"]
-    rng = random.Random(3)
-    atoms = ["the", " ", "  ", "\n", "é", "東", "🙂", "42", "<start_of_turn>", "model", "\t", "ça", "x", "-",
-             "\n\n", "ß", "tessera", "    ", "<|channel>", "\n\n\n"]
-    texts += ["".join(rng.choice(atoms) for _ in range(rng.randrange(12))) for _ in range(200)]
-    return texts
+    return tokenizer_texts.corpus()
 
 
 def _sdist():

@@ -1,4 +1,5 @@
-# Conformance of tessera.onnx.attention (ONNX `Attention`, opsets 23 and 24) against
+# Conformance of tessera.onnx.attention (ONNX `Attention`, opsets 23 and 24; opset 25 in
+# test_onnx_attention_opset25.py) against
 # onnxruntime 1.32.0 (CPUExecutionProvider) and, for inputs onnxruntime's CPU kernel refuses,
 # against the ONNX reference implementation (onnx 1.23.2, onnx.reference.ReferenceEvaluator).
 #
@@ -27,7 +28,7 @@ import numpy as np
 import pytest
 
 import tessera
-from helpers.inputs import randn
+from helpers.inputs import attention_feeds as make_feeds
 from helpers.ort_graphs import ATTENTION_OUTPUTS as OUTPUTS
 from helpers.ort_graphs import run_attention_ort as run_ort
 from helpers.ort_graphs import run_attention_reference as run_reference
@@ -44,36 +45,6 @@ def run_tessera(opset, feeds, attrs, kernel="auto"):
 
 def assert_same(got, want, what=""):
     assert_outputs_close(OUTPUTS, got, want, what)
-
-
-def make_feeds(seed, B, Hq, Hkv, S_q, S_kv, D, Dv=None, *, rank=4, past=0, mask_shape=None, mask_kind=None,
-               nonpad=None, fully_masked_rows=False):
-    """Random inputs; returns (feeds, attrs with head counts for rank 3)."""
-    rng = np.random.default_rng(seed)
-    Dv = D if Dv is None else Dv
-    r = lambda *s: randn(rng, *s)  # noqa: E731
-    if rank == 4:
-        feeds = {"Q": r(B, Hq, S_q, D), "K": r(B, Hkv, S_kv, D), "V": r(B, Hkv, S_kv, Dv)}
-        attrs = {}
-    else:
-        feeds = {"Q": r(B, S_q, Hq * D), "K": r(B, S_kv, Hkv * D), "V": r(B, S_kv, Hkv * Dv)}
-        attrs = {"q_num_heads": Hq, "kv_num_heads": Hkv}
-    if past:
-        feeds["past_key"], feeds["past_value"] = r(B, Hkv, past, D), r(B, Hkv, past, Dv)
-    if mask_shape is not None:
-        if mask_kind == "bool":
-            m = rng.random(mask_shape) > 0.3
-            if fully_masked_rows:
-                m[..., 0, :] = False
-        else:
-            m = r(*mask_shape)
-            m[rng.random(mask_shape) < 0.2] = -np.inf
-            if fully_masked_rows:
-                m[..., 0, :] = -np.inf
-        feeds["attn_mask"] = m
-    if nonpad is not None:
-        feeds["nonpad_kv_seqlen"] = np.asarray(nonpad, dtype=np.int64)
-    return feeds, attrs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,7 +283,7 @@ def test_bad_inputs():
     _bad(r"scale must be finite", scale=float("inf"))
     _bad(r"scale must be >= 0 \(Q and K are scaled by sqrt\(scale\)\), got -0.2", scale=-0.2)
     _bad(r"is_causal must be 0 or 1, got 2", is_causal=2)
-    _bad(r"opset 22 is not supported", opset=22)
+    _bad(r"opset 22 is not supported \(23, 24 or 25\)", opset=22)
     _bad(r"head size 600 exceeds the supported maximum 512", Q=r(2, 4, 3, 600), K=r(2, 2, 5, 600))
-    _bad(r"kv_num_heads 3 differs from K shape", kv_num_heads=3)
+    _bad(r"kv_num_heads 3 differs from K shape", kv_num_heads=3, opset=24)  # (opset 25 refuses head counts with 4-D)
     _bad(r"bias is NaN", attn_mask=np.full((3, 5), np.nan, np.float32))

@@ -2,6 +2,7 @@
 // runs the shared tile engine over its key range and leaves an unnormalized softmax state, then
 // a second pass merges the splits of each query row by log-sum-exp.
 #include <algorithm>
+#include <limits>
 
 #include "attention/kernels.h"
 #include "attention/tile_kernel.h"
@@ -82,14 +83,16 @@ void DecodeAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch)
     const int64_t b = bg / Hkv, g = bg % Hkv;
     const float* o_parts[kMaxSplits];
     float m_parts[kMaxSplits], l_parts[kMaxSplits];
-    float* out = p.out.At(b, g * group + r / S_q, r % S_q);
+    const int64_t h = g * group + r / S_q;
+    float* out = p.out.At(b, h, r % S_q);
     for (int64_t s = 0; s < splits; ++s) {
       const int64_t item = bg * splits + s;
       o_parts[s] = part_o + (item * rows + r) * Dv;
       m_parts[s] = part_m[item * rows + r];
       l_parts[s] = part_l[item * rows + r];
     }
-    MergePartials(o_parts, m_parts, l_parts, static_cast<int>(splits), Dv, out);
+    MergePartials(o_parts, m_parts, l_parts, static_cast<int>(splits), Dv,
+                  p.sink ? p.sink[h] : -std::numeric_limits<float>::infinity(), out);
   };
 
   if (pool) {

@@ -41,11 +41,23 @@ bool ParseAttentionPrecision(const std::string& name, AttentionPrecision* out) {
   return false;
 }
 
+const char* SoftmaxPrecisionName(SoftmaxPrecision p) {
+  switch (p) {
+    case SoftmaxPrecision::kF32: return "f32";
+    case SoftmaxPrecision::kF64: return "f64";
+    case SoftmaxPrecision::kF16: return "f16";
+    case SoftmaxPrecision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
 // Every input ValidateAttention() accepts is supported by all three kernels (head_dim up to
-// kMaxHeadDim, any strides, any mask), so dispatch is a pure cost choice: the split-K decode
-// kernel when one query row per head must spread the keys over threads, the tiled kernel
-// otherwise. The reference kernel runs only on request.
+// kMaxHeadDim, any strides, any mask) except a softmax precision other than f32, which only the
+// reference kernel implements. Otherwise dispatch is a pure cost choice: the split-K decode kernel
+// when one query row per head must spread the keys over threads, the tiled kernel otherwise. The
+// reference kernel runs only on request.
 AttentionKernel ChooseAttentionKernel(const AttentionParams& p) {
+  if (p.softmax_precision != SoftmaxPrecision::kF32) return AttentionKernel::kReference;
   return p.q.seq == 1 ? AttentionKernel::kDecode : AttentionKernel::kPrefill;
 }
 
@@ -66,6 +78,9 @@ Status Attention(const AttentionParams& p, AttentionContext& ctx, AttentionKerne
     attn::ReferenceAttention(p);
     return Status::Ok();
   }
+  if (p.softmax_precision != SoftmaxPrecision::kF32)
+    return InvalidArgument(std::string("Attention: softmax precision ") + SoftmaxPrecisionName(p.softmax_precision) +
+                           " runs on the reference kernel only, not " + AttentionKernelName(kernel));
   if (ctx.scratch == nullptr) return InvalidArgument("Attention: context has no scratch arena");
   const int threads = ctx.pool ? ctx.pool->num_threads() : 1;
   const size_t need = AttentionScratchBytes(p, threads, kernel);

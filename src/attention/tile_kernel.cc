@@ -518,14 +518,16 @@ void GroupTileKernel::WriteOutput() const {
     const int64_t h = g_ * group_ + r / n_q_, i = i0_ + r % n_q_;
     float* dst = p_.out.At(b_, h, i);
     const float* o = o_ + r * Dv_;
-    // m_ -inf: no visible key, zeros; NaN: a poisoned row (l_ NaN too) stays NaN.
-    const float inv = m_[r] == kNegInf ? 0.0f : 1.0f / l_[r];
+    // m_ -inf: no visible key, zeros; NaN: a poisoned row (l_ NaN too) stays NaN. A sink adds
+    // exp(sink - m) to the denominator (exp(-inf) = 0 without one).
+    const float sink = p_.sink ? p_.sink[h] : kNegInf;
+    const float inv = m_[r] == kNegInf ? 0.0f : 1.0f / (l_[r] + std::exp(sink - m_[r]));
     for (int64_t d = 0; d < Dv_; ++d) dst[d] = o[d] * inv;
   }
 }
 
 void MergePartials(const float* const* o_parts, const float* m_parts, const float* l_parts, int n, int64_t Dv,
-                   float* out) {
+                   float sink, float* out) {
   float m_all = kNegInf;
   bool poisoned = false;  // some split met a non-finite score: the row is NaN
   for (int s = 0; s < n; ++s) {
@@ -541,7 +543,7 @@ void MergePartials(const float* const* o_parts, const float* m_parts, const floa
     l_all += w * l_parts[s];
     ops::Simd().axpy_f32(out, w, o_parts[s], Dv);
   }
-  ops::Simd().scale(out, 1.0f / l_all, Dv);
+  ops::Simd().scale(out, 1.0f / (l_all + std::exp(sink - m_all)), Dv);
 }
 
 }  // namespace tessera::attn

@@ -41,11 +41,12 @@ class GroupTileKernel {
   void Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q);
   // Consumes keys [j0, j1) (a tile, j1 - j0 <= kTileK) with the given classification.
   void ConsumeTile(int64_t j0, int64_t j1, TileClass cls);
-  // Writes normalized rows to p.out (zeros for rows that saw no visible key; NaN for rows that met
-  // a non-finite score, docs/reliability.md).
+  // Writes normalized rows to p.out, the row's sink in the denominator (zeros for rows that saw no
+  // visible key; NaN for rows that met a non-finite score, docs/reliability.md).
   void WriteOutput() const;
-  // Unnormalized state for a log-sum-exp merge: o [rows, Dv], m [rows], l [rows]; m is -inf for a
-  // row with no visible key yet and NaN (with l and o) for one that met a non-finite score.
+  // Unnormalized state for a log-sum-exp merge: o [rows, Dv], m [rows], l [rows] (without the
+  // sink); m is -inf for a row with no visible key yet and NaN (with l and o) for one that met a
+  // non-finite score.
   const float* o() const { return o_; }
   const float* m() const { return m_; }
   const float* l() const { return l_; }
@@ -107,8 +108,9 @@ class GroupTileKernel {
 };
 
 // Merges partial softmax states (from disjoint key ranges) of one row: o_s [n][Dv], m_s[n], l_s[n].
-// A NaN m (a split that met a non-finite score) makes the row NaN.
+// A NaN m (a split that met a non-finite score) makes the row NaN. `sink` is the row's sink logit
+// (-inf: none), added to the merged denominator once.
 void MergePartials(const float* const* o_parts, const float* m_parts, const float* l_parts, int n, int64_t Dv,
-                   float* out);
+                   float sink, float* out);
 
 }  // namespace tessera::attn

@@ -1,6 +1,7 @@
 // Input validation for Attention(): every user-reachable mistake becomes a Status naming the
 // argument and the offending value.
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "attention/mask.h"
@@ -39,6 +40,14 @@ Status ValidateAttention(const AttentionParams& p) {
     return InvalidArgument("Attention: precision " + std::to_string(static_cast<int>(p.precision)) + " is unknown");
   if (p.precision == AttentionPrecision::kBf16 && p.k.dtype != DType::kBF16)
     return InvalidArgument(std::string("Attention: precision bf16 needs bf16 K/V, got ") + DTypeName(p.k.dtype));
+  if (static_cast<int>(p.softmax_precision) < 0 || static_cast<int>(p.softmax_precision) > 3)
+    return InvalidArgument("Attention: softmax precision " + std::to_string(static_cast<int>(p.softmax_precision)) +
+                           " is unknown");
+  if (p.sink)
+    for (int64_t h = 0; h < p.q.heads; ++h)
+      if (std::isnan(p.sink[h]) || p.sink[h] == std::numeric_limits<float>::infinity())
+        return InvalidArgument("Attention: sink[" + std::to_string(h) + "] is " + std::to_string(p.sink[h]) +
+                               " (must be finite or -inf)");
   const int64_t B = p.q.batch, S_kv = p.k.seq;
   if (p.k.batch != B || p.v.batch != B)
     return InvalidArgument("Attention: batch mismatch: q " + Shape(p.q) + ", k " + Shape(p.k) + ", v " + Shape(p.v));
@@ -83,11 +92,12 @@ Status ValidateAttention(const AttentionParams& p) {
   }
   if (m.dense.present()) {
     if (m.dense.data == nullptr) return InvalidArgument("Attention: dense mask has no data");
+    // Keys at or beyond kv_valid[b] are never read, so the mask may stop there (ONNX short masks).
     if (m.dense.kind == DenseMask::Kind::kAdditive) {
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < (m.dense.stride_head ? p.q.heads : 1); ++h)
           for (int64_t i = 0; i < p.q.seq; ++i)
-            for (int64_t j = 0; j < S_kv; ++j) {
+            for (int64_t j = 0; j < attn::KvValid(m, b, S_kv); ++j) {
               const float x = attn::DenseTerm(m.dense, b, h, i, j);
               if (std::isnan(x))
                 return InvalidArgument("Attention: bias is NaN at [" + std::to_string(b) + ", " + std::to_string(h) +

@@ -36,8 +36,15 @@ Status CheckFloatInput(const char* name, const TensorRef& t) {
   return Status::Ok();
 }
 
+Status CheckWindow(const char* name, int64_t w, int opset) {
+  if (w != -1 && opset < 25) return Bad(std::string(name) + " needs opset 25, the node has opset " + Str(opset));
+  if (w < -1 || w > std::numeric_limits<int32_t>::max())
+    return Bad(std::string(name) + " must be -1 (unbounded) or in [0, 2^31), got " + Str(w));
+  return Status::Ok();
+}
+
 Status CheckAttrs(const AttentionAttrs& a) {
-  if (a.opset != 23 && a.opset != 24) return Bad("opset " + Str(a.opset) + " is not supported (23 or 24)");
+  if (a.opset < 23 || a.opset > 25) return Bad("opset " + Str(a.opset) + " is not supported (23, 24 or 25)");
   if (a.is_causal != 0 && a.is_causal != 1) return Bad("is_causal must be 0 or 1, got " + Str(a.is_causal));
   if (a.qk_matmul_output_mode < 0 || a.qk_matmul_output_mode > 3)
     return Bad("qk_matmul_output_mode must be 0..3, got " + Str(a.qk_matmul_output_mode));
@@ -46,7 +53,23 @@ Status CheckAttrs(const AttentionAttrs& a) {
   if (a.scale && !std::isfinite(*a.scale)) return Bad("scale must be finite, got " + FloatString(*a.scale));
   if (a.scale && *a.scale < 0)
     return Bad("scale must be >= 0 (Q and K are scaled by sqrt(scale)), got " + FloatString(*a.scale));
+  if (a.softmax_precision) {
+    const int64_t sp = *a.softmax_precision;
+    if (sp != 1 && sp != 10 && sp != 11 && sp != 16)
+      return Bad("softmax_precision must be 1 (float), 10 (float16), 11 (double) or 16 (bfloat16), got " + Str(sp));
+  }
+  TESSERA_RETURN_IF_ERROR(CheckWindow("left_window_size", a.left_window_size, a.opset));
+  TESSERA_RETURN_IF_ERROR(CheckWindow("right_window_size", a.right_window_size, a.opset));
   return Status::Ok();
+}
+
+SoftmaxPrecision SoftmaxPrecisionOf(const AttentionAttrs& a) {
+  switch (a.softmax_precision.value_or(1)) {
+    case 10: return SoftmaxPrecision::kF16;
+    case 11: return SoftmaxPrecision::kF64;
+    case 16: return SoftmaxPrecision::kBf16;
+    default: return SoftmaxPrecision::kF32;
+  }
 }
 
 // Shapes of Q, K, V (and heads): fills rank3, B, Hq, Hkv, S_q, S_kv, D, Dv and the input views.
@@ -89,6 +112,8 @@ Status PlanQkv(const AttentionInputs& in, const AttentionAttrs& a, Plan& p) {
   } else {
     p.Hq = in.q.dim(1);
     p.Hkv = in.k.dim(1);
+    if (a.opset >= 25 && (a.q_num_heads || a.kv_num_heads))
+      return Bad("q_num_heads and kv_num_heads must not be given with 4-D inputs (opset 25)");
     p.S_q = in.q.dim(2);
     p.S_kv = in.k.dim(2);
     p.D = in.q.dim(3);
@@ -186,12 +211,27 @@ AttentionShapes ShapesOf(const Plan& p) {
   s.y = p.rank3 ? std::vector<int64_t>{p.B, p.S_q, p.Hq * p.Dv} : std::vector<int64_t>{p.B, p.Hq, p.S_q, p.Dv};
   s.present_key = {p.B, p.Hkv, p.T, p.D};
   s.present_value = {p.B, p.Hkv, p.T, p.Dv};
+  s.qk_matmul_output = {p.B, p.Hq, p.S_q, p.T};
   return s;
 }
 
 Status CheckOutput(const char* name, const MutableTensorRef& t, const std::vector<int64_t>& want) {
+  if (t.type != ElemType::kFloat32) return Bad(std::string(name) + " must be float32, got " + ElemTypeName(t.type));
   if (t.shape != want) return Bad(std::string(name) + " must be " + ShapeString(want) + ", got " + ShapeString(t.shape));
   if (t.data == nullptr && NumElements(want) > 0) return Bad(std::string(name) + " has no data");
+  return Status::Ok();
+}
+
+Status CheckOutputs(const AttentionInputs& in, const Plan& p, const AttentionOutputs& out) {
+  const AttentionShapes shapes = ShapesOf(p);
+  TESSERA_RETURN_IF_ERROR(CheckOutput("Y", out.y, shapes.y));
+  if (out.present_key) TESSERA_RETURN_IF_ERROR(CheckOutput("present_key", *out.present_key, shapes.present_key));
+  if (out.present_value)
+    TESSERA_RETURN_IF_ERROR(CheckOutput("present_value", *out.present_value, shapes.present_value));
+  if (out.qk_matmul_output)
+    TESSERA_RETURN_IF_ERROR(CheckOutput("qk_matmul_output", *out.qk_matmul_output, shapes.qk_matmul_output));
+  if (in.past_key && (!out.present_key || !out.present_value))
+    return Bad("past_key/past_value need the present_key and present_value outputs");
   return Status::Ok();
 }
 
@@ -203,6 +243,42 @@ void WritePresent(const HeadsView& past, const HeadsView& fresh, float* present,
       if (p.P > 0) CopyHeadRows(past, 0, dst, 0, b, h, p.P);
       CopyHeadRows(fresh, 0, dst, p.P, b, h, p.S_kv);
     }
+}
+
+// The structured mask of the node in `arena`: query i of row b at offset + i, keys at 0..T-1,
+// valid below min(nonpad[b], mask columns), causal and window from the attributes.
+MaskSpec BuildMask(const AttentionInputs& in, const AttentionAttrs& a, const Plan& p, Arena& arena) {
+  arena.Reserve(Arena::Bytes<int32_t>(p.B * p.S_q) + Arena::Bytes<int32_t>(p.B * p.T) + Arena::Bytes<int32_t>(p.B));
+  arena.Reset();
+  int32_t* q_pos = arena.Take<int32_t>(p.B * p.S_q);  // [B, S_q]
+  int32_t* k_pos = arena.Take<int32_t>(p.B * p.T);    // [B, T]
+  int32_t* kv_valid = arena.Take<int32_t>(p.B);       // [B]
+  const int64_t* nonpad = in.nonpad_kv_seqlen ? in.nonpad_kv_seqlen->i64() : nullptr;
+  for (int64_t b = 0; b < p.B; ++b) {
+    // The offset of causal and window: past length, nonpad - S_q for an external cache, else 0.
+    const int64_t offset = in.past_key ? p.P : nonpad ? nonpad[b] - p.S_q : 0;
+    for (int64_t i = 0; i < p.S_q; ++i) q_pos[b * p.S_q + i] = static_cast<int32_t>(offset + i);
+    for (int64_t j = 0; j < p.T; ++j) k_pos[b * p.T + j] = static_cast<int32_t>(j);
+    kv_valid[b] = static_cast<int32_t>(std::min(nonpad ? nonpad[b] : p.T, p.key_columns));
+  }
+  MaskSpec mask;
+  mask.q_pos = q_pos;
+  mask.k_pos = k_pos;
+  mask.kv_valid = kv_valid;
+  mask.causal = a.is_causal != 0;
+  mask.window_left = static_cast<int32_t>(a.left_window_size);
+  mask.window_right = static_cast<int32_t>(a.right_window_size);
+  mask.dense = p.dense;
+  return mask;
+}
+
+ScoreStage StageOf(int64_t mode) {
+  switch (mode) {
+    case 0: return ScoreStage::kRaw;
+    case 1: return ScoreStage::kSoftcapped;
+    case 2: return ScoreStage::kMasked;
+    default: return ScoreStage::kProbabilities;
+  }
 }
 
 }  // namespace
@@ -218,56 +294,27 @@ Status Attention(const AttentionInputs& in, const AttentionAttrs& attrs, const A
   StatusOr<Plan> planned = MakePlan(in, attrs);
   if (!planned.ok()) return planned.status();
   const Plan& p = planned.value();
-  if (out.qk_matmul_output)
-    return Unimplemented(std::string(kOp) + ": the qk_matmul_output output is not supported");
-  const AttentionShapes shapes = ShapesOf(p);
-  TESSERA_RETURN_IF_ERROR(CheckOutput("Y", out.y, shapes.y));
-  if (out.present_key) TESSERA_RETURN_IF_ERROR(CheckOutput("present_key", *out.present_key, shapes.present_key));
-  if (out.present_value)
-    TESSERA_RETURN_IF_ERROR(CheckOutput("present_value", *out.present_value, shapes.present_value));
-  if (in.past_key && (!out.present_key || !out.present_value))
-    return Bad("past_key/past_value need the present_key and present_value outputs");
+  TESSERA_RETURN_IF_ERROR(CheckOutputs(in, p, out));
   if (ctx.index_scratch == nullptr) return Bad("OpContext has no index_scratch arena");
 
-  if (out.present_key) WritePresent(p.past_k, p.k_new, out.present_key->data, p, p.D);
-  if (out.present_value) WritePresent(p.past_v, p.v_new, out.present_value->data, p, p.Dv);
+  if (out.present_key) WritePresent(p.past_k, p.k_new, out.present_key->f32(), p, p.D);
+  if (out.present_value) WritePresent(p.past_v, p.v_new, out.present_value->f32(), p, p.Dv);
   if (p.S_q == 0) return Status::Ok();
 
-  // Keys the kernel sees: the present cache with a past, the new K/V otherwise; a short mask
-  // makes keys >= key_columns invisible, so the view stops there.
-  const int64_t S_view = std::min(p.T, p.key_columns);
-  HeadsView k = in.past_key ? BhsdView(out.present_key->data, p.B, p.Hkv, p.T, p.D, p.T) : p.k_new;
-  HeadsView v = in.past_key ? BhsdView(out.present_value->data, p.B, p.Hkv, p.T, p.Dv, p.T) : p.v_new;
-  k.seq = v.seq = S_view;
-
-  Arena& arena = *ctx.index_scratch;
-  arena.Reserve(Arena::Bytes<int32_t>(p.B * p.S_q) + Arena::Bytes<int32_t>(p.B * S_view) + Arena::Bytes<int32_t>(p.B));
-  arena.Reset();
-  int32_t* q_pos = arena.Take<int32_t>(p.B * p.S_q);     // [B, S_q]
-  int32_t* k_pos = arena.Take<int32_t>(p.B * S_view);    // [B, S_view]
-  int32_t* kv_valid = arena.Take<int32_t>(p.B);          // [B]
-  const int64_t* nonpad = in.nonpad_kv_seqlen ? in.nonpad_kv_seqlen->i64() : nullptr;
-  for (int64_t b = 0; b < p.B; ++b) {
-    // The causal offset: past length, nonpad - S_q for an external cache, else 0 (top-left).
-    const int64_t offset = in.past_key ? p.P : nonpad ? nonpad[b] - p.S_q : 0;
-    for (int64_t i = 0; i < p.S_q; ++i) q_pos[b * p.S_q + i] = static_cast<int32_t>(offset + i);
-    for (int64_t j = 0; j < S_view; ++j) k_pos[b * S_view + j] = static_cast<int32_t>(j);
-    kv_valid[b] = static_cast<int32_t>(std::min(nonpad ? nonpad[b] : p.T, S_view));
-  }
-
+  // Keys the kernel sees: the present cache with a past, the new K/V otherwise.
   AttentionParams params;
   params.q = p.q;
-  params.k = k;
-  params.v = v;
-  params.out = p.rank3 ? BshdOut(out.y.data, p.B, p.S_q, p.Hq, p.Dv) : OutView::Dense(out.y.data, p.B, p.Hq, p.S_q, p.Dv);
-  params.mask.q_pos = q_pos;
-  params.mask.k_pos = k_pos;
-  params.mask.kv_valid = kv_valid;
-  params.mask.causal = attrs.is_causal != 0;
-  params.mask.dense = p.dense;
+  params.k = in.past_key ? BhsdView(out.present_key->f32(), p.B, p.Hkv, p.T, p.D, p.T) : p.k_new;
+  params.v = in.past_key ? BhsdView(out.present_value->f32(), p.B, p.Hkv, p.T, p.Dv, p.T) : p.v_new;
+  params.out = p.rank3 ? BshdOut(out.y.f32(), p.B, p.S_q, p.Hq, p.Dv) : OutView::Dense(out.y.f32(), p.B, p.Hq, p.S_q, p.Dv);
+  params.mask = BuildMask(in, attrs, p, *ctx.index_scratch);
   params.scale = p.scale;
   params.softcap = attrs.softcap;
-  const Status st = tessera::Attention(params, ctx.attention, ctx.kernel);
+  params.softmax_precision = SoftmaxPrecisionOf(attrs);
+  Status st = tessera::Attention(params, ctx.attention, ctx.kernel);
+  if (st.ok() && out.qk_matmul_output)
+    st = AttentionScores(params, StageOf(attrs.qk_matmul_output_mode), -std::numeric_limits<float>::infinity(),
+                         out.qk_matmul_output->f32());
   if (!st.ok()) return Status(st.code(), std::string(kOp) + ": " + st.message());
   return Status::Ok();
 }

@@ -1,179 +1,26 @@
 #include "tessera/onnx/group_query_attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <string>
 
+#include "onnx/gqa_plan.h"
 #include "onnx/heads_layout.h"
-#include "onnx/mask_broadcast.h"
+#include "onnx/rotary.h"
 
 namespace tessera::onnx {
 namespace {
 
-constexpr char kOp[] = "onnx::GroupQueryAttention";
+using gqa::kOp;
+using gqa::PastOf;
+using gqa::Plan;
+using gqa::TotalOf;
 
 Status Bad(const std::string& msg) { return InvalidArgument(std::string(kOp) + ": " + msg); }
 std::string Str(int64_t x) { return std::to_string(x); }
 
-struct Plan {
-  bool packed = false;
-  bool has_past = false;
-  int64_t B = 0, S = 0, Hq = 0, Hkv = 0, D = 0;
-  int64_t C = 0;      // past capacity (0 without past_key)
-  int64_t total = 0;  // total_sequence_length
-  HeadsView q, k_new, v_new;  // [B, Hq, S, D], [B, Hkv, S, D] x2 over the BSHD inputs
-  HeadsView past_k, past_v;   // [B, Hkv, C, D] BNSH; only with past_key
-  const int32_t* seqlens_k = nullptr;  // [B]
-  DenseMask bias;                      // from attention_bias; kind kNone without one
-  float scale = 1.0f;
-};
-
-// Tokens in the cache after the step, and before it.
-int64_t TotalOf(const Plan& p, int64_t b) { return static_cast<int64_t>(p.seqlens_k[b]) + 1; }
-int64_t PastOf(const Plan& p, int64_t b) { return TotalOf(p, b) - std::min(p.S, TotalOf(p, b)); }
-
-Status CheckFloat(const char* name, const TensorRef& t, int64_t rank) {
-  if (t.type != ElemType::kFloat32) return Bad(std::string(name) + " must be float32, got " + ElemTypeName(t.type));
-  if (t.rank() != rank)
-    return Bad(std::string(name) + " must be " + Str(rank) + "-D, got shape " + ShapeString(t.shape));
-  for (int64_t d : t.shape)
-    if (d < 0) return Bad(std::string(name) + " has a negative dim in shape " + ShapeString(t.shape));
-  if (t.data == nullptr && NumElements(t.shape) > 0) return Bad(std::string(name) + " has no data");
-  return Status::Ok();
-}
-
-Status CheckAttrs(const GroupQueryAttentionAttrs& a) {
-  if (a.do_rotary == 1)
-    return Unimplemented(std::string(kOp) + ": do_rotary=1 is not supported; apply rotary embeddings before the node");
-  if (a.do_rotary != 0) return Bad("do_rotary must be 0 or 1, got " + Str(a.do_rotary));
-  if (a.num_heads <= 0 || a.kv_num_heads <= 0)
-    return Bad("num_heads " + Str(a.num_heads) + " and kv_num_heads " + Str(a.kv_num_heads) + " must be > 0");
-  if (a.num_heads % a.kv_num_heads != 0)
-    return Bad("num_heads " + Str(a.num_heads) + " is not a multiple of kv_num_heads " + Str(a.kv_num_heads));
-  if (a.local_window_size < -1) return Bad("local_window_size must be -1 or >= 0, got " + Str(a.local_window_size));
-  if (a.local_window_size > std::numeric_limits<int32_t>::max())
-    return Bad("local_window_size " + Str(a.local_window_size) + " exceeds int32");
-  if (!std::isfinite(a.softcap) || a.softcap < 0)
-    return Bad("softcap must be finite and >= 0, got " + FloatString(a.softcap));
-  if (!std::isfinite(a.scale)) return Bad("scale must be finite, got " + FloatString(a.scale));
-  return Status::Ok();
-}
-
-Status PlanQkv(const GroupQueryAttentionInputs& in, Plan& p) {
-  TESSERA_RETURN_IF_ERROR(CheckFloat("query", in.query, 3));
-  p.B = in.query.dim(0);
-  p.S = in.query.dim(1);
-  if (p.B <= 0) return Bad("batch_size must be > 0, got query shape " + ShapeString(in.query.shape));
-  if (in.key.has_value() != in.value.has_value())
-    return Bad("key and value must both be given, or both be absent for packed QKV");
-  p.packed = !in.key;
-  const int64_t hidden = in.query.dim(2);
-  const int64_t q_parts = p.packed ? p.Hq + 2 * p.Hkv : p.Hq;
-  if (hidden % q_parts != 0)
-    return Bad(std::string("query hidden size ") + Str(hidden) + " is not a multiple of " +
-               (p.packed ? "num_heads + 2 * kv_num_heads = " : "num_heads = ") + Str(q_parts));
-  p.D = hidden / q_parts;
-  if (p.D <= 0 || p.D > kMaxHeadDim)
-    return Bad("head size " + Str(p.D) + " is outside [1, " + Str(kMaxHeadDim) + "]");
-  if (p.packed) {
-    const float* base = in.query.f32();
-    p.q = BshdView(base, p.B, p.S, p.Hq, p.D, hidden);
-    p.k_new = BshdView(base ? base + p.Hq * p.D : nullptr, p.B, p.S, p.Hkv, p.D, hidden);
-    p.v_new = BshdView(base ? base + (p.Hq + p.Hkv) * p.D : nullptr, p.B, p.S, p.Hkv, p.D, hidden);
-    return Status::Ok();
-  }
-  TESSERA_RETURN_IF_ERROR(CheckFloat("key", *in.key, 3));
-  TESSERA_RETURN_IF_ERROR(CheckFloat("value", *in.value, 3));
-  const std::vector<int64_t> want = {p.B, p.S, p.Hkv * p.D};
-  if (in.key->shape != want)
-    return Bad("key must be " + ShapeString(want) + " (kv_num_heads " + Str(p.Hkv) + " x head size " + Str(p.D) +
-               "), got " + ShapeString(in.key->shape));
-  if (in.value->shape != want) return Bad("value must be " + ShapeString(want) + ", got " + ShapeString(in.value->shape));
-  p.q = BshdView(in.query.f32(), p.B, p.S, p.Hq, p.D, p.Hq * p.D);
-  p.k_new = BshdView(in.key->f32(), p.B, p.S, p.Hkv, p.D, p.Hkv * p.D);
-  p.v_new = BshdView(in.value->f32(), p.B, p.S, p.Hkv, p.D, p.Hkv * p.D);
-  return Status::Ok();
-}
-
-Status PlanPast(const GroupQueryAttentionInputs& in, Plan& p) {
-  if (in.past_key.has_value() != in.past_value.has_value())
-    return Bad("past_key and past_value must be given together");
-  if (!in.past_key) return Status::Ok();
-  p.has_past = true;
-  TESSERA_RETURN_IF_ERROR(CheckFloat("past_key", *in.past_key, 4));
-  TESSERA_RETURN_IF_ERROR(CheckFloat("past_value", *in.past_value, 4));
-  const std::vector<int64_t>& pk = in.past_key->shape;
-  if (pk[0] != p.B || pk[1] != p.Hkv || pk[3] != p.D)
-    return Bad("past_key must be [" + Str(p.B) + ", " + Str(p.Hkv) + ", capacity, " + Str(p.D) + "], got " +
-               ShapeString(pk));
-  if (in.past_value->shape != pk)
-    return Bad("past_value must have past_key's shape " + ShapeString(pk) + ", got " +
-               ShapeString(in.past_value->shape));
-  p.C = pk[2];
-  p.past_k = BhsdView(in.past_key->f32(), p.B, p.Hkv, p.C, p.D, p.C);
-  p.past_v = BhsdView(in.past_value->f32(), p.B, p.Hkv, p.C, p.D, p.C);
-  return Status::Ok();
-}
-
-Status PlanLengths(const GroupQueryAttentionInputs& in, Plan& p) {
-  const TensorRef& t = in.total_sequence_length;
-  if (t.type != ElemType::kInt32)
-    return Bad(std::string("total_sequence_length must be int32, got ") + ElemTypeName(t.type));
-  if (NumElements(t.shape) != 1 || t.rank() > 1)
-    return Bad("total_sequence_length must be a scalar or [1], got shape " + ShapeString(t.shape));
-  if (t.data == nullptr) return Bad("total_sequence_length has no data");
-  p.total = t.i32()[0];
-  if (p.total < 1) return Bad("total_sequence_length must be >= 1, got " + Str(p.total));
-  if (p.total + p.S > std::numeric_limits<int32_t>::max())
-    return Bad("total_sequence_length " + Str(p.total) + " + sequence_length " + Str(p.S) + " exceeds int32");
-  const TensorRef& s = in.seqlens_k;
-  if (s.type != ElemType::kInt32) return Bad(std::string("seqlens_k must be int32, got ") + ElemTypeName(s.type));
-  if (s.rank() != 1 || s.dim(0) != p.B)
-    return Bad("seqlens_k must be [" + Str(p.B) + "], got " + ShapeString(s.shape));
-  if (s.data == nullptr) return Bad("seqlens_k has no data");
-  p.seqlens_k = s.i32();
-  for (int64_t b = 0; b < p.B; ++b) {
-    const int64_t T = TotalOf(p, b);
-    if (T < 1 || T > p.total)
-      return Bad("seqlens_k[" + Str(b) + "] = " + Str(p.seqlens_k[b]) + " is outside [0, " + Str(p.total - 1) +
-                 "] (total_sequence_length - 1)");
-    const int64_t P = PastOf(p, b);
-    if (!in.past_key && P > 0)
-      return Bad("seqlens_k[" + Str(b) + "] = " + Str(p.seqlens_k[b]) + " means " + Str(P) +
-                 " cached tokens before this step of " + Str(p.S) + ", but past_key is absent");
-    if (P > p.C)
-      return Bad("seqlens_k[" + Str(b) + "] = " + Str(p.seqlens_k[b]) + " means " + Str(P) +
-                 " cached tokens before this step, but past_key holds only " + Str(p.C));
-  }
-  return Status::Ok();
-}
-
-Status PlanBias(const GroupQueryAttentionInputs& in, Plan& p) {
-  if (!in.attention_bias) return Status::Ok();
-  const TensorRef& b = *in.attention_bias;
-  if (b.type != ElemType::kFloat32)
-    return Bad(std::string("attention_bias must be float32, got ") + ElemTypeName(b.type));
-  if (b.rank() != 4 || b.dim(2) != p.S || b.dim(3) != p.total)
-    return Bad("attention_bias must be [" + Str(p.B) + " or 1, " + Str(p.Hq) + " or 1, " + Str(p.S) + ", " +
-               Str(p.total) + "] (total_sequence_length), got " + ShapeString(b.shape));
-  StatusOr<BroadcastMask> m = BroadcastOnnxMask(kOp, "attention_bias", b, p.B, p.Hq, p.S, p.total);
-  if (!m.ok()) return m.status();
-  p.bias = m.value().dense;
-  return Status::Ok();
-}
-
-StatusOr<Plan> MakePlan(const GroupQueryAttentionInputs& in, const GroupQueryAttentionAttrs& a) {
-  TESSERA_RETURN_IF_ERROR(CheckAttrs(a));
-  Plan p;
-  p.Hq = a.num_heads;
-  p.Hkv = a.kv_num_heads;
-  TESSERA_RETURN_IF_ERROR(PlanQkv(in, p));
-  TESSERA_RETURN_IF_ERROR(PlanPast(in, p));
-  TESSERA_RETURN_IF_ERROR(PlanLengths(in, p));
-  TESSERA_RETURN_IF_ERROR(PlanBias(in, p));
-  p.scale = a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
-  return p;
+ElemType ElemTypeOf(DType t) {
+  return t == DType::kF32 ? ElemType::kFloat32 : t == DType::kBF16 ? ElemType::kBFloat16 : ElemType::kFloat16;
 }
 
 StatusOr<GroupQueryAttentionShapes> ShapesOf(const Plan& p, bool in_place) {
@@ -186,6 +33,7 @@ StatusOr<GroupQueryAttentionShapes> ShapesOf(const Plan& p, bool in_place) {
   s.output = {p.B, p.S, p.Hq * p.D};
   s.present_key = {p.B, p.Hkv, cap, p.D};
   s.present_value = s.present_key;
+  s.output_qk = {p.B, p.Hq, p.S, p.total};
   return s;
 }
 
@@ -196,27 +44,110 @@ bool Overlaps(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   return x < y + b_bytes && y < x + a_bytes;
 }
 
-Status CheckOutput(const char* name, const MutableTensorRef& t, const std::vector<int64_t>& want) {
+Status CheckOutput(const char* name, const MutableTensorRef& t, const std::vector<int64_t>& want, ElemType type) {
+  if (t.type != type)
+    return Bad(std::string(name) + " must be " + ElemTypeName(type) + ", got " + ElemTypeName(t.type));
   if (t.shape != want) return Bad(std::string(name) + " must be " + ShapeString(want) + ", got " + ShapeString(t.shape));
   if (t.data == nullptr && NumElements(want) > 0) return Bad(std::string(name) + " has no data");
   return Status::Ok();
 }
 
+// Checks the outputs; returns whether present is the past buffer (in place).
+StatusOr<bool> CheckOutputs(const Plan& p, const GroupQueryAttentionAttrs& a, const GroupQueryAttentionOutputs& out) {
+  // Sharing is decided by identity of the data pointers (an empty cache never shares).
+  const bool k_shared = p.has_past && p.past_k.data != nullptr && out.present_key.data == p.past_k.data;
+  const bool v_shared = p.has_past && p.past_v.data != nullptr && out.present_value.data == p.past_v.data;
+  if (k_shared != v_shared)
+    return Bad("present_key and present_value must both share the past buffers or both be separate");
+  StatusOr<GroupQueryAttentionShapes> shapes = ShapesOf(p, k_shared);
+  if (!shapes.ok()) return shapes.status();
+  const GroupQueryAttentionShapes& s = shapes.value();
+  TESSERA_RETURN_IF_ERROR(CheckOutput("output", out.output, s.output, ElemType::kFloat32));
+  TESSERA_RETURN_IF_ERROR(CheckOutput("present_key", out.present_key, s.present_key, ElemTypeOf(p.cache_dtype)));
+  TESSERA_RETURN_IF_ERROR(CheckOutput("present_value", out.present_value, s.present_value, ElemTypeOf(p.cache_dtype)));
+  if (out.output_qk) {
+    if (a.qk_output == 0) return Bad("output_qk is requested but qk_output is 0 (set 1 for scores, 2 for weights)");
+    TESSERA_RETURN_IF_ERROR(CheckOutput("output_qk", *out.output_qk, s.output_qk, ElemType::kFloat32));
+  }
+  const int64_t es = static_cast<int64_t>(DTypeSize(p.cache_dtype));
+  const int64_t cache_bytes = NumElements(s.present_key) * es, past_bytes = p.B * p.Hkv * p.C * p.D * es;
+  if (!k_shared && p.has_past)
+    for (const void* present : {out.present_key.data, out.present_value.data})
+      for (const void* past : {p.past_k.data, p.past_v.data})
+        if (Overlaps(present, cache_bytes, past, past_bytes))
+          return Bad("present_key/present_value partly overlap past_key/past_value: share them exactly or not at all");
+  return k_shared;
+}
+
 // Writes one cache (K or V): new rows [0, Q_b) at [P_b, T_b); when not in place also past rows
 // [0, P_b) and zeros in rows [T_b, capacity).
-void WriteCache(const Plan& p, const HeadsView& past, const HeadsView& fresh, float* present, int64_t cap,
-                bool in_place) {
-  const OutView dst = BhsdOut(present, p.B, p.Hkv, cap, p.D, cap);
+void WriteCache(const Plan& p, const HeadsView& past, const HeadsView& fresh, const CacheView& dst, bool in_place) {
   for (int64_t b = 0; b < p.B; ++b) {
     const int64_t T = TotalOf(p, b), P = PastOf(p, b);
     for (int64_t h = 0; h < p.Hkv; ++h) {
       if (!in_place) {
-        if (P > 0) CopyHeadRows(past, 0, dst, 0, b, h, P);
-        ZeroHeadRows(dst, T, b, h, cap - T);
+        if (P > 0) CopyRowsToCache(past, 0, dst, 0, b, h, P);
+        ZeroCacheRows(dst, T, b, h, dst.capacity - T);
       }
-      CopyHeadRows(fresh, 0, dst, P, b, h, T - P);
+      CopyRowsToCache(fresh, 0, dst, P, b, h, T - P);
     }
   }
+}
+
+// Index arrays and rotated rows of one call, carved from ctx.index_scratch.
+struct Scratch {
+  int32_t* q_pos;    // [B, S]
+  int32_t* k_pos;    // [B, total]
+  int32_t* kv_valid; // [B]
+  int32_t* rot_pos;  // [B, S] rotary positions
+  float* sink;       // [Hq] zeros (smooth_softmax)
+  float* q_rot;      // [B, S, Hq, D] with rotary
+  float* k_rot;      // [B, S, Hkv, D] with rotary
+};
+
+Scratch TakeScratch(const Plan& p, Arena& arena) {
+  const int64_t rot_floats = p.rotary ? p.B * p.S * (p.Hq + p.Hkv) * p.D : 0;
+  arena.Reserve(2 * Arena::Bytes<int32_t>(p.B * p.S) + Arena::Bytes<int32_t>(p.B * p.total) +
+                Arena::Bytes<int32_t>(p.B) + Arena::Bytes<float>(p.Hq) + Arena::Bytes<float>(rot_floats));
+  arena.Reset();
+  Scratch s;
+  s.q_pos = arena.Take<int32_t>(p.B * p.S);
+  s.k_pos = arena.Take<int32_t>(p.B * p.total);
+  s.kv_valid = arena.Take<int32_t>(p.B);
+  s.rot_pos = arena.Take<int32_t>(p.B * p.S);
+  s.sink = arena.Take<float>(p.Hq);
+  std::fill_n(s.sink, p.Hq, 0.0f);
+  s.q_rot = arena.Take<float>(rot_floats);
+  s.k_rot = s.q_rot + p.B * p.S * p.Hq * p.D;
+  return s;
+}
+
+// With do_rotary: the query and new key rows rotated into scratch; the plan's views then read them.
+void Rotate(Plan& p, const Scratch& s) {
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t i = 0; i < p.S; ++i) s.rot_pos[b * p.S + i] = static_cast<int32_t>(gqa::RotaryPosition(p, b, i));
+  RotateRows(p.tables, p.q, s.rot_pos, s.q_rot);
+  RotateRows(p.tables, p.k_new, s.rot_pos, s.k_rot);
+  p.q = BshdView(s.q_rot, p.B, p.S, p.Hq, p.D, p.Hq * p.D);
+  p.k_new = BshdView(s.k_rot, p.B, p.S, p.Hkv, p.D, p.Hkv * p.D);
+}
+
+MaskSpec BuildMask(const Plan& p, const GroupQueryAttentionAttrs& a, const Scratch& s) {
+  const int64_t W = a.local_window_size;
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t P = PastOf(p, b);
+    for (int64_t i = 0; i < p.S; ++i) s.q_pos[b * p.S + i] = static_cast<int32_t>(P + i);
+    for (int64_t j = 0; j < p.total; ++j) s.k_pos[b * p.total + j] = static_cast<int32_t>(j);
+    s.kv_valid[b] = W == 0 ? 0 : static_cast<int32_t>(TotalOf(p, b));  // a window of 0 keys sees nothing
+  }
+  MaskSpec mask;
+  mask.q_pos = s.q_pos;
+  mask.k_pos = s.k_pos;
+  mask.kv_valid = s.kv_valid;
+  mask.causal = a.causal == 1;
+  mask.window_left = W > 0 ? static_cast<int32_t>(W - 1) : -1;
+  mask.dense = p.bias;
+  return mask;
 }
 
 }  // namespace
@@ -224,70 +155,43 @@ void WriteCache(const Plan& p, const HeadsView& past, const HeadsView& fresh, fl
 StatusOr<GroupQueryAttentionShapes> InferGroupQueryAttentionShapes(const GroupQueryAttentionInputs& in,
                                                                    const GroupQueryAttentionAttrs& attrs,
                                                                    bool in_place) {
-  StatusOr<Plan> plan = MakePlan(in, attrs);
+  StatusOr<Plan> plan = gqa::MakePlan(in, attrs);
   if (!plan.ok()) return plan.status();
   return ShapesOf(plan.value(), in_place);
 }
 
 Status GroupQueryAttention(const GroupQueryAttentionInputs& in, const GroupQueryAttentionAttrs& attrs,
                            const GroupQueryAttentionOutputs& out, OpContext& ctx) {
-  StatusOr<Plan> planned = MakePlan(in, attrs);
+  StatusOr<Plan> planned = gqa::MakePlan(in, attrs);
   if (!planned.ok()) return planned.status();
-  const Plan& p = planned.value();
-  // Sharing is decided by identity of the data pointers (an empty cache never shares).
-  const bool k_shared = p.has_past && p.past_k.data != nullptr && out.present_key.data == p.past_k.data;
-  const bool v_shared = p.has_past && p.past_v.data != nullptr && out.present_value.data == p.past_v.data;
-  if (k_shared != v_shared)
-    return Bad("present_key and present_value must both share the past buffers or both be separate");
-  const bool in_place = k_shared;
-  StatusOr<GroupQueryAttentionShapes> shapes = ShapesOf(p, in_place);
-  if (!shapes.ok()) return shapes.status();
-  TESSERA_RETURN_IF_ERROR(CheckOutput("output", out.output, shapes.value().output));
-  TESSERA_RETURN_IF_ERROR(CheckOutput("present_key", out.present_key, shapes.value().present_key));
-  TESSERA_RETURN_IF_ERROR(CheckOutput("present_value", out.present_value, shapes.value().present_value));
-  const int64_t cap = shapes.value().present_key[2];
-  const int64_t cache_bytes = p.B * p.Hkv * cap * p.D * static_cast<int64_t>(sizeof(float));
-  const int64_t past_bytes = p.B * p.Hkv * p.C * p.D * static_cast<int64_t>(sizeof(float));
-  if (!in_place && p.has_past &&
-      (Overlaps(out.present_key.data, cache_bytes, p.past_k.data, past_bytes) ||
-       Overlaps(out.present_key.data, cache_bytes, p.past_v.data, past_bytes) ||
-       Overlaps(out.present_value.data, cache_bytes, p.past_k.data, past_bytes) ||
-       Overlaps(out.present_value.data, cache_bytes, p.past_v.data, past_bytes)))
-    return Bad("present_key/present_value partly overlap past_key/past_value: share them exactly or not at all");
+  Plan& p = planned.value();
+  StatusOr<bool> shared = CheckOutputs(p, attrs, out);
+  if (!shared.ok()) return shared.status();
+  const bool in_place = shared.value();
   if (ctx.index_scratch == nullptr) return Bad("OpContext has no index_scratch arena");
 
-  WriteCache(p, p.past_k, p.k_new, out.present_key.data, cap, in_place);
-  WriteCache(p, p.past_v, p.v_new, out.present_value.data, cap, in_place);
+  const Scratch scratch = TakeScratch(p, *ctx.index_scratch);
+  if (p.rotary) Rotate(p, scratch);
+  const int64_t cap = out.present_key.shape[2];
+  const CacheView present_k{out.present_key.data, p.cache_dtype, p.B, p.Hkv, cap, p.D};
+  const CacheView present_v{out.present_value.data, p.cache_dtype, p.B, p.Hkv, cap, p.D};
+  WriteCache(p, p.past_k, p.k_new, present_k, in_place);
+  WriteCache(p, p.past_v, p.v_new, present_v, in_place);
   if (p.S == 0) return Status::Ok();
-
-  Arena& arena = *ctx.index_scratch;
-  arena.Reserve(Arena::Bytes<int32_t>(p.B * p.S) + Arena::Bytes<int32_t>(p.B * p.total) + Arena::Bytes<int32_t>(p.B));
-  arena.Reset();
-  int32_t* q_pos = arena.Take<int32_t>(p.B * p.S);      // [B, S]
-  int32_t* k_pos = arena.Take<int32_t>(p.B * p.total);  // [B, total]
-  int32_t* kv_valid = arena.Take<int32_t>(p.B);         // [B]
-  const int64_t W = attrs.local_window_size;
-  for (int64_t b = 0; b < p.B; ++b) {
-    const int64_t P = PastOf(p, b);
-    for (int64_t s = 0; s < p.S; ++s) q_pos[b * p.S + s] = static_cast<int32_t>(P + s);
-    for (int64_t j = 0; j < p.total; ++j) k_pos[b * p.total + j] = static_cast<int32_t>(j);
-    kv_valid[b] = W == 0 ? 0 : static_cast<int32_t>(TotalOf(p, b));  // a window of 0 keys sees nothing
-  }
 
   AttentionParams params;
   params.q = p.q;
-  params.k = BhsdView(out.present_key.data, p.B, p.Hkv, p.total, p.D, cap);
-  params.v = BhsdView(out.present_value.data, p.B, p.Hkv, p.total, p.D, cap);
-  params.out = BshdOut(out.output.data, p.B, p.S, p.Hq, p.D);
-  params.mask.q_pos = q_pos;
-  params.mask.k_pos = k_pos;
-  params.mask.kv_valid = kv_valid;
-  params.mask.causal = true;
-  params.mask.window_left = W > 0 ? static_cast<int32_t>(W - 1) : -1;
-  params.mask.dense = p.bias;
+  params.k = present_k.Read(p.total);
+  params.v = present_v.Read(p.total);
+  params.out = BshdOut(out.output.f32(), p.B, p.S, p.Hq, p.D);
+  params.mask = BuildMask(p, attrs, scratch);
   params.scale = p.scale;
   params.softcap = attrs.softcap;
-  const Status st = tessera::Attention(params, ctx.attention, ctx.kernel);
+  params.sink = p.head_sink ? p.head_sink : p.smooth ? scratch.sink : nullptr;
+  Status st = tessera::Attention(params, ctx.attention, ctx.kernel);
+  if (st.ok() && out.output_qk)
+    st = AttentionScores(params, attrs.qk_output == 1 ? ScoreStage::kMasked : ScoreStage::kProbabilities, 0.0f,
+                         out.output_qk->f32());
   if (!st.ok()) return Status(st.code(), std::string(kOp) + ": " + st.message());
   return Status::Ok();
 }

@@ -39,4 +39,28 @@ void CopyHeadRows(const HeadsView& src, int64_t src_s0, const OutView& dst, int6
 // dst rows [s0, s0 + n) of head (b, h) = 0.
 void ZeroHeadRows(const OutView& dst, int64_t s0, int64_t b, int64_t h, int64_t n);
 
+// A writable KV cache [B, heads, capacity, dim] in f32, bf16 or f16 (GroupQueryAttention's
+// present buffers).
+struct CacheView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t batch = 0, heads = 0, capacity = 0, dim = 0;
+
+  char* At(int64_t b, int64_t h, int64_t s) const {
+    return static_cast<char*>(data) + ((b * heads + h) * capacity + s) * dim * static_cast<int64_t>(DTypeSize(dtype));
+  }
+  // The first `seq` rows as a kernel input.
+  HeadsView Read(int64_t seq) const {
+    return {data, dtype, batch, heads, seq, dim, heads * capacity * dim, capacity * dim, dim};
+  }
+};
+
+// dst rows [dst_s0, dst_s0 + n) of head (b, h) = src rows [src_s0, src_s0 + n), converted to the
+// cache's dtype (rounding to nearest even; a copy when the dtypes agree). The ranges must not overlap.
+void CopyRowsToCache(const HeadsView& src, int64_t src_s0, const CacheView& dst, int64_t dst_s0, int64_t b, int64_t h,
+                     int64_t n);
+
+// dst rows [s0, s0 + n) of head (b, h) = 0.
+void ZeroCacheRows(const CacheView& dst, int64_t s0, int64_t b, int64_t h, int64_t n);
+
 }  // namespace tessera::onnx

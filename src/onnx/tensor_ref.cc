@@ -10,6 +10,8 @@ const char* ElemTypeName(ElemType t) {
     case ElemType::kBool: return "bool";
     case ElemType::kInt32: return "int32";
     case ElemType::kInt64: return "int64";
+    case ElemType::kBFloat16: return "bfloat16";
+    case ElemType::kFloat16: return "float16";
   }
   return "?";
 }

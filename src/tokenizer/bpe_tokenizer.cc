@@ -43,11 +43,8 @@ std::string Unescape(std::string_view token) {
   return out;
 }
 
-// A stretch of the input: raw text still to tokenize, or a user-defined token found in it.
-struct Fragment {
-  size_t offset, length;
-  int32_t token;  // -1: raw text
-};
+// A stretch of the input: raw text still to tokenize (token -1), or a token found in it.
+using Fragment = AddedTokenMatcher::Piece;
 
 }  // namespace
 
@@ -73,6 +70,9 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromVocab(const TokenizerV
       return Bad(name, "tokenizer.ggml.tokens[" + std::to_string(i) + "] '" + v.tokens[i] + "' repeats token " +
                            std::to_string(it->second));
     if (t->types_[i] == TokenizerVocab::kUserDefined) t->user_defined_.push_back(id);
+    if (t->types_[i] == TokenizerVocab::kUserDefined || t->types_[i] == TokenizerVocab::kControl ||
+        t->types_[i] == TokenizerVocab::kUnknown)
+      t->added_.Add(v.tokens[i], id, /*special=*/false);
     if (t->types_[i] == TokenizerVocab::kByte) t->byte_ids_[ByteTokenValue(v.tokens[i])] = id;
   }
   // Longest first, as llama.cpp splits them out (ties: lower id first).
@@ -88,7 +88,36 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromVocab(const TokenizerV
                       static_cast<int32_t>(i));  // a repeated pair keeps its first rank
   }
   t->bos_id_ = v.bos_id, t->eos_id_ = v.eos_id, t->unk_id_ = v.unk_id;
+  t->model_size_ = static_cast<int32_t>(v.tokens.size());
   return t;
+}
+
+std::unique_ptr<BpeTokenizer> BpeTokenizer::FromHfModel(TokenizerVocab v, int32_t model_size,
+                                                        const std::vector<std::pair<std::string, std::string>>& merges,
+                                                        const std::string& name) {
+  std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
+  t->name_ = name;
+  t->tokens_ = std::move(v.tokens);
+  t->types_ = std::move(v.token_types);
+  t->model_size_ = model_size;
+  t->ids_.reserve(t->tokens_.size());
+  std::fill(std::begin(t->byte_ids_), std::end(t->byte_ids_), -1);
+  for (size_t i = 0; i < t->tokens_.size(); ++i) {
+    t->ids_.emplace(t->tokens_[i], static_cast<int32_t>(i));
+    // The library looks byte tokens up by name in the model's vocabulary, whatever their kind.
+    const int b = ByteTokenValue(t->tokens_[i]);
+    if (b >= 0 && static_cast<int32_t>(i) < model_size) t->byte_ids_[b] = static_cast<int32_t>(i);
+  }
+  t->ranks_.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i)
+    t->ranks_.insert_or_assign(PairKey(merges[i].first, merges[i].second), static_cast<int32_t>(i));
+  t->bos_id_ = v.bos_id, t->eos_id_ = v.eos_id, t->unk_id_ = v.unk_id;
+  return t;
+}
+
+const std::string& BpeTokenizer::Token(int32_t id) const {
+  static const std::string kNone;
+  return id < 0 || id >= vocab_size() ? kNone : tokens_[static_cast<size_t>(id)];
 }
 
 int32_t BpeTokenizer::Rank(std::string_view left, std::string_view right) const {
@@ -110,18 +139,14 @@ Status BpeTokenizer::Fallback(std::string_view symbol, std::vector<int32_t>* out
   return Status::Ok();
 }
 
-Status BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* out) const {
+std::vector<std::string_view> BpeTokenizer::Merge(std::string_view text, const std::vector<size_t>& lengths) const {
   struct Symbol {
     size_t begin, length;
     int prev, next;
   };
   std::vector<Symbol> sym;
-  for (size_t i = 0; i < word.size();) {
-    const size_t n = std::min(word.size() - i, Utf8Length(static_cast<unsigned char>(word[i])));
-    sym.push_back({i, n, static_cast<int>(sym.size()) - 1, -1});
-    i += n;
-  }
-  for (size_t i = 0; i + 1 < sym.size(); ++i) sym[i].next = static_cast<int>(i + 1);
+  for (size_t i = 0, begin = 0; i < lengths.size(); begin += lengths[i++])
+    sym.push_back({begin, lengths[i], static_cast<int>(i) - 1, i + 1 < lengths.size() ? static_cast<int>(i + 1) : -1});
   // Lowest rank first, then leftmost; an entry is stale once either side has changed.
   struct Pair {
     int32_t rank;
@@ -132,7 +157,7 @@ Status BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* out
   std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> queue;
   auto push = [&](int l, int r) {
     if (l < 0 || r < 0) return;
-    const int32_t rank = Rank(word.substr(sym[l].begin, sym[l].length), word.substr(sym[r].begin, sym[r].length));
+    const int32_t rank = Rank(text.substr(sym[l].begin, sym[l].length), text.substr(sym[r].begin, sym[r].length));
     if (rank >= 0) queue.push({rank, l, r, sym[l].length + sym[r].length});
   };
   for (size_t i = 0; i + 1 < sym.size(); ++i) push(static_cast<int>(i), static_cast<int>(i + 1));
@@ -148,8 +173,16 @@ Status BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* out
     push(l.prev, p.left);
     push(p.left, l.next);
   }
-  for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) {
-    const std::string_view s = word.substr(sym[i].begin, sym[i].length);
+  std::vector<std::string_view> out;
+  for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) out.push_back(text.substr(sym[i].begin, sym[i].length));
+  return out;
+}
+
+Status BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* out) const {
+  std::vector<size_t> lengths;
+  for (size_t i = 0; i < word.size(); i += lengths.back())
+    lengths.push_back(std::min(word.size() - i, Utf8Length(static_cast<unsigned char>(word[i]))));
+  for (std::string_view s : Merge(word, lengths)) {
     const auto it = ids_.find(std::string(s));
     if (it != ids_.end()) {
       out->push_back(it->second);
@@ -157,6 +190,52 @@ Status BpeTokenizer::EncodeWord(std::string_view word, std::vector<int32_t>* out
       Status st = Fallback(s, out);
       if (!st.ok()) return st;
     }
+  }
+  return Status::Ok();
+}
+
+int32_t BpeTokenizer::ModelId(std::string_view token) const {
+  const auto it = ids_.find(std::string(token));
+  return it == ids_.end() || it->second >= model_size_ ? -1 : it->second;
+}
+
+Status BpeTokenizer::EncodeHfWord(std::string_view word, std::vector<int32_t>* out) const {
+  // The initial symbols written out as the tokens they are, so that Merge (which compares text)
+  // sees byte and unknown symbols as the tokens they stand for, as the library's id merges do.
+  std::string text;
+  std::vector<size_t> lengths;
+  bool unknown = false;  // an unknown token waiting: neighbours fuse into it
+  auto append = [&](std::string_view token) {
+    text += token;
+    lengths.push_back(token.size());
+  };
+  for (size_t i = 0; i < word.size();) {
+    const size_t n = std::min(word.size() - i, Utf8Length(static_cast<unsigned char>(word[i])));
+    const std::string_view c = word.substr(i, n);
+    i += n;
+    if (ModelId(c) >= 0) {
+      if (unknown) append(tokens_[static_cast<size_t>(unk_id_)]), unknown = false;
+      append(c);
+      continue;
+    }
+    bool all_bytes = true;
+    for (char b : c) all_bytes &= byte_ids_[static_cast<unsigned char>(b)] >= 0;
+    if (all_bytes) {  // the library adds these before a waiting unknown token
+      for (char b : c) append(tokens_[static_cast<size_t>(byte_ids_[static_cast<unsigned char>(b)])]);
+    } else if (unk_id_ >= 0) {
+      unknown = true;
+    } else {
+      return InvalidArgument("BpeTokenizer::Encode: '" + name_ + "': '" + std::string(c) +
+                             "' is not a token, and neither its <0xXX> byte tokens nor an unknown token exist");
+    }
+  }
+  if (unknown) append(tokens_[static_cast<size_t>(unk_id_)]);
+  for (std::string_view s : Merge(text, lengths)) {
+    const int32_t id = ModelId(s);
+    if (id < 0)
+      return Status(StatusCode::kInternal,
+                    "BpeTokenizer::Encode: '" + name_ + "': merged '" + std::string(s) + "' is not a token");
+    out->push_back(id);
   }
   return Status::Ok();
 }
@@ -207,15 +286,26 @@ StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(const std::string& text, boo
   }
   std::vector<int32_t> out;
   if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
-  for (const Fragment& f : frags) {
-    if (f.token >= 0) {
-      out.push_back(f.token);
-      continue;
-    }
-    Status s = EncodeRun(std::string_view(text).substr(f.offset, f.length), &out);
-    if (!s.ok()) return s;
-  }
+  TESSERA_RETURN_IF_ERROR(EncodeFragments(text, frags, &out));
   return out;
+}
+
+StatusOr<std::vector<int32_t>> BpeTokenizer::EncodeWithSpecialTokens(const std::string& text) const {
+  std::vector<int32_t> out;
+  // No token starts inside the text between the matches, so no user-defined token is left to cut.
+  TESSERA_RETURN_IF_ERROR(EncodeFragments(text, added_.Split(text, /*keep_special=*/true), &out));
+  return out;
+}
+
+Status BpeTokenizer::EncodeFragments(std::string_view text, const std::vector<AddedTokenMatcher::Piece>& pieces,
+                                     std::vector<int32_t>* out) const {
+  for (const AddedTokenMatcher::Piece& p : pieces) {
+    if (p.token >= 0)
+      out->push_back(p.token);
+    else
+      TESSERA_RETURN_IF_ERROR(EncodeRun(text.substr(p.offset, p.length), out));
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::string> BpeTokenizer::Decode(const std::vector<int32_t>& ids) const {

@@ -5,6 +5,8 @@
 #include <exception>
 
 #include "io/input_file.h"
+#include "tokenizer/added_tokens.h"
+#include "tokenizer/spm_piece_types.h"
 #include "tokenizer/vocab_check.h"
 
 namespace tessera::tokenizer {
@@ -13,6 +15,8 @@ namespace {
 constexpr uint64_t kMaxModelBytes = uint64_t{1} << 30;  // far above any SentencePiece model
 
 }  // namespace
+
+SentencePieceTokenizer::SentencePieceTokenizer() : added_(std::make_unique<AddedTokenMatcher>()) {}
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
@@ -32,6 +36,14 @@ StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromSe
     if (!st.ok()) return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + st.ToString());
     t->bos_id_ = t->sp_->bos_id();
     t->eos_id_ = t->sp_->eos_id();
+    // The pieces transformers' conversion turns into added tokens (control and user-defined), and
+    // the unknown piece, which its Gemma tokenizer adds as a special token.
+    const std::vector<int32_t> types = SentencePieceTypes(bytes);
+    for (int id = 0; id < t->sp_->GetPieceSize(); ++id) {
+      const bool user_defined = static_cast<size_t>(id) < types.size() && types[id] == TokenizerVocab::kUserDefined;
+      if (user_defined || t->sp_->IsControl(id) || t->sp_->IsUnknown(id))
+        t->added_->Add(t->sp_->IdToPiece(id), id, /*special=*/false);
+    }
     return t;
   } catch (const std::exception& e) {  // e.g. its trie builder throws on an empty piece
     return InvalidArgument("SentencePieceTokenizer: cannot load '" + name + "': " + e.what());
@@ -45,6 +57,20 @@ StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(const std::string&
   std::vector<int32_t> out;
   if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
   out.insert(out.end(), ids.begin(), ids.end());
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeWithSpecialTokens(const std::string& text) const {
+  std::vector<int32_t> out;
+  for (const AddedTokenMatcher::Piece& p : added_->Split(text, /*keep_special=*/true)) {
+    if (p.token >= 0) {
+      out.push_back(p.token);
+      continue;
+    }
+    StatusOr<std::vector<int32_t>> ids = Encode(text.substr(p.offset, p.length), /*add_bos=*/false);
+    if (!ids.ok()) return ids.status();
+    out.insert(out.end(), ids.value().begin(), ids.value().end());
+  }
   return out;
 }
 

@@ -1,6 +1,9 @@
 #include "tessera/tokenizer.h"
 
+#include <filesystem>
+
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace tessera::tokenizer {
 
@@ -11,9 +14,23 @@ StatusOr<std::vector<int32_t>> Tokenizer::EncodeWithSpecialTokens(const std::str
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromCheckpointDir(const std::string& dir) {
-  StatusOr<std::unique_ptr<SentencePieceTokenizer>> t = SentencePieceTokenizer::Load(dir + "/tokenizer.model");
-  if (!t.ok()) return t.status();
-  return std::unique_ptr<Tokenizer>(std::move(t.value()));
+  // Anything named tokenizer.model (a FIFO, a dangling link) is the one to read, and its errors stand.
+  auto present = [](const std::string& path) {
+    std::error_code ec;
+    return std::filesystem::symlink_status(path, ec).type() != std::filesystem::file_type::not_found;
+  };
+  const std::string model = dir + "/tokenizer.model", json = dir + "/tokenizer.json";
+  if (present(model)) {
+    StatusOr<std::unique_ptr<SentencePieceTokenizer>> t = SentencePieceTokenizer::Load(model);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(t.value()));
+  }
+  if (present(json)) {
+    StatusOr<std::unique_ptr<HfTokenizer>> t = HfTokenizer::Load(json);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(t.value()));
+  }
+  return InvalidArgument("Tokenizer: '" + dir + "' has neither tokenizer.model nor tokenizer.json");
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(const TokenizerVocab& vocab, const std::string& name) {

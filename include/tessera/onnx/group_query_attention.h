@@ -3,20 +3,31 @@
 // Per batch row b: T_b = seqlens_k[b] + 1 tokens are in the cache after this step. The step's
 // S query rows hold Q_b = min(S, T_b) valid tokens (rows >= Q_b are right padding of a first
 // prompt), at absolute positions P_b + s with P_b = T_b - Q_b tokens cached before the step.
+//   Rotary (do_rotary = 1, cos_cache / sin_cache [max_position, R/2], R <= head size): query rows
+//     and the new key rows rotate by the angle of their position (onnx/rotary.h), before the keys
+//     enter the cache. The position is P_b + s, or position_ids[b][s] when given; in a first
+//     prompt (S == total_sequence_length) onnxruntime reads only position_ids' first element p0,
+//     and every row's row s sits at p0 + s.
 //   Cache: the new K/V rows [0, Q_b) are written to present rows [P_b, T_b); padding rows are not
 //     written. present may be the past buffer itself (in place, capacity >= total_sequence_length;
 //     rows >= T_b are left as they are) or a separate buffer of capacity
 //     max(total_sequence_length, past capacity) that receives past rows [0, P_b), the new rows,
-//     and zeros in rows >= T_b.
-//   Mask: query s sees keys j < T_b with j <= P_b + s (causal), and with local_window_size W > 0
-//     only the W most recent of those (P_b + s - j < W, i.e. window_left = W - 1); W = -1 is off,
-//     W = 0 leaves no key visible (zero output, as onnxruntime). Padding query rows see the whole
-//     cache of their row (onnxruntime leaves their output unspecified).
+//     and zeros in rows >= T_b. Caches are f32, bf16 or f16 (present has past's type); new rows
+//     are rounded to it.
+//   Mask: query s sees keys j < T_b; causal = 1 (default): only j <= P_b + s, and with
+//     local_window_size W > 0 only the W most recent of those (P_b + s - j < W, i.e.
+//     window_left = W - 1); W = -1 is off, W = 0 leaves no key visible (zero output, as
+//     onnxruntime). causal = 0 needs W = -1. Padding query rows see the whole cache of their row
+//     (onnxruntime leaves their output unspecified).
 //   scores = (q.k) * scale (scale 0 = 1/sqrt(D)); softcap c > 0: c*tanh(s/c); then attention_bias
 //     [B|1, Hq|1, S, total_sequence_length] indexed by absolute key position; softmax in f32.
+//   Sinks: head_sink [Hq] (or, without it, smooth_softmax = 1: a sink of 0 for every head) joins
+//     every softmax denominator: weights exp(s_j) / (exp(sink_h) + sum_k exp(s_k)).
 //   GQA: query head h reads KV head h / (Hq / Hkv).
-// Not supported: do_rotary (Unimplemented), cos/sin caches, position_ids, head_sink,
-// smooth_softmax, query_seqlens, sliding_window_cache, quantized caches, output_qk.
+//   output_qk [B, Hq, S, total_sequence_length] (qk_output 1: the scores after softcap and bias, 0
+//     for invisible keys; 2: the softmax weights).
+// Not supported (the Python adapter refuses them by name): query_seqlens, sliding_window_cache,
+// quantized caches (k_scale, v_scale, kv_cache_bit_width, k/v_quant_type), q/k_norm_weight.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +44,15 @@ struct GroupQueryAttentionInputs {
   TensorRef query;                 // [B, S, Hq*D] f32, or packed QKV [B, S, (Hq + 2*Hkv)*D] without key/value
   std::optional<TensorRef> key;    // [B, S, Hkv*D] f32
   std::optional<TensorRef> value;  // [B, S, Hkv*D] f32
-  std::optional<TensorRef> past_key;    // [B, Hkv, C, D] f32 (BNSH)
-  std::optional<TensorRef> past_value;  // [B, Hkv, C, D] f32 (BNSH)
+  std::optional<TensorRef> past_key;    // [B, Hkv, C, D] f32, bf16 or f16 (BNSH)
+  std::optional<TensorRef> past_value;  // [B, Hkv, C, D] past_key's type (BNSH)
   TensorRef seqlens_k;                  // [B] int32, total tokens - 1 per batch row
   TensorRef total_sequence_length;      // scalar or [1] int32, >= max_b(seqlens_k[b] + 1)
+  std::optional<TensorRef> cos_cache;     // [max_position, R/2] f32, with do_rotary
+  std::optional<TensorRef> sin_cache;     // [max_position, R/2] f32, with do_rotary
+  std::optional<TensorRef> position_ids;  // [B, S] int64, with do_rotary; every entry < max_position
   std::optional<TensorRef> attention_bias;  // [B|1, Hq|1, S, total_sequence_length] f32
+  std::optional<TensorRef> head_sink;       // [Hq] f32
 };
 
 struct GroupQueryAttentionAttrs {
@@ -46,19 +61,25 @@ struct GroupQueryAttentionAttrs {
   int64_t local_window_size = -1;
   float scale = 0.0f;    // 0 = 1/sqrt(D)
   float softcap = 0.0f;  // 0 = off; must be >= 0
-  int64_t do_rotary = 0;  // 1 returns Unimplemented
+  int64_t causal = 1;               // 0 or 1
+  int64_t do_rotary = 0;            // 0 or 1
+  int64_t rotary_interleaved = 0;   // 0 or 1
+  int64_t smooth_softmax = -1;      // -1 (unset), 0 or 1
+  int64_t qk_output = 0;            // 0 (no output_qk), 1 (scores), 2 (softmax weights)
 };
 
 struct GroupQueryAttentionShapes {
   std::vector<int64_t> output;       // [B, S, Hq*D]
   std::vector<int64_t> present_key;  // [B, Hkv, C', D]: C' = C in place, else max(total, C)
   std::vector<int64_t> present_value;
+  std::vector<int64_t> output_qk;    // [B, Hq, S, total_sequence_length]
 };
 
 struct GroupQueryAttentionOutputs {
   MutableTensorRef output;         // [B, S, Hq*D] f32
-  MutableTensorRef present_key;    // f32; data == past_key data: updated in place
-  MutableTensorRef present_value;  // f32; data == past_value data: updated in place
+  MutableTensorRef present_key;    // past_key's type (f32 without a past); data == past_key data: in place
+  MutableTensorRef present_value;  // likewise
+  std::optional<MutableTensorRef> output_qk;  // [B, Hq, S, total] f32; requires qk_output 1 or 2
 };
 
 // Validates everything that needs no output buffer; returns the output shapes for in-place
@@ -69,7 +90,7 @@ StatusOr<GroupQueryAttentionShapes> InferGroupQueryAttentionShapes(const GroupQu
 
 // Runs the node: writes the cache, then attends. Bad input returns InvalidArgument naming the
 // operator, the argument and the value. present must either alias past exactly or not overlap
-// any input.
+// any input. ctx.index_scratch also holds the rotated query and key rows with do_rotary.
 Status GroupQueryAttention(const GroupQueryAttentionInputs& in, const GroupQueryAttentionAttrs& attrs,
                            const GroupQueryAttentionOutputs& out, OpContext& ctx);
 

@@ -9,7 +9,7 @@ namespace tessera::onnx {
 
 struct OpContext {
   AttentionContext attention;      // threads + kernel scratch, passed through to tessera::Attention
-  Arena* index_scratch = nullptr;  // required: O(B * (S_q + S_kv)) int32, grown on first use for a shape
+  Arena* index_scratch = nullptr;  // required: O(B * (S_q + S_kv)) int32 (and GQA's rotated rows), grown on first use for a shape
   AttentionKernel kernel = AttentionKernel::kAuto;  // a fixed kernel, for testing each against the peers
 };
 

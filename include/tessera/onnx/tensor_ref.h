@@ -9,8 +9,8 @@
 
 namespace tessera::onnx {
 
-// The element types the adapters accept (ONNX names: float, bool, int32, int64).
-enum class ElemType { kFloat32, kBool, kInt32, kInt64 };
+// The element types the adapters accept (ONNX names: float, bool, int32, int64, bfloat16, float16).
+enum class ElemType { kFloat32, kBool, kInt32, kInt64, kBFloat16, kFloat16 };
 
 const char* ElemTypeName(ElemType t);
 
@@ -36,10 +36,14 @@ struct TensorRef {
   const int64_t* i64() const { return static_cast<const int64_t*>(data); }
 };
 
-// A caller-allocated f32 output tensor (the adapters write f32 only).
+// A caller-allocated output tensor: f32, except the KV caches GroupQueryAttention also keeps in
+// bf16 or f16.
 struct MutableTensorRef {
-  float* data = nullptr;
+  void* data = nullptr;
   std::vector<int64_t> shape;  // row-major, contiguous
+  ElemType type = ElemType::kFloat32;
+
+  float* f32() const { return static_cast<float*>(data); }
 };
 
 }  // namespace tessera::onnx

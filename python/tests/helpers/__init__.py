@@ -6,4 +6,5 @@
   inputs      random inputs (q/k/v, GQA steps) with fixed generator streams.
   tolerances  the float32-vs-float32 bar and the comparison assertions.
   models      the tiny checkpoints: paths, goldens, safetensors rewriting.
+  texts       the corpus the tokenizer tests encode.
 """

@@ -34,12 +34,14 @@ def visible(B, S_q, S_kv, q_pos, k_pos, kv_valid, causal, window, q_block, k_blo
     return vis
 
 
-def attention(q, k, v, vis, scale, softcap=0.0, bias=None, out_dtype=np.float32):
+def attention(q, k, v, vis, scale, softcap=0.0, bias=None, out_dtype=np.float32, sink=None, probs=False):
     """softmax(softcap(q k^T * scale) + bias) v over the visible keys, in float64.
 
     q [B, Hq, S_q, D], k [B, Hkv, S_kv, D], v [B, Hkv, S_kv, Dv]; query head h reads kv head
     h // (Hq / Hkv). vis [B, S_q, S_kv] or None (all visible); bias broadcasts to [B, Hq, S_q, S_kv].
-    out_dtype: float32 where the caller compares a float32 reference, float64 to keep every bit."""
+    sink [Hq]: a per-head logit added to every softmax denominator (attention sinks).
+    out_dtype: float32 where the caller compares a float32 reference, float64 to keep every bit.
+    probs=True also returns the weights [B, Hq, S_q, S_kv] (0 for invisible keys)."""
     B, Hq, S_q, D = q.shape
     Hkv, S_kv = k.shape[1], k.shape[2]
     group = Hq // Hkv
@@ -60,35 +62,64 @@ def attention(q, k, v, vis, scale, softcap=0.0, bias=None, out_dtype=np.float32)
     m = np.where(np.isfinite(m), m, 0.0)
     w = np.where(mask, np.exp(s - m), 0.0)
     denom = w.sum(-1, keepdims=True)
-    out = np.einsum("bhqk,bhkd->bhqd", w, vv) / np.where(denom > 0, denom, 1.0)
-    return out.astype(out_dtype)
+    if sink is not None:  # (a row with no visible key stays zero: its numerators are all 0)
+        denom = denom + np.exp(np.asarray(sink, np.float64).reshape(1, -1, 1, 1) - m)
+    w = w / np.where(denom > 0, denom, 1.0)
+    out = np.einsum("bhqk,bhkd->bhqd", w, vv).astype(out_dtype)
+    return (out, w) if probs else out
 
 
 def group_query_attention(query, cache_k, cache_v, seqlens_k, num_heads, kv_num_heads, local_window_size=-1,
-                          softcap=0.0, scale=None, attention_bias=None):
+                          softcap=0.0, scale=None, attention_bias=None, causal=True, sink=None, probs=False,
+                          rotary=None):
     """com.microsoft.GroupQueryAttention after its cache update (src/onnx/group_query_attention.h), float64.
 
     query [B, S, >= num_heads * D] (a packed QKV's leading part is the query); cache_k/v [B, Hkv, C, D]
     already hold the step's keys. Row b has T_b = seqlens_k[b] + 1 keys; its S query rows sit at
-    positions T_b - min(S, T_b) onwards, padding rows (s >= T_b) included. local_window_size W: the W
-    most recent keys including the query's own; softcap is applied before attention_bias
-    [1 or B, 1 or Hq, S, total]. Returns [B, S, num_heads * D]."""
+    positions T_b - min(S, T_b) onwards, padding rows (s >= T_b) included. causal=False: every key
+    j < T_b. local_window_size W: the W most recent keys including the query's own; softcap is
+    applied before attention_bias [1 or B, 1 or Hq, S, total]; sink [Hq] joins every denominator.
+    rotary (cos, sin, positions [B, S], interleaved) rotates the query rows first (see `rotate`).
+    Returns [B, S, num_heads * D], and with probs=True the weights [B, Hq, S, C] too."""
     B, S, _ = query.shape
     C, D = cache_k.shape[2], cache_k.shape[3]
     scale = 1 / np.sqrt(D) if not scale else scale
-    q = query[:, :, :num_heads * D].reshape(B, S, num_heads, D).transpose(0, 2, 1, 3)
+    q = query[:, :, :num_heads * D].reshape(B, S, num_heads, D)
+    if rotary is not None:
+        q = rotate(q, *rotary)
+    q = q.transpose(0, 2, 1, 3)
     T = np.asarray(seqlens_k, np.int64) + 1
     pos = (T - np.minimum(S, T))[:, None] + np.arange(S)[None, :]  # [B, S]
     j = np.arange(C)[None, None, :]
-    vis = (j < T[:, None, None]) & (j <= pos[:, :, None])
+    vis = (j < T[:, None, None]) & ((j <= pos[:, :, None]) | (not causal))
     if local_window_size >= 0:
         vis &= pos[:, :, None] - j < local_window_size
     bias = None
     if attention_bias is not None:  # keys past total_sequence_length are invisible: pad with 0
         bias = np.zeros(attention_bias.shape[:3] + (C,))
         bias[..., :attention_bias.shape[3]] = attention_bias
-    out = attention(q, cache_k, cache_v, vis, scale, softcap, bias, out_dtype=np.float64)
-    return out.transpose(0, 2, 1, 3).reshape(B, S, num_heads * D)
+    out = attention(q, cache_k, cache_v, vis, scale, softcap, bias, out_dtype=np.float64, sink=sink, probs=probs)
+    w = None
+    if probs:
+        out, w = out
+    out = out.transpose(0, 2, 1, 3).reshape(B, S, num_heads * D)
+    return (out, w) if probs else out
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """Rotary embedding of x [B, S, H, D] in float64 (GroupQueryAttention's do_rotary): the first
+    R = 2 * cos.shape[1] dims of token (b, s) rotate by row positions[b, s] of cos/sin; pairs
+    (2i, 2i + 1) when interleaved, else (i, i + R/2)."""
+    x = np.array(x, dtype=np.float64)
+    half = cos.shape[1]
+    c = np.asarray(cos, np.float64)[positions][:, :, None, :]
+    s = np.asarray(sin, np.float64)[positions][:, :, None, :]
+    i1 = np.arange(half) * 2 if interleaved else np.arange(half)
+    i2 = i1 + 1 if interleaved else i1 + half
+    x1, x2 = x[..., i1].copy(), x[..., i2].copy()
+    x[..., i1] = x1 * c - x2 * s
+    x[..., i2] = x1 * s + x2 * c
+    return x
 
 
 def round_bf16(a):
