@@ -9,7 +9,16 @@
 
 namespace tessera {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kOutOfRange, kUnimplemented, kInternal, kResourceExhausted, kCancelled };
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,
+  kOutOfRange,
+  kUnimplemented,
+  kInternal,
+  kResourceExhausted,
+  kCancelled,
+  kNotFound,  // an optional input is absent (a model without a chat template); the caller may fall back
+};
 
 class [[nodiscard]] Status {
  public:
@@ -33,6 +42,8 @@ Status Unimplemented(std::string message);
 Status ResourceExhausted(std::string message);
 // The caller asked to stop (a cancel flag); what was done so far stays valid.
 Status Cancelled(std::string message);
+// Something optional is not there (a model without a chat template); callers may fall back.
+Status NotFound(std::string message);
 
 template <typename T>
 class [[nodiscard]] StatusOr {

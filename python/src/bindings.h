@@ -27,6 +27,7 @@ void BindTokenizer(py::module_& m);
 void BindGguf(py::module_& m);
 void BindQuant(py::module_& m);
 void BindQuantize(py::module_& m);
+void BindChat(py::module_& m);
 
 // Raises the Python exception for a Status: MemoryError when memory or threads ran out (or a plan
 // would not fit), ValueError otherwise. Call with the GIL held.

@@ -12,6 +12,7 @@ PYBIND11_MODULE(_tessera, m) {
   tessera::py_bind::BindGguf(m);
   tessera::py_bind::BindQuant(m);
   tessera::py_bind::BindQuantize(m);
+  tessera::py_bind::BindChat(m);
   tessera::py_bind::BindOnnx(m.def_submodule("onnx", "ONNX-operator semantics on Tessera kernels"));
   tessera::py_bind::BindKv(m.def_submodule("kv", "KV cache stores and ONNX TensorScatter"));
 }

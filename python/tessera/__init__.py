@@ -25,8 +25,9 @@ from ._tessera import MAX_HEAD_DIM
 from . import onnx  # noqa: F401  (tessera.onnx)
 from .model import Model
 from ._quantize import quantize  # noqa: F401  (tessera.quantize)
+from .chat import ChatTemplate
 
-__all__ = ["attention", "attention_bias", "MAX_HEAD_DIM", "onnx", "Model"]
+__all__ = ["attention", "attention_bias", "MAX_HEAD_DIM", "onnx", "Model", "ChatTemplate"]
 
 _EMPTY_I32 = np.empty(0, dtype=np.int32)
 _EMPTY_F32 = np.empty(0, dtype=np.float32)

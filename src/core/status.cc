@@ -17,6 +17,7 @@ Status ResourceExhausted(std::string message) {
 }
 
 Status Cancelled(std::string message) { return Status(StatusCode::kCancelled, std::move(message)); }
+Status NotFound(std::string message) { return Status(StatusCode::kNotFound, std::move(message)); }
 
 namespace detail {
 void CheckFailed(const char* file, int line, const char* cond, const char* msg) {
