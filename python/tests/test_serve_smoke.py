@@ -343,3 +343,121 @@ def test_client_disconnect_cancels_the_request(model_dir, stream):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+
+
+# --- chat ------------------------------------------------------------------------------------------
+# gemma_style.model's control tokens, as HF tokenizers split rendered chat text on them.
+SPECIAL = {"<bos>": 2, "<start_of_turn>": 5, "<end_of_turn>": 6, "<start_of_image>": 7}
+
+
+def encode_special(sp, text):
+    """Rendered chat text to ids: control tokens by id, the text between them by sentencepiece."""
+    import re
+    ids = []
+    for piece in re.split("(" + "|".join(map(re.escape, SPECIAL)) + ")", text):
+        ids += [SPECIAL[piece]] if piece in SPECIAL else sp.encode(piece) if piece else []
+    return ids
+
+
+def chat(url, messages, **kw):
+    return ok_json(url, "/v1/chat/completions", {"messages": messages, "temperature": 0, "return_token_ids": True, **kw})
+
+
+@pytest.mark.parametrize("system", [None, "be brief"])
+def test_chat_uses_the_builtin_gemma3_format(server, reference, system):
+    """No template in the checkpoint: Gemma 3's turn format (written out here by hand), encoded with
+    its control tokens; the completion is what Model.generate makes of those ids, stopping at the
+    end-of-turn token as well as eos."""
+    model, sp = reference
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": " hi "}]
+    text = ("<bos><start_of_turn>user\n" + (system + "\n\n" if system else "") +
+            "hi<end_of_turn>\n<start_of_turn>model\n")
+    ids = encode_special(sp, text)
+    want = model.generate(input_ids=[ids], max_new_tokens=10, stop_tokens=[1, 6])[0]
+    r = chat(server, messages, max_tokens=10)
+    assert r["object"] == "chat.completion" and r["choices"][0]["message"]["role"] == "assistant"
+    assert r["prompt_token_ids"] == ids
+    assert r["choices"][0]["token_ids"] == [t for t in want if t not in (1, 6)]
+    assert r["choices"][0]["message"]["content"] == sp.decode([t for t in want if t not in (1, 6)])
+    status, _, data = call(server, "/v1/chat/completions", {"messages": messages, "temperature": 0, "max_tokens": 10,
+                                                            "stream": True})
+    events = sse_events(data)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == r["choices"][0]["message"]["content"]
+    assert events[-1]["choices"][0]["finish_reason"] == r["choices"][0]["finish_reason"]
+
+
+def test_chat_uses_the_checkpoints_template(model_dir, reference, tmp_path):
+    """A chat_template.jinja beside the weights wins over the built-in format; jinja2 renders the
+    same template as the reference."""
+    jinja2 = pytest.importorskip("jinja2")
+    _, sp = reference
+    d = tmp_path / "templated"
+    shutil.copytree(model_dir, d, symlinks=True)
+    source = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m.role | upper }}: {{ m.content }}"
+              "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>MODEL:{% endif %}")
+    (d / "chat_template.jinja").write_text(source)
+    messages = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"},
+                {"role": "user", "content": "three"}]
+    rendered = jinja2.Environment().from_string(source).render(messages=messages, bos_token="<bos>",
+                                                               add_generation_prompt=True)
+    proc = subprocess.Popen([TESSERA, "serve", "--model", str(d), "--port", "0", "--threads", "2",
+                             "--max-context", str(CONTEXT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+        assert chat(url, messages, max_tokens=2)["prompt_token_ids"] == encode_special(sp, rendered)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+
+
+def test_chat_with_an_image_data_url(tmp_path):
+    """An image part (a PNG data URL) through the checkpoint's processor and vision tower, laid out
+    at the template's <start_of_image> as Gemma 3's processor does; the tokens are Model.generate's
+    on the same text and image file. The tiny gemma3 checkpoint's special ids are moved onto
+    gemma_style.model's control tokens (boi 7, eoi 8, image 4)."""
+    tessera = pytest.importorskip("tessera")
+    spm = pytest.importorskip("sentencepiece")
+    Image = pytest.importorskip("PIL.Image")
+    import base64
+    import io
+    import numpy as np
+    d = tmp_path / "tiny-gemma3-vision"
+    d.mkdir()
+    src = os.path.join(MODELS_DIR, "gemma3")
+    config = json.load(open(os.path.join(src, "config.json")))
+    config.update(boi_token_index=7, eoi_token_index=8, image_token_index=4)
+    (d / "config.json").write_text(json.dumps(config))
+    os.symlink(os.path.join(src, "model.safetensors"), d / "model.safetensors")
+    shutil.copyfile(TOKENIZER, d / "tokenizer.model")
+    (d / "preprocessor_config.json").write_text(json.dumps({  # the tiny tower's 12 x 12 input
+        "image_processor_type": "Gemma3ImageProcessor", "size": {"height": 12, "width": 12}, "resample": 2,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3}))
+    rgb = (np.arange(20 * 30 * 3) % 251).astype(np.uint8).reshape(20, 30, 3)
+    png = tmp_path / "picture.png"
+    Image.fromarray(rgb).save(png)
+    url_data = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+    sp = spm.SentencePieceProcessor(model_file=str(d / "tokenizer.model"))
+    text_ids = encode_special(sp, "<bos><start_of_turn>user\n<start_of_image>describe<end_of_turn>\n"
+                                  "<start_of_turn>model\n")
+    at = text_ids.index(7)
+    nl = sp.piece_to_id("\n\n")
+    layout = text_ids[:at] + [nl, 7] + [4] * config["mm_tokens_per_image"] + [8, nl] + text_ids[at + 1:]
+    model = tessera.Model.load(str(d), max_context=CONTEXT, num_threads=2)
+    want = model.generate(input_ids=[text_ids], images=[str(png)], max_new_tokens=8, stop_tokens=[1, 6])[0]
+    proc = subprocess.Popen([TESSERA, "serve", "--model", str(d), "--port", "0", "--threads", "2",
+                             "--max-context", str(CONTEXT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+        r = chat(url, [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url_data}},
+                                                    {"type": "text", "text": "describe"}]}], max_tokens=8)
+        assert r["prompt_token_ids"] == layout
+        assert r["choices"][0]["token_ids"] == [t for t in want if t not in (1, 6)]
+        bad = base64.b64encode(b"not an image").decode()
+        status, _, data = call(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + bad}}]}]}, key=None)
+        assert status == 400 and json.loads(data)["error"]["param"] == "messages[0].content[0]"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0

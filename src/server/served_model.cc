@@ -1,8 +1,10 @@
 #include "server/served_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
+#include "tessera/chat_template.h"
 #include "tessera/image.h"
 
 namespace tessera::server {
@@ -22,6 +24,29 @@ StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizer(const std::string&
   StatusOr<tokenizer::TokenizerVocab> vocab = model.TokenizerVocab();
   if (!vocab.ok()) return vocab.status();
   return tokenizer::Tokenizer::FromVocab(vocab.value(), path);
+}
+
+// The model's chat template (a checkpoint's chat_template.jinja / tokenizer_config.json, a GGUF's
+// tokenizer.chat_template), else the family's built-in turn format. A template our interpreter
+// cannot parse is reported and replaced by the built-in one, so completions still serve.
+void LoadChat(const std::string& path, const std::string& model_type, ServedModel* m) {
+  StatusOr<chat::ChatTemplate> t = chat::ChatTemplate::FromModelPath(path);
+  if (!t.ok()) {
+    if (t.status().code() != StatusCode::kNotFound)
+      std::fprintf(stderr, "tessera serve: the model's chat template is not usable, using the %s turn format: %s\n",
+                   model_type.c_str(), t.status().message().c_str());
+    t = chat::ChatTemplate::Builtin(model_type);
+  }
+  if (!t.ok()) {
+    std::fprintf(stderr, "tessera serve: no chat template (%s): /v1/chat/completions is refused\n",
+                 t.status().message().c_str());
+    return;
+  }
+  // Rendering is thread-safe (each render has its own state): one template for every handler.
+  auto tpl = std::make_shared<const chat::ChatTemplate>(std::move(t).value());
+  m->chat_template = tpl->name();
+  std::fprintf(stderr, "tessera serve: chat template %s\n", m->chat_template.c_str());
+  m->render_chat = [tpl](const std::string& messages) { return tpl->Render(messages, chat::RenderOptions{}); };
 }
 
 void FindStopTokens(ServedModel* m) {
@@ -98,6 +123,7 @@ StatusOr<ServedModel> LoadServedModel(const std::string& path, const LoadOptions
     return InvalidArgument("the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) + " ids but the model " +
                            std::to_string(m.model->info().vocab));
   FindStopTokens(&m);
+  LoadChat(path, m.model->info().model_type, &m);
   m.id = id;
   if (m.id.empty()) {
     const std::filesystem::path p = std::filesystem::path(path).lexically_normal();

@@ -21,6 +21,7 @@ struct ServedModel {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   // Messages JSON (ApiRequest::messages_json) -> prompt text; null when the model has no template.
   std::function<StatusOr<std::string>(const std::string& messages_json)> render_chat;
+  std::string chat_template;              // the template's name (its file, or the built-in format)
   std::string id;                         // the model's name in the API
   std::vector<int32_t> stop_tokens;       // the config's eos ids
   std::vector<int32_t> chat_stop_tokens;  // those and the turn-end token(s) the vocabulary has
