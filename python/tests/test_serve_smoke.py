@@ -1,11 +1,15 @@
 """`tessera serve` smoke test (issue 21): the server started on a free loopback port over a tiny
 checkpoint (tests/testdata/models/gemma3_text with the Gemma-style tokenizer.model), every route
-hit with urllib. Completions are checked against the same prompt run directly through
-`tessera.Model.generate` (same tokens), with the `sentencepiece` package as the detokenizer of
-reference. The openai-package, load and exactness suites are python/tests/test_serve_*.py."""
+hit with urllib. Completions and chat completions are checked against the same prompt run directly
+through `tessera.Model.generate` (same tokens), with the `sentencepiece` package as the tokenizer
+and detokenizer of reference and chat prompts written out by hand (or rendered by jinja2); also
+GGUF files, images as data URLs (the tiny Gemma 3 vision tower), errors, metrics, disconnects,
+idle connections and SIGTERM. The openai-package, load and exactness suites are the other
+python/tests/test_serve_*.py."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +32,26 @@ CONTEXT = 128
 pytestmark = pytest.mark.skipif(not os.access(TESSERA, os.X_OK), reason=f"{TESSERA} is not built")
 
 
+@contextlib.contextmanager
+def serving(model, *args):
+    """`tessera serve` on a free loopback port: yields its base URL; SIGTERM must stop it (status 0)."""
+    proc = subprocess.Popen([TESSERA, "serve", "--model", str(model), "--port", "0", "--threads", "2", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()  # the one line the server prints once it listens
+    if not line.startswith("tessera serve: listening on http://127.0.0.1:"):
+        proc.kill()
+        pytest.fail(f"no listening line: {line!r}, stderr: {proc.stderr.read()}")
+    try:
+        yield line.strip().rsplit(" ", 1)[1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(timeout=15) == 0, proc.stderr.read()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("tessera serve did not stop within 15 s of SIGTERM")
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """gemma3_text (vocab 512) with gemma_style.model (512 pieces, Gemma's special tokens)."""
@@ -42,21 +66,8 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    proc = subprocess.Popen([TESSERA, "serve", "--model", model_dir, "--port", "0", "--slots", str(SLOTS),
-                             "--max-context", str(CONTEXT), "--threads", "2", "--api-key", KEY],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()  # the one line the server prints once it listens
-    if not line.startswith("tessera serve: listening on http://127.0.0.1:"):
-        proc.kill()
-        pytest.fail(f"no listening line: {line!r}, stderr: {proc.stderr.read()}")
-    url = line.strip().rsplit(" ", 1)[1]
-    yield url
-    proc.send_signal(signal.SIGTERM)
-    try:
-        assert proc.wait(timeout=15) == 0, proc.stderr.read()
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("tessera serve did not stop within 15 s of SIGTERM")
+    with serving(model_dir, "--slots", SLOTS, "--max-context", CONTEXT, "--api-key", KEY) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -290,17 +301,11 @@ def test_gguf_model_serves_with_its_own_vocabulary(model_dir, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     want = tessera.Model.load(gguf, max_context=CONTEXT, num_threads=2).generate(prompt="hello gguf", max_new_tokens=6)[0]
-    proc = subprocess.Popen([TESSERA, "serve", "--model", gguf, "--port", "0", "--max-context", str(CONTEXT),
-                             "--threads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+    with serving(gguf, "--max-context", CONTEXT) as url:
         assert ok_json(url, "/v1/models")["data"][0]["id"] == "tiny-q8_0.gguf"
         got = ok_json(url, "/v1/completions", {"prompt": "hello gguf", "max_tokens": 6, "temperature": 0,
                                                "return_token_ids": True})
         assert got["choices"][0]["token_ids"] == [t for t in want if t != 1]
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
 
 
 def metric(url, name, key=None):
@@ -315,11 +320,7 @@ def metric(url, name, key=None):
 def test_client_disconnect_cancels_the_request(model_dir, stream):
     """A client that closes its connection mid-completion frees the slot long before max_tokens."""
     import socket
-    proc = subprocess.Popen([TESSERA, "serve", "--model", model_dir, "--port", "0", "--slots", "1",
-                             "--max-context", "4096", "--threads", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+    with serving(model_dir, "--slots", 1, "--max-context", 4096) as url:
         host, port = url.rsplit("/", 1)[1].split(":")
         body = json.dumps({"prompt": "go on", "max_tokens": 4000, "temperature": 1.0, "seed": 3,
                            "stream": stream}).encode()
@@ -340,9 +341,6 @@ def test_client_disconnect_cancels_the_request(model_dir, stream):
             time.sleep(0.02)
         generated = metric(url, "tessera_generated_tokens_total")
         assert generated < 2000, f"{generated} tokens generated for a client that had left"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
 
 
 # --- chat ------------------------------------------------------------------------------------------
@@ -401,14 +399,8 @@ def test_chat_uses_the_checkpoints_template(model_dir, reference, tmp_path):
                 {"role": "user", "content": "three"}]
     rendered = jinja2.Environment().from_string(source).render(messages=messages, bos_token="<bos>",
                                                                add_generation_prompt=True)
-    proc = subprocess.Popen([TESSERA, "serve", "--model", str(d), "--port", "0", "--threads", "2",
-                             "--max-context", str(CONTEXT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+    with serving(d, "--max-context", CONTEXT) as url:
         assert chat(url, messages, max_tokens=2)["prompt_token_ids"] == encode_special(sp, rendered)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
 
 
 def test_chat_with_an_image_data_url(tmp_path):
@@ -446,10 +438,7 @@ def test_chat_with_an_image_data_url(tmp_path):
     layout = text_ids[:at] + [nl, 7] + [4] * config["mm_tokens_per_image"] + [8, nl] + text_ids[at + 1:]
     model = tessera.Model.load(str(d), max_context=CONTEXT, num_threads=2)
     want = model.generate(input_ids=[text_ids], images=[str(png)], max_new_tokens=8, stop_tokens=[1, 6])[0]
-    proc = subprocess.Popen([TESSERA, "serve", "--model", str(d), "--port", "0", "--threads", "2",
-                             "--max-context", str(CONTEXT)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        url = proc.stdout.readline().strip().rsplit(" ", 1)[1]
+    with serving(d, "--max-context", CONTEXT) as url:
         r = chat(url, [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url_data}},
                                                     {"type": "text", "text": "describe"}]}], max_tokens=8)
         assert r["prompt_token_ids"] == layout
@@ -458,6 +447,3 @@ def test_chat_with_an_image_data_url(tmp_path):
         status, _, data = call(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:image/png;base64," + bad}}]}]}, key=None)
         assert status == 400 and json.loads(data)["error"]["param"] == "messages[0].content[0]"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=15) == 0
