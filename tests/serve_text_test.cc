@@ -105,7 +105,7 @@ TEST(ServeText, UnfinishedCharacterAtTheEndIsFlushed) {
 }
 
 TEST(ServeText, JsonStringsRoundTrip) {
-  for (const std::string s : {std::string(""), std::string("plain"), std::string("q\"b\\s/\n\r\t\b\f"),
+  for (const std::string& s : {std::string(""), std::string("plain"), std::string("q\"b\\s/\n\r\t\b\f"),
                               std::string("ctl\x01\x1f\x7f"), std::string("nul\0in", 6),
                               std::string("\xE2\x82\xAC\xF0\x9F\x98\x80\xC3\xA9\xEF\xBF\xBD")}) {
     std::string json;
