@@ -14,25 +14,10 @@ namespace tessera::runtime {
 namespace {
 
 using testing::MakeTinyModel;
+using testing::MakeImagePrompt;
 using testing::TinyModelOptions;
 
 constexpr int32_t kImage = 90;
-
-// Text, then an image block of `img` placeholder tokens (token type 1), then text.
-Prompt MakePrompt(std::mt19937& rng, int64_t before, int64_t img, int64_t after, std::vector<float>& embeds,
-                  int64_t hidden) {
-  Prompt p;
-  std::uniform_int_distribution<int32_t> tok(0, 80);
-  for (int64_t i = 0; i < before; ++i) p.tokens.push_back(tok(rng)), p.token_types.push_back(0);
-  for (int64_t i = 0; i < img; ++i) p.tokens.push_back(kImage), p.token_types.push_back(1);
-  for (int64_t i = 0; i < after; ++i) p.tokens.push_back(tok(rng)), p.token_types.push_back(0);
-  std::normal_distribution<float> nd;
-  embeds.resize(img * hidden);
-  for (float& x : embeds) x = nd(rng);
-  p.image_embeds = embeds.data();
-  p.image_rows = img;
-  return p;
-}
 
 std::vector<float> AllLogits(const model::GemmaModel& m, const std::vector<Prompt>& prompts, int64_t max_chunk,
                              int64_t max_context = 128, ThreadPool* pool = nullptr) {
@@ -76,7 +61,7 @@ TEST(Session, ChunkedPrefillEqualsOneShot) {
     auto m = MakeTinyModel(opt);
     std::mt19937 rng(5);
     std::vector<float> e;
-    const Prompt p = MakePrompt(rng, 7, 6, 11, e, m->arch().hidden);  // 24 tokens, block at 7..12
+    const Prompt p = MakeImagePrompt(rng, 7, 6, 11, e, m->arch().hidden);  // 24 tokens, block at 7..12
     const std::vector<float> one = AllLogits(*m, {p}, 32, 128, &pool);
     for (int64_t chunk : {1 + 6, 8, 9, 13}) {  // 8 and 9 would split the block: the boundary moves
       SCOPED_TRACE(chunk);
@@ -91,7 +76,7 @@ TEST(Session, DecodeEqualsPrefillOfLongerPrompt) {
     const int64_t V = m->arch().vocab;
     std::mt19937 rng(8);
     std::vector<float> e;
-    Prompt full = MakePrompt(rng, 3, 4, 14, e, m->arch().hidden);  // 21 tokens
+    Prompt full = MakeImagePrompt(rng, 3, 4, 14, e, m->arch().hidden);  // 21 tokens
     const std::vector<float> want = AllLogits(*m, {full}, 16);
     Prompt head = full;
     head.tokens.resize(12);
@@ -117,9 +102,9 @@ TEST(Session, BatchedRowsEqualSingleRows) {
     const int64_t V = m->arch().vocab;
     std::mt19937 rng(2);
     std::vector<float> e0, e1, e2;
-    const Prompt a = MakePrompt(rng, 2, 5, 9, e0, m->arch().hidden);   // 16 tokens
-    const Prompt b = MakePrompt(rng, 0, 3, 2, e1, m->arch().hidden);   // 5 tokens, block at the start
-    const Prompt c = MakePrompt(rng, 20, 0, 0, e2, m->arch().hidden);  // 20 tokens, no image
+    const Prompt a = MakeImagePrompt(rng, 2, 5, 9, e0, m->arch().hidden);   // 16 tokens
+    const Prompt b = MakeImagePrompt(rng, 0, 3, 2, e1, m->arch().hidden);   // 5 tokens, block at the start
+    const Prompt c = MakeImagePrompt(rng, 20, 0, 0, e2, m->arch().hidden);  // 20 tokens, no image
     const std::vector<float> batched = AllLogits(*m, {a, b, c}, 6);
     const int64_t s_max = 20;
     int row = 0;
@@ -137,7 +122,7 @@ TEST(Session, RingAndDenseStoresAgree) {
   auto m = MakeTinyModel({});
   std::mt19937 rng(4);
   std::vector<float> e;
-  const Prompt p = MakePrompt(rng, 10, 4, 30, e, m->arch().hidden);
+  const Prompt p = MakeImagePrompt(rng, 10, 4, 30, e, m->arch().hidden);
   // max_chunk 4: rings of 8 slots; max_chunk 60 with context 64: the ring would not be smaller
   // than the context, so every layer is dense.
   ExpectClose(AllLogits(*m, {p}, 4, 64), AllLogits(*m, {p}, 60, 64), kTol, "ring vs dense");
@@ -147,7 +132,7 @@ TEST(Session, GenerateIsDeterministicAndStops) {
   auto m = MakeTinyModel({});
   std::mt19937 rng(6);
   std::vector<float> e;
-  const Prompt p = MakePrompt(rng, 5, 3, 2, e, m->arch().hidden);
+  const Prompt p = MakeImagePrompt(rng, 5, 3, 2, e, m->arch().hidden);
   SessionOptions o;
   o.max_batch = 2;
   auto s = std::move(Session::Create(*m, o, nullptr).value());
@@ -174,7 +159,7 @@ TEST(Session, ImagePlaceholderOutsideTheVocabulary) {
   auto a = MakeTinyModel(in_vocab), b = MakeTinyModel(out_of_vocab);
   std::mt19937 rng(3);
   std::vector<float> e;
-  Prompt p = MakePrompt(rng, 4, 3, 5, e, a->arch().hidden);
+  Prompt p = MakeImagePrompt(rng, 4, 3, 5, e, a->arch().hidden);
   Prompt q = p;
   for (int32_t& t : q.tokens)
     if (t == kImage) t = 500;
@@ -191,18 +176,18 @@ TEST(Session, BadInput) {
   auto s = std::move(Session::Create(*m, o, nullptr).value());
   std::vector<float> logits(m->arch().vocab);
   auto error = [&](const Prompt& p) { return s->Prefill({p}, logits.data()).message(); };
-  Prompt p = MakePrompt(rng, 3, 5, 2, e, m->arch().hidden);  // block of 5 > max_chunk 4
+  Prompt p = MakeImagePrompt(rng, 3, 5, 2, e, m->arch().hidden);  // block of 5 > max_chunk 4
   EXPECT_NE(error(p).find("image block of prompt 0 at token 3 is longer than the prefill chunk (max_chunk)"), std::string::npos)
       << error(p);
-  p = MakePrompt(rng, 3, 2, 2, e, m->arch().hidden);
+  p = MakeImagePrompt(rng, 3, 2, 2, e, m->arch().hidden);
   p.image_rows = 1;
   EXPECT_NE(error(p).find("2 image placeholder tokens but 1 image embedding rows"), std::string::npos) << error(p);
-  p = MakePrompt(rng, 3, 0, 2, e, m->arch().hidden);
+  p = MakeImagePrompt(rng, 3, 0, 2, e, m->arch().hidden);
   p.tokens[1] = 97;
   EXPECT_NE(error(p).find("token id 97 at [0, 1] is outside the vocabulary [0, 97)"), std::string::npos) << error(p);
-  p = MakePrompt(rng, 40, 0, 0, e, m->arch().hidden);
+  p = MakeImagePrompt(rng, 40, 0, 0, e, m->arch().hidden);
   EXPECT_NE(error(p).find("has 40 tokens, more than max_context 32"), std::string::npos) << error(p);
-  p = MakePrompt(rng, 31, 0, 0, e, m->arch().hidden);
+  p = MakeImagePrompt(rng, 31, 0, 0, e, m->arch().hidden);
   ASSERT_TRUE(s->Prefill({p}, logits.data()).ok());
   int32_t t = 1;
   ASSERT_TRUE(s->Decode(&t, nullptr, logits.data()).ok());  // position 31: the last slot
@@ -225,8 +210,8 @@ TEST(SessionModes, AllModesAgree) {
     auto m = testing::MakeTinyModel(opt);
     std::mt19937 rng(12);
     std::vector<float> e0, e1;
-    const Prompt a = MakePrompt(rng, 4, 5, 9, e0, m->arch().hidden);
-    const Prompt b = MakePrompt(rng, 9, 3, 6, e1, m->arch().hidden);  // same length (18)
+    const Prompt a = MakeImagePrompt(rng, 4, 5, 9, e0, m->arch().hidden);
+    const Prompt b = MakeImagePrompt(rng, 9, 3, 6, e1, m->arch().hidden);  // same length (18)
     std::vector<std::vector<int32_t>> want;
     for (Mode mode : {Mode::kUnified, Mode::kBias, Mode::kSplit}) {
       SessionOptions o;
@@ -251,8 +236,8 @@ TEST(SessionModes, BaselinesNeedEqualLengths) {
   auto m = testing::MakeTinyModel({});
   std::mt19937 rng(1);
   std::vector<float> e0, e1;
-  const Prompt a = MakePrompt(rng, 4, 0, 9, e0, m->arch().hidden);
-  const Prompt b = MakePrompt(rng, 2, 0, 9, e1, m->arch().hidden);
+  const Prompt a = MakeImagePrompt(rng, 4, 0, 9, e0, m->arch().hidden);
+  const Prompt b = MakeImagePrompt(rng, 2, 0, 9, e1, m->arch().hidden);
   SessionOptions o;
   o.max_batch = 2;
   o.mode = Mode::kSplit;

@@ -112,6 +112,21 @@ std::unique_ptr<model::GemmaModel> MakeTinyModel(const TinyModelOptions& opt) {
 
 namespace tessera::testing {
 
+Prompt MakeImagePrompt(std::mt19937& rng, int64_t before, int64_t img, int64_t after, std::vector<float>& embeds,
+                       int64_t hidden) {
+  Prompt p;
+  std::uniform_int_distribution<int32_t> tok(0, 80);
+  for (int64_t i = 0; i < before; ++i) p.tokens.push_back(tok(rng)), p.token_types.push_back(0);
+  for (int64_t i = 0; i < img; ++i) p.tokens.push_back(90), p.token_types.push_back(1);
+  for (int64_t i = 0; i < after; ++i) p.tokens.push_back(tok(rng)), p.token_types.push_back(0);
+  std::normal_distribution<float> nd;
+  embeds.resize(img * hidden);
+  for (float& x : embeds) x = nd(rng);
+  p.image_embeds = embeds.data();
+  p.image_rows = img;
+  return p;
+}
+
 Status GenerateTokens(runtime::Session& s, const std::vector<Prompt>& prompts, int64_t max_new,
                       const SamplingParams& sampling, const std::vector<int32_t>& stop,
                       std::vector<std::vector<int32_t>>* out) {

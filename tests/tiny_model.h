@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "model/gemma_model.h"
 #include "runtime/session.h"
@@ -25,6 +27,11 @@ std::unique_ptr<model::GemmaModel> MakeTinyModel(const TinyModelOptions& opt);
 }  // namespace tessera::testing
 
 namespace tessera::testing {
+
+// A prompt of `before` text tokens (ids 0..80), an image block of `img` placeholders (token type 1,
+// id 90) and `after` text tokens; the image rows, [img, hidden] normal draws, go to `embeds`.
+Prompt MakeImagePrompt(std::mt19937& rng, int64_t before, int64_t img, int64_t after, std::vector<float>& embeds,
+                       int64_t hidden);
 
 // runtime::Generate's tokens per row (the shape the tests compare).
 Status GenerateTokens(runtime::Session& s, const std::vector<Prompt>& prompts, int64_t max_new,

@@ -2,6 +2,7 @@
 // jinja2's sandbox resolves them, calls, filters, tests and operators.
 #include <algorithm>
 
+#include "chat/depth_guard.h"
 #include "chat/library.h"
 #include "chat/renderer.h"
 #include "chat/status_macros.h"
@@ -9,15 +10,6 @@
 
 namespace tessera::chat {
 namespace {
-
-class DepthGuard {
- public:
-  explicit DepthGuard(int* depth) : depth_(depth) { ++*depth_; }
-  ~DepthGuard() { --*depth_; }
-
- private:
-  int* depth_;
-};
 
 Value BoundMethod(const Value& self, const std::string& name) {
   return Value::Fn(Callable{CallableKind::kMethod, name, nullptr, nullptr, self});
@@ -31,7 +23,7 @@ std::string MissingAttr(const Value& obj, const std::string& name) {
 
 StatusOr<Value> Renderer::Eval(const Expr& e, Scope* scope) {
   DepthGuard guard(&eval_depth_);
-  if (eval_depth_ > limits_.max_eval_depth) return Fail("template nests too deeply (recursion?)");
+  TESSERA_RETURN_IF_ERROR(Enter());
   if (++steps_ > limits_.max_steps) return Fail("template exceeds the work limit (an endless or runaway loop?)");
   line_ = e.line;
   return EvalNode(e, scope);

@@ -130,20 +130,26 @@ StatusOr<Value> Format(Renderer& r, const Value& v, const CallArgs& args) {
   return StrResult(r, std::move(s));
 }
 
-// Python's float(str): surrounding whitespace, '_' between digits, inf/nan spellings.
-bool ParseFloat(std::string_view text, double* out) {
-  std::string s = PyStrip(text, nullptr, true, true);
-  std::string clean;
+// The text of a Python number literal without its '_' separators (each between two digits);
+// false when one is misplaced.
+bool WithoutSeparators(std::string_view text, std::string* out) {
+  const std::string s = PyStrip(text, nullptr, true, true);
   for (size_t k = 0; k < s.size(); ++k) {
-    if (s[k] == '_') {
-      if (k == 0 || k + 1 == s.size() || !std::isdigit(static_cast<unsigned char>(s[k - 1])) ||
-          !std::isdigit(static_cast<unsigned char>(s[k + 1])))
-        return false;
+    if (s[k] != '_') {
+      *out += s[k];
       continue;
     }
-    clean += s[k];
+    if (k == 0 || k + 1 == s.size() || !std::isalnum(static_cast<unsigned char>(s[k - 1])) ||
+        !std::isalnum(static_cast<unsigned char>(s[k + 1])))
+      return false;
   }
-  if (clean.empty() || clean.find_first_of("xXpP") != std::string::npos) return false;
+  return !out->empty();
+}
+
+// Python's float(str): surrounding whitespace, '_' between digits, inf/nan spellings.
+bool ParseFloat(std::string_view text, double* out) {
+  std::string clean;
+  if (!WithoutSeparators(text, &clean) || clean.find_first_of("xXpP") != std::string::npos) return false;
   char* end = nullptr;
   *out = std::strtod(clean.c_str(), &end);
   return end == clean.c_str() + clean.size();
@@ -151,18 +157,8 @@ bool ParseFloat(std::string_view text, double* out) {
 
 // Python's int(str, base): sign, whitespace, '_' separators; base 0 reads a 0x/0o/0b prefix.
 bool ParseInt(std::string_view text, int base, int64_t* out) {
-  std::string s = PyStrip(text, nullptr, true, true);
   std::string clean;
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (s[k] == '_') {
-      if (k == 0 || k + 1 == s.size() || !std::isalnum(static_cast<unsigned char>(s[k - 1])) ||
-          !std::isalnum(static_cast<unsigned char>(s[k + 1])))
-        return false;
-      continue;
-    }
-    clean += s[k];
-  }
-  if (clean.empty()) return false;
+  if (!WithoutSeparators(text, &clean)) return false;
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(clean.c_str(), &end, base);
@@ -317,18 +313,13 @@ constexpr NamedFilter kFilters[] = {
 }  // namespace
 
 StatusOr<Value> CallFilter(Renderer& r, const std::string& name, const Value& v, const CallArgs& args) {
-  for (const NamedFilter& f : kFilters)
-    if (name == f.name) return f.fn(r, v, args);
+  if (const NamedFilter* f = FindByName(kFilters, name)) return f->fn(r, v, args);
   bool found = false;
   StatusOr<Value> out = CallSequenceFilter(r, name, v, args, &found);
   if (found) return out;
   return r.Fail("no filter named '" + name + "'");
 }
 
-bool IsFilterName(std::string_view name) {
-  for (const NamedFilter& f : kFilters)
-    if (name == f.name) return true;
-  return IsSequenceFilterName(name);
-}
+bool IsFilterName(std::string_view name) { return FindByName(kFilters, name) || IsSequenceFilterName(name); }
 
 }  // namespace tessera::chat

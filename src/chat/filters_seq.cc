@@ -315,20 +315,12 @@ constexpr NamedSeqFilter kSeqFilters[] = {
 
 StatusOr<Value> CallSequenceFilter(Renderer& r, const std::string& name, const Value& v, const CallArgs& args,
                                    bool* found) {
-  for (const NamedSeqFilter& f : kSeqFilters) {
-    if (name == f.name) {
-      *found = true;
-      return f.fn(r, v, args);
-    }
-  }
-  *found = false;
-  return Value();
+  const NamedSeqFilter* f = FindByName(kSeqFilters, name);
+  *found = f != nullptr;
+  if (!f) return Value();
+  return f->fn(r, v, args);
 }
 
-bool IsSequenceFilterName(std::string_view name) {
-  for (const NamedSeqFilter& f : kSeqFilters)
-    if (name == f.name) return true;
-  return false;
-}
+bool IsSequenceFilterName(std::string_view name) { return FindByName(kSeqFilters, name) != nullptr; }
 
 }  // namespace tessera::chat

@@ -142,13 +142,10 @@ constexpr NamedTest kTests[] = {
 }  // namespace
 
 StatusOr<bool> CallTest(Renderer& r, const std::string& name, const Value& v, const CallArgs& args) {
-  for (const NamedTest& t : kTests)
-    if (name == t.name) return t.fn(r, v, args);
+  if (const NamedTest* t = FindByName(kTests, name)) return t->fn(r, v, args);
   return r.Fail("no test named '" + name + "'");
 }
 
-bool IsTestName(std::string_view name) {
-  return std::any_of(std::begin(kTests), std::end(kTests), [name](const NamedTest& t) { return name == t.name; });
-}
+bool IsTestName(std::string_view name) { return FindByName(kTests, name) != nullptr; }
 
 }  // namespace tessera::chat

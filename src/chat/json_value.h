@@ -12,7 +12,7 @@
 namespace tessera::chat {
 
 // Nesting allowed in messages / extra variables (tool schemas nest a few levels).
-inline constexpr int kMaxJsonInputNesting = 128;
+inline constexpr int kMaxJsonInputNesting = 256;
 
 // Parses `text`; errors name `what` ("messages") and say what is wrong.
 StatusOr<Value> ParseJsonValue(std::string_view text, std::string_view what);

@@ -1,7 +1,6 @@
 #include "chat/lexer.h"
 
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 
 #include "chat/text.h"
@@ -41,20 +40,6 @@ bool AllPySpace(std::string_view s) {
   for (char32_t c : DecodeUtf8(s))
     if (!IsPySpace(c)) return false;
   return true;
-}
-
-// Appends the text Python's backslashreplace gives a non-ASCII code point (what a backslash
-// before it ends up escaping in jinja2's string-literal decoding).
-void AppendBackslashReplace(char32_t cp, std::string* out) {
-  char buf[16];
-  if (cp < 0x100) {
-    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
-  } else if (cp < 0x10000) {
-    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
-  } else {
-    std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(cp));
-  }
-  *out += buf;
 }
 
 class Lexer {
@@ -407,7 +392,7 @@ Status Lexer::String() {
       const size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
       const std::vector<char32_t> cp = DecodeUtf8(body.substr(k, len));
       out += '\\';
-      AppendBackslashReplace(cp.empty() ? 0 : cp[0], &out);
+      AppendPyEscape(cp.empty() ? 0 : cp[0], &out);  // what Python's backslashreplace leaves
       k += len - 1;
     } else {
       out += '\\';

@@ -13,6 +13,14 @@
 
 namespace tessera::chat {
 
+// The entry called `name` in a table of {name, function} (filters, tests), or null.
+template <typename Entry, size_t N>
+const Entry* FindByName(const Entry (&table)[N], std::string_view name) {
+  for (const Entry& e : table)
+    if (name == e.name) return &e;
+  return nullptr;
+}
+
 StatusOr<Value> BinaryOp(Renderer& r, BinOp op, const Value& a, const Value& b);
 StatusOr<bool> CompareValues(Renderer& r, CmpOp op, const Value& a, const Value& b);
 // Python's ordering (a < b) as -1 / 0 / 1; an error for types Python does not order.

@@ -2,21 +2,11 @@
 
 #include <algorithm>
 
+#include "chat/depth_guard.h"
 #include "chat/status_macros.h"
 
 namespace tessera::chat {
 namespace {
-
-// Holds one level of nesting for the lifetime of a parse step.
-class NestingGuard {
- public:
-  explicit NestingGuard(int* n) : n_(n) { ++*n_; }
-  ~NestingGuard() { --*n_; }
-  bool exceeded() const { return *n_ > kMaxParseNesting; }
-
- private:
-  int* n_;
-};
 
 bool Contains(std::initializer_list<std::string_view> list, std::string_view s) {
   return std::find(list.begin(), list.end(), s) != list.end();
@@ -69,6 +59,17 @@ Status Parser::ExpectName(std::string* out) {
   return Status::Ok();
 }
 
+// A filter or test name (jinja2 allows dotted ones).
+Status Parser::ExpectDottedName(std::string* out) {
+  TESSERA_RETURN_IF_ERROR(ExpectName(out));
+  while (SkipOp(".")) {
+    std::string part;
+    TESSERA_RETURN_IF_ERROR(ExpectName(&part));
+    *out += "." + part;
+  }
+  return Status::Ok();
+}
+
 Status Parser::ExpectBlockEnd() {
   if (Cur().kind != TokKind::kBlockEnd) return Fail("expected end of statement block '%}', got " + Describe(Cur()));
   Next();
@@ -85,8 +86,8 @@ StatusOr<Body> Parser::Parse() {
 // Statements up to one of the `ends` tags (its name consumed, so the caller reads what follows),
 // or to the end of the template when `ends` is empty.
 Status Parser::ParseBody(Body* out, std::initializer_list<std::string_view> ends, std::string* end) {
-  NestingGuard guard(&nesting_);
-  if (guard.exceeded()) return Fail("statements nested too deeply");
+  DepthGuard guard(&nesting_);
+  if (guard.depth() > kMaxParseNesting) return Fail("statements nested too deeply");
   while (true) {
     const Token& t = Cur();
     if (t.kind == TokKind::kEof) {
@@ -120,6 +121,14 @@ Status Parser::ParseBody(Body* out, std::initializer_list<std::string_view> ends
   }
 }
 
+// The rest of a block statement: its %}, the body, and {% end_tag %}.
+Status Parser::ParseBlock(Body* body, std::string_view end_tag) {
+  TESSERA_RETURN_IF_ERROR(ExpectBlockEnd());
+  std::string end;
+  TESSERA_RETURN_IF_ERROR(ParseBody(body, {end_tag}, &end));
+  return ExpectBlockEnd();
+}
+
 Status Parser::ParseTag(Body* out) {
   if (Cur().kind != TokKind::kName) return Fail("expected a statement name after '{%', got " + Describe(Cur()));
   const std::string tag = Cur().text;
@@ -141,16 +150,10 @@ Status Parser::ParseTag(Body* out) {
   } else if (tag == "filter") {
     s->kind = StmtKind::kFilterBlock;
     TESSERA_RETURN_IF_ERROR(ParseFilterChain(&s->filters));
-    TESSERA_RETURN_IF_ERROR(ExpectBlockEnd());
-    std::string end;
-    TESSERA_RETURN_IF_ERROR(ParseBody(&s->body, {"endfilter"}, &end));
-    TESSERA_RETURN_IF_ERROR(ExpectBlockEnd());
+    TESSERA_RETURN_IF_ERROR(ParseBlock(&s->body, "endfilter"));
   } else if (tag == "generation") {
     s->kind = StmtKind::kGeneration;
-    TESSERA_RETURN_IF_ERROR(ExpectBlockEnd());
-    std::string end;
-    TESSERA_RETURN_IF_ERROR(ParseBody(&s->body, {"endgeneration"}, &end));
-    TESSERA_RETURN_IF_ERROR(ExpectBlockEnd());
+    TESSERA_RETURN_IF_ERROR(ParseBlock(&s->body, "endgeneration"));
   } else if (tag == "print") {
     s->kind = StmtKind::kOutput;
     CHAT_ASSIGN_OR_RETURN(s->expr, ParseTuple(true, false));
@@ -252,10 +255,7 @@ Status Parser::ParseSet(Stmt* s) {
     Next();
     TESSERA_RETURN_IF_ERROR(ParseFilterChain(&s->filters));
   }
-  TESSERA_RETURN_IF_ERROR(ExpectBlockEnd());
-  std::string end;
-  TESSERA_RETURN_IF_ERROR(ParseBody(&s->body, {"endset"}, &end));
-  return ExpectBlockEnd();
+  return ParseBlock(&s->body, "endset");
 }
 
 // name(args) [| name(args)]...: the first filter's name is at the current token.
@@ -263,12 +263,7 @@ Status Parser::ParseFilterChain(std::vector<FilterCall>* out) {
   do {
     FilterCall f;
     f.line = Cur().line;
-    TESSERA_RETURN_IF_ERROR(ExpectName(&f.name));
-    while (SkipOp(".")) {
-      std::string part;
-      TESSERA_RETURN_IF_ERROR(ExpectName(&part));
-      f.name += "." + part;
-    }
+    TESSERA_RETURN_IF_ERROR(ExpectDottedName(&f.name));
     if (IsOp("(")) TESSERA_RETURN_IF_ERROR(ParseCallArgs(&f.args));
     out->push_back(std::move(f));
   } while (SkipOp("|"));
@@ -342,10 +337,7 @@ Status Parser::ParseWith(Stmt* s) {
     CHAT_ASSIGN_OR_RETURN(value, ParseExpression());
     s->assigns.emplace_back(std::move(t), std::move(value));
   }
-  Next();
-  std::string end;
-  TESSERA_RETURN_IF_ERROR(ParseBody(&s->body, {"endwith"}, &end));
-  return ExpectBlockEnd();
+  return ParseBlock(&s->body, "endwith");
 }
 
 }  // namespace tessera::chat

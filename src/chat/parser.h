@@ -37,11 +37,13 @@ class Parser {
   Status Fail(std::string_view message) const;
   Status ExpectOp(std::string_view op);
   Status ExpectName(std::string* out);
+  Status ExpectDottedName(std::string* out);
   Status ExpectBlockEnd();
   std::string Describe(const Token& t) const;
 
   Status ParseBody(Body* out, std::initializer_list<std::string_view> ends, std::string* end);
   Status ParseTag(Body* out);
+  Status ParseBlock(Body* body, std::string_view end_tag);
   Status ParseFor(Stmt* s);
   Status ParseIf(Stmt* s);
   Status ParseSet(Stmt* s);
@@ -64,9 +66,19 @@ class Parser {
   StatusOr<ExprPtr> ParseConcat();
   StatusOr<ExprPtr> ParseMath2();
   StatusOr<ExprPtr> ParsePow();
+  StatusOr<ExprPtr> ParseFilteredUnary();
   StatusOr<ExprPtr> ParseUnary(bool with_filter);
+  // An operator of a binary precedence level: a name ("or") or an operator token ("+").
+  struct OpToken {
+    const char* text;
+    bool is_name;
+    ExprKind kind;
+    BinOp op = BinOp::kAdd;
+  };
+  StatusOr<ExprPtr> ParseBinaryLevel(StatusOr<ExprPtr> (Parser::*next)(), std::initializer_list<OpToken> ops);
   StatusOr<ExprPtr> ParsePrimary();
   StatusOr<ExprPtr> ParseListOrDict(bool dict);
+  StatusOr<ExprPtr> ParseCall(ExprPtr callee);
   StatusOr<ExprPtr> ParsePostfix(ExprPtr node);
   StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node);
   StatusOr<ExprPtr> ParseSubscript(ExprPtr node);

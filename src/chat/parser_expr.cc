@@ -1,21 +1,12 @@
 // Expression parsing for Parser (parser.h): one function per jinja2 precedence level, lowest first.
 #include <algorithm>
 
+#include "chat/depth_guard.h"
 #include "chat/parser.h"
 #include "chat/status_macros.h"
 
 namespace tessera::chat {
 namespace {
-
-class ExprNesting {
- public:
-  explicit ExprNesting(int* n) : n_(n) { ++*n_; }
-  ~ExprNesting() { --*n_; }
-  bool exceeded() const { return *n_ > kMaxParseNesting; }
-
- private:
-  int* n_;
-};
 
 bool TupleEnd(const Token& t) {
   return t.kind == TokKind::kVarEnd || t.kind == TokKind::kBlockEnd || t.kind == TokKind::kEof ||
@@ -65,8 +56,8 @@ StatusOr<ExprPtr> Parser::ParseTuple(bool with_condexpr, bool explicit_parenthes
 }
 
 StatusOr<ExprPtr> Parser::ParseExpression(bool with_condexpr) {
-  ExprNesting guard(&nesting_);
-  if (guard.exceeded()) return Fail("expression nested too deeply");
+  DepthGuard guard(&nesting_);
+  if (guard.depth() > kMaxParseNesting) return Fail("expression nested too deeply");
   return with_condexpr ? ParseCondExpr() : ParseOr();
 }
 
@@ -80,8 +71,8 @@ StatusOr<ExprPtr> Parser::ParseCondExpr() {
     ExprPtr cond, other;
     CHAT_ASSIGN_OR_RETURN(cond, ParseOr());
     if (SkipName("else")) {
-      ExprNesting guard(&nesting_);
-      if (guard.exceeded()) return Fail("expression nested too deeply");
+      DepthGuard guard(&nesting_);
+      if (guard.depth() > kMaxParseNesting) return Fail("expression nested too deeply");
       CHAT_ASSIGN_OR_RETURN(other, ParseCondExpr());
     }
     ExprPtr c = Node(ExprKind::kCond, line);
@@ -93,40 +84,38 @@ StatusOr<ExprPtr> Parser::ParseCondExpr() {
   return expr;
 }
 
-StatusOr<ExprPtr> Parser::ParseOr() {
+// One left-associative level: operands from `next`, joined by any of `ops`.
+StatusOr<ExprPtr> Parser::ParseBinaryLevel(StatusOr<ExprPtr> (Parser::*next)(), std::initializer_list<OpToken> ops) {
   ExprPtr left;
-  CHAT_ASSIGN_OR_RETURN(left, ParseAnd());
-  while (IsName("or")) {
-    ExprPtr n = Node(ExprKind::kOr, Cur().line);
+  CHAT_ASSIGN_OR_RETURN(left, (this->*next)());
+  while (true) {
+    const OpToken* hit = nullptr;
+    for (const OpToken& o : ops) {
+      if (o.is_name ? IsName(o.text) : IsOp(o.text)) {
+        hit = &o;
+        break;
+      }
+    }
+    if (!hit) return left;
+    ExprPtr n = Node(hit->kind, Cur().line);
+    n->op = hit->op;
     Next();
     ExprPtr right;
-    CHAT_ASSIGN_OR_RETURN(right, ParseAnd());
+    CHAT_ASSIGN_OR_RETURN(right, (this->*next)());
     n->items.push_back(std::move(left));
     n->items.push_back(std::move(right));
     CHAT_ASSIGN_OR_RETURN(left, Seal(std::move(n)));
   }
-  return left;
 }
 
-StatusOr<ExprPtr> Parser::ParseAnd() {
-  ExprPtr left;
-  CHAT_ASSIGN_OR_RETURN(left, ParseNot());
-  while (IsName("and")) {
-    ExprPtr n = Node(ExprKind::kAnd, Cur().line);
-    Next();
-    ExprPtr right;
-    CHAT_ASSIGN_OR_RETURN(right, ParseNot());
-    n->items.push_back(std::move(left));
-    n->items.push_back(std::move(right));
-    CHAT_ASSIGN_OR_RETURN(left, Seal(std::move(n)));
-  }
-  return left;
-}
+StatusOr<ExprPtr> Parser::ParseOr() { return ParseBinaryLevel(&Parser::ParseAnd, {{"or", true, ExprKind::kOr}}); }
+
+StatusOr<ExprPtr> Parser::ParseAnd() { return ParseBinaryLevel(&Parser::ParseNot, {{"and", true, ExprKind::kAnd}}); }
 
 StatusOr<ExprPtr> Parser::ParseNot() {
   if (!IsName("not")) return ParseCompare();
-  ExprNesting guard(&nesting_);
-  if (guard.exceeded()) return Fail("expression nested too deeply");
+  DepthGuard guard(&nesting_);
+  if (guard.depth() > kMaxParseNesting) return Fail("expression nested too deeply");
   ExprPtr n = Node(ExprKind::kNot, Cur().line);
   Next();
   ExprPtr operand;
@@ -168,74 +157,32 @@ StatusOr<ExprPtr> Parser::ParseCompare() {
 }
 
 StatusOr<ExprPtr> Parser::ParseMath1() {
-  ExprPtr left;
-  CHAT_ASSIGN_OR_RETURN(left, ParseConcat());
-  while (IsOp("+") || IsOp("-")) {
-    ExprPtr n = Node(ExprKind::kBinary, Cur().line);
-    n->op = IsOp("+") ? BinOp::kAdd : BinOp::kSub;
-    Next();
-    ExprPtr right;
-    CHAT_ASSIGN_OR_RETURN(right, ParseConcat());
-    n->items.push_back(std::move(left));
-    n->items.push_back(std::move(right));
-    CHAT_ASSIGN_OR_RETURN(left, Seal(std::move(n)));
-  }
-  return left;
+  return ParseBinaryLevel(&Parser::ParseConcat, {{"+", false, ExprKind::kBinary, BinOp::kAdd},
+                                                 {"-", false, ExprKind::kBinary, BinOp::kSub}});
 }
 
 StatusOr<ExprPtr> Parser::ParseConcat() {
-  ExprPtr left;
-  CHAT_ASSIGN_OR_RETURN(left, ParseMath2());
-  while (IsOp("~")) {
-    ExprPtr n = Node(ExprKind::kBinary, Cur().line);
-    n->op = BinOp::kConcat;
-    Next();
-    ExprPtr right;
-    CHAT_ASSIGN_OR_RETURN(right, ParseMath2());
-    n->items.push_back(std::move(left));
-    n->items.push_back(std::move(right));
-    CHAT_ASSIGN_OR_RETURN(left, Seal(std::move(n)));
-  }
-  return left;
+  return ParseBinaryLevel(&Parser::ParseMath2, {{"~", false, ExprKind::kBinary, BinOp::kConcat}});
 }
 
 StatusOr<ExprPtr> Parser::ParseMath2() {
-  ExprPtr left;
-  CHAT_ASSIGN_OR_RETURN(left, ParsePow());
-  while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
-    ExprPtr n = Node(ExprKind::kBinary, Cur().line);
-    n->op = IsOp("*") ? BinOp::kMul : IsOp("/") ? BinOp::kDiv : IsOp("//") ? BinOp::kFloorDiv : BinOp::kMod;
-    Next();
-    ExprPtr right;
-    CHAT_ASSIGN_OR_RETURN(right, ParsePow());
-    n->items.push_back(std::move(left));
-    n->items.push_back(std::move(right));
-    CHAT_ASSIGN_OR_RETURN(left, Seal(std::move(n)));
-  }
-  return left;
+  return ParseBinaryLevel(&Parser::ParsePow, {{"*", false, ExprKind::kBinary, BinOp::kMul},
+                                              {"/", false, ExprKind::kBinary, BinOp::kDiv},
+                                              {"//", false, ExprKind::kBinary, BinOp::kFloorDiv},
+                                              {"%", false, ExprKind::kBinary, BinOp::kMod}});
 }
 
 StatusOr<ExprPtr> Parser::ParsePow() {
-  ExprPtr left;
-  CHAT_ASSIGN_OR_RETURN(left, ParseUnary(true));
-  while (IsOp("**")) {
-    ExprPtr n = Node(ExprKind::kBinary, Cur().line);
-    n->op = BinOp::kPow;
-    Next();
-    ExprPtr right;
-    CHAT_ASSIGN_OR_RETURN(right, ParseUnary(true));
-    n->items.push_back(std::move(left));
-    n->items.push_back(std::move(right));
-    CHAT_ASSIGN_OR_RETURN(left, Seal(std::move(n)));
-  }
-  return left;
+  return ParseBinaryLevel(&Parser::ParseFilteredUnary, {{"**", false, ExprKind::kBinary, BinOp::kPow}});
 }
+
+StatusOr<ExprPtr> Parser::ParseFilteredUnary() { return ParseUnary(true); }
 
 // -x and +x bind to the operand with its postfix (attributes, calls) but before its filters:
 // -x|abs is (-x)|abs, as in jinja2.
 StatusOr<ExprPtr> Parser::ParseUnary(bool with_filter) {
-  ExprNesting guard(&nesting_);
-  if (guard.exceeded()) return Fail("expression nested too deeply");
+  DepthGuard guard(&nesting_);
+  if (guard.depth() > kMaxParseNesting) return Fail("expression nested too deeply");
   ExprPtr node;
   if (IsOp("-") || IsOp("+")) {
     node = Node(IsOp("-") ? ExprKind::kNeg : ExprKind::kPos, Cur().line);
@@ -312,15 +259,19 @@ StatusOr<ExprPtr> Parser::ParseListOrDict(bool dict) {
   return Seal(std::move(n));
 }
 
+StatusOr<ExprPtr> Parser::ParseCall(ExprPtr callee) {
+  ExprPtr call = Node(ExprKind::kCall, Cur().line);
+  TESSERA_RETURN_IF_ERROR(ParseCallArgs(&call->args));
+  call->items.push_back(std::move(callee));
+  return Seal(std::move(call));
+}
+
 StatusOr<ExprPtr> Parser::ParsePostfix(ExprPtr node) {
   while (true) {
     if (IsOp(".") || IsOp("[")) {
       CHAT_ASSIGN_OR_RETURN(node, ParseSubscript(std::move(node)));
     } else if (IsOp("(")) {
-      ExprPtr call = Node(ExprKind::kCall, Cur().line);
-      TESSERA_RETURN_IF_ERROR(ParseCallArgs(&call->args));
-      call->items.push_back(std::move(node));
-      CHAT_ASSIGN_OR_RETURN(node, Seal(std::move(call)));
+      CHAT_ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
     } else {
       return node;
     }
@@ -332,22 +283,14 @@ StatusOr<ExprPtr> Parser::ParseFilterExpr(ExprPtr node) {
     if (IsOp("|")) {
       Next();
       ExprPtr f = Node(ExprKind::kFilter, Cur().line);
-      TESSERA_RETURN_IF_ERROR(ExpectName(&f->name));
-      while (SkipOp(".")) {
-        std::string part;
-        TESSERA_RETURN_IF_ERROR(ExpectName(&part));
-        f->name += "." + part;
-      }
+      TESSERA_RETURN_IF_ERROR(ExpectDottedName(&f->name));
       if (IsOp("(")) TESSERA_RETURN_IF_ERROR(ParseCallArgs(&f->args));
       f->items.push_back(std::move(node));
       CHAT_ASSIGN_OR_RETURN(node, Seal(std::move(f)));
     } else if (IsName("is")) {
       CHAT_ASSIGN_OR_RETURN(node, ParseTest(std::move(node)));
     } else if (IsOp("(")) {
-      ExprPtr call = Node(ExprKind::kCall, Cur().line);
-      TESSERA_RETURN_IF_ERROR(ParseCallArgs(&call->args));
-      call->items.push_back(std::move(node));
-      CHAT_ASSIGN_OR_RETURN(node, Seal(std::move(call)));
+      CHAT_ASSIGN_OR_RETURN(node, ParseCall(std::move(node)));
     } else {
       return node;
     }
@@ -359,12 +302,7 @@ StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
   ExprPtr t = Node(ExprKind::kTest, Cur().line);
   Next();
   t->negated = SkipName("not");
-  TESSERA_RETURN_IF_ERROR(ExpectName(&t->name));
-  while (SkipOp(".")) {
-    std::string part;
-    TESSERA_RETURN_IF_ERROR(ExpectName(&part));
-    t->name += "." + part;
-  }
+  TESSERA_RETURN_IF_ERROR(ExpectDottedName(&t->name));
   const Token& c = Cur();
   const bool bare_arg_start = c.kind == TokKind::kName || c.kind == TokKind::kString || c.kind == TokKind::kInt ||
                               c.kind == TokKind::kFloat || IsOp("(") || IsOp("[") || IsOp("{");
@@ -372,8 +310,8 @@ StatusOr<ExprPtr> Parser::ParseTest(ExprPtr node) {
     TESSERA_RETURN_IF_ERROR(ParseCallArgs(&t->args));
   } else if (bare_arg_start && !IsName("else") && !IsName("or") && !IsName("and")) {
     if (IsName("is")) return Fail("tests cannot be chained with 'is'");
-    ExprNesting guard(&nesting_);
-    if (guard.exceeded()) return Fail("expression nested too deeply");
+    DepthGuard guard(&nesting_);
+    if (guard.depth() > kMaxParseNesting) return Fail("expression nested too deeply");
     ExprPtr arg;
     CHAT_ASSIGN_OR_RETURN(arg, ParsePrimary());
     CHAT_ASSIGN_OR_RETURN(arg, ParsePostfix(std::move(arg)));

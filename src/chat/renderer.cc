@@ -1,7 +1,10 @@
 #include "chat/renderer.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
+#include "chat/depth_guard.h"
 #include "chat/library.h"
 #include "chat/lexer.h"
 #include "chat/status_macros.h"
@@ -9,15 +12,27 @@
 namespace tessera::chat {
 namespace {
 
-// Counts one level of evaluation nesting while it lives.
-class DepthGuard {
- public:
-  explicit DepthGuard(int* depth) : depth_(depth) { ++*depth_; }
-  ~DepthGuard() { --*depth_; }
-
- private:
-  int* depth_;
-};
+// The lowest address this thread's stack may reach while rendering: `budget` below the current
+// frame, or less when the thread's stack is smaller (leaving a margin for whatever runs on top).
+uintptr_t StackFloor(size_t budget) {
+  char here;
+  const auto sp = reinterpret_cast<uintptr_t>(&here);
+  thread_local uintptr_t lowest = 0;  // the thread's stack does not move: ask once per thread
+  thread_local bool known = false;
+  if (!known) {
+    known = true;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) lowest = reinterpret_cast<uintptr_t>(addr);
+      pthread_attr_destroy(&attr);
+    }
+  }
+  constexpr size_t kMargin = 256u << 10;
+  if (lowest == 0 || sp <= lowest + 2 * kMargin) return sp - std::min<size_t>(budget, 256u << 10);
+  return sp - std::min(budget, sp - lowest - kMargin);
+}
 
 }  // namespace
 
@@ -68,7 +83,9 @@ Status Renderer::Bind(std::string_view fn, const CallArgs& args, std::initialize
     return Fail(std::string(fn) + "() takes at most " + std::to_string(names.size()) + " argument(s), got " +
                 std::to_string(args.pos.size()));
   std::copy(args.pos.begin(), args.pos.end(), out->begin());
-  for (const auto& [key, v] : args.kw) {
+  for (const auto& kv : args.kw) {
+    const std::string& key = kv.first;
+    const Value& v = kv.second;
     auto it = std::find_if(names.begin(), names.end(), [&key](const char* n) { return key == n; });
     if (it == names.end()) return Fail(std::string(fn) + "() got an unexpected keyword argument '" + key + "'");
     const size_t at = static_cast<size_t>(it - names.begin());
@@ -100,6 +117,7 @@ StatusOr<std::string> Renderer::Render(const Body& root, const Dict& context) {
   auto top = std::make_shared<Scope>();
   for (const auto& [k, v] : context.items())
     if (k.is_string()) top->Set(k.str(), v);
+  stack_floor_ = StackFloor(limits_.max_stack_bytes);
   std::string out;
   Status st = Exec(root, top, &out);
   kept_scopes_.clear();  // before the namespaces their values may point to
@@ -107,9 +125,16 @@ StatusOr<std::string> Renderer::Render(const Body& root, const Dict& context) {
   return out;
 }
 
+Status Renderer::Enter() {
+  char probe;
+  if (eval_depth_ > limits_.max_eval_depth || reinterpret_cast<uintptr_t>(&probe) < stack_floor_)
+    return Fail("template nests too deeply (recursion?)");
+  return Status::Ok();
+}
+
 Status Renderer::Exec(const Body& body, const std::shared_ptr<Scope>& scope, std::string* out) {
   DepthGuard guard(&eval_depth_);
-  if (eval_depth_ > limits_.max_eval_depth) return Fail("template nests too deeply (recursion?)");
+  TESSERA_RETURN_IF_ERROR(Enter());
   for (const StmtPtr& s : body) {
     line_ = s->line;
     if (++steps_ > limits_.max_steps) return Fail("template exceeds the work limit (an endless or runaway loop?)");

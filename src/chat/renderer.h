@@ -4,6 +4,7 @@
 // One Renderer is one render: it owns the namespaces and scopes the render creates.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -36,6 +37,7 @@ struct RenderLimits {
   size_t max_items = 1 << 20;          // elements of one list or dict
   int max_call_depth = 200;            // nested macro calls
   int max_eval_depth = 4000;           // nested statement/expression evaluation, all calls together
+  size_t max_stack_bytes = 4u << 20;   // stack the render may use (less when the thread has less)
 };
 
 class Renderer {
@@ -75,6 +77,8 @@ class Renderer {
   StatusOr<Value> CallMacro(const Callable& c, const CallArgs& args);
   Value LoopValue(const std::vector<Value>& items, size_t index) const;
   std::shared_ptr<Scope> Child(const std::shared_ptr<Scope>& parent) const;
+  // One more level of evaluation: refused past max_eval_depth or when the stack runs low.
+  Status Enter();
 
   // Expressions (eval.cc).
   StatusOr<Value> Eval(const Expr& e, Scope* scope);
@@ -94,6 +98,7 @@ class Renderer {
   int64_t steps_ = 0;
   int call_depth_ = 0;
   int eval_depth_ = 0;
+  uintptr_t stack_floor_ = 0;  // evaluation stops before the stack pointer goes below this
   enum class Flow : uint8_t { kNormal, kBreak, kContinue } flow_ = Flow::kNormal;
   std::vector<std::unique_ptr<Namespace>> namespaces_;
   std::vector<std::shared_ptr<Scope>> kept_scopes_;  // scopes macros were defined in

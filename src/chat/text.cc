@@ -305,6 +305,18 @@ std::string PyFloatRepr(double v) {
   return out + ebuf;
 }
 
+void AppendPyEscape(char32_t cp, std::string* out) {
+  char buf[16];
+  if (cp < 0x100) {
+    std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(cp));
+  } else if (cp < 0x10000) {
+    std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+  } else {
+    std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(cp));
+  }
+  *out += buf;
+}
+
 std::string PyStrRepr(std::string_view s) {
   const bool has_single = s.find('\'') != std::string_view::npos;
   const bool has_double = s.find('"') != std::string_view::npos;
@@ -321,15 +333,7 @@ std::string PyStrRepr(std::string_view s) {
     } else if (c == '\t') {
       out += "\\t";
     } else if (!IsPrintable(c)) {
-      char buf[16];
-      if (c < 0x100) {
-        std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));
-      } else if (c < 0x10000) {
-        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      } else {
-        std::snprintf(buf, sizeof buf, "\\U%08x", static_cast<unsigned>(c));
-      }
-      out += buf;
+      AppendPyEscape(c, &out);
     } else {
       AppendUtf8(c, &out);
     }

@@ -39,6 +39,8 @@ std::string JinjaTitle(std::string_view s);
 // repr(float) / str(float): the shortest digits that round-trip, fixed notation for exponents
 // -4..15 ("1e-05", "0.0001", "1e+16", "1000000000000000.0"), "inf", "nan".
 std::string PyFloatRepr(double v);
+// Python's escape of one code point: \xNN, \uNNNN or \UNNNNNNNN (lower-case hex).
+void AppendPyEscape(char32_t cp, std::string* out);
 // repr(str): quoted with ' (or " when the text has ' and no "), escapes as Python writes them.
 std::string PyStrRepr(std::string_view s);
 

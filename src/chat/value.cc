@@ -62,43 +62,34 @@ Value Value::Undefined(std::string hint) {
   return v;
 }
 
-Value Value::None() {
-  Value v;
-  v.kind_ = Kind::kNone;
-  return v;
-}
+Value Value::None() { return Value(Kind::kNone); }
 
 Value Value::Bool(bool b) {
-  Value v;
-  v.kind_ = Kind::kBool;
+  Value v(Kind::kBool);
   v.b_ = b;
   return v;
 }
 
 Value Value::Int(int64_t i) {
-  Value v;
-  v.kind_ = Kind::kInt;
+  Value v(Kind::kInt);
   v.i_ = i;
   return v;
 }
 
 Value Value::Float(double f) {
-  Value v;
-  v.kind_ = Kind::kFloat;
+  Value v(Kind::kFloat);
   v.f_ = f;
   return v;
 }
 
 Value Value::Str(std::string s) {
-  Value v;
-  v.kind_ = Kind::kString;
+  Value v(Kind::kString);
   v.ptr_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 
 Value Value::MakeList(std::vector<Value> items, bool tuple) {
-  Value v;
-  v.kind_ = Kind::kList;
+  Value v(Kind::kList);
   int child = 0;
   for (const Value& x : items) child = std::max(child, x.depth());
   v.depth_ = NestedDepth(child);
@@ -107,8 +98,7 @@ Value Value::MakeList(std::vector<Value> items, bool tuple) {
 }
 
 Value Value::MakeDict(Dict d) {
-  Value v;
-  v.kind_ = Kind::kDict;
+  Value v(Kind::kDict);
   int child = 0;
   for (const auto& [k, x] : d.items()) child = std::max({child, k.depth(), x.depth()});
   v.depth_ = NestedDepth(child);
@@ -117,15 +107,13 @@ Value Value::MakeDict(Dict d) {
 }
 
 Value Value::Ns(Namespace* ns) {
-  Value v;
-  v.kind_ = Kind::kNamespace;
+  Value v(Kind::kNamespace);
   v.ns_ = ns;
   return v;
 }
 
 Value Value::Fn(Callable c) {
-  Value v;
-  v.kind_ = Kind::kCallable;
+  Value v(Kind::kCallable);
   v.ptr_ = std::make_shared<const Callable>(std::move(c));
   return v;
 }

@@ -67,6 +67,7 @@ class Value {
   int depth() const { return depth_; }
 
  private:
+  explicit Value(Kind kind) : kind_(kind) {}
   Kind kind_ = Kind::kUndefined;
   uint16_t depth_ = 0;
   union {

@@ -22,6 +22,8 @@ struct Activations {
   AlignedBuffer logits;  // [logit_rows, vocab]
   AlignedBuffer x_pairs; // [N, widest Linear input / 2, padded] u32: x as bf16 pairs, the GEMM's
                          // scratch at matmul precision bf16 (ops::GemmScratchWords)
+  AlignedBuffer tail;    // [3, N] i32: positions, block ids and counts (1) of the rows the layers
+                         // after the last KV writer run on (GemmaModel::Forward, ForwardBatch::skip_unread)
 
   void Allocate(const GemmaArch& arch, int64_t max_tokens, int64_t logit_rows);
   size_t bytes() const;
@@ -30,7 +32,8 @@ struct Activations {
 
  private:
   // The byte size of every buffer above, in member order.
-  static void Sizes(const GemmaArch& arch, int64_t n, int64_t logit_rows, size_t out[12]);
+  static constexpr int kBuffers = 13;
+  static void Sizes(const GemmaArch& arch, int64_t n, int64_t logit_rows, size_t out[kBuffers]);
 };
 
 }  // namespace tessera::model

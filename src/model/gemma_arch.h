@@ -57,6 +57,9 @@ struct GemmaArch {
   bool IsPlaceholder(int32_t token) const;
   int64_t max_head_dim() const;
   int64_t max_intermediate() const;
+  // The first of the trailing KV-shared layers (num_layers() without any): from there on no layer
+  // writes K/V, so a token's later layers feed only that token's own output.
+  int64_t kv_writers_end() const;
 };
 
 // The layer's mask composition in words, e.g. "window & (causal | image)".

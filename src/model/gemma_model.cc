@@ -215,35 +215,59 @@ void GemmaModel::PerLayerResidual(int64_t l, int64_t n, ops::MatmulPrecision mp,
   for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
 }
 
-Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
-                           Arena& attn_scratch, float* logits, const ActivationTap* tap) const {
-  TESSERA_RETURN_IF_ERROR(ValidateBatch(in));
+Status GemmaModel::Layer(int64_t l, const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
+                         Arena& attn_scratch) const {
+  const LayerWeights& w = weights_.layers[l];
   const int64_t n = in.batch * in.seq, H = arch_.hidden;
-  if (n > act.max_tokens)
-    return OutOfRange("GemmaModel::Forward: step of " + std::to_string(n) + " tokens exceeds the session's " +
-                      std::to_string(act.max_tokens) + " (max_batch x max_chunk)");
-  TESSERA_RETURN_IF_ERROR(CheckBlocksNotSplit(in, cache));
-  Embed(in, act);
-  if (arch_.ple_dim > 0) PerLayerInputs(in, act, pool);
+  const float off = arch_.norm_offset, eps = arch_.rms_eps;
   float* h = F(act.h);
   float* x = F(act.x);
-  const float off = arch_.norm_offset, eps = arch_.rms_eps;
-  for (int64_t l = 0; l < arch_.num_layers(); ++l) {
-    const LayerWeights& w = weights_.layers[l];
-    ops::RmsNorm(h, H, w.input_norm, off, eps, n, H, x, H);
-    TESSERA_RETURN_IF_ERROR(Attention(l, in, cache, act, pool, attn_scratch));
-    ops::RmsNorm(x, H, w.post_attn_norm, off, eps, n, H, x, H);
-    for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
-    ops::RmsNorm(h, H, w.pre_ffw_norm, off, eps, n, H, x, H);
-    Mlp(l, n, in.matmul_precision, act, pool);
-    ops::RmsNorm(x, H, w.post_ffw_norm, off, eps, n, H, x, H);
-    for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
-    if (arch_.ple_dim > 0) PerLayerResidual(l, n, in.matmul_precision, act, pool);
-    if (w.layer_scalar != 1.0f)
-      for (int64_t i = 0; i < n * H; ++i) h[i] *= w.layer_scalar;
-    if (tap && tap->hidden_after_layer) std::memcpy(tap->hidden_after_layer + l * in.seq * H, h, in.seq * H * 4);
+  ops::RmsNorm(h, H, w.input_norm, off, eps, n, H, x, H);
+  TESSERA_RETURN_IF_ERROR(Attention(l, in, cache, act, pool, attn_scratch));
+  ops::RmsNorm(x, H, w.post_attn_norm, off, eps, n, H, x, H);
+  for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
+  ops::RmsNorm(h, H, w.pre_ffw_norm, off, eps, n, H, x, H);
+  Mlp(l, n, in.matmul_precision, act, pool);
+  ops::RmsNorm(x, H, w.post_ffw_norm, off, eps, n, H, x, H);
+  for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
+  if (arch_.ple_dim > 0) PerLayerResidual(l, n, in.matmul_precision, act, pool);
+  if (w.layer_scalar != 1.0f)
+    for (int64_t i = 0; i < n * H; ++i) h[i] *= w.layer_scalar;
+  return Status::Ok();
+}
+
+ForwardBatch GemmaModel::GatherLastTokens(const ForwardBatch& in, Activations& act) const {
+  const int64_t B = in.batch, H = arch_.hidden, LP = arch_.num_layers() * arch_.ple_dim;
+  int32_t* pos = act.tail.as<int32_t>();
+  int32_t* block = pos + act.max_tokens;
+  int32_t* count = block + act.max_tokens;
+  float* h = F(act.h);
+  float* ple = F(act.ple);
+  for (int64_t b = 0; b < B; ++b) {
+    // A row sitting the step out (count 0) keeps its first slot: its output is never read.
+    const int64_t t = b * in.seq + std::max<int32_t>(in.count[b], 1) - 1;
+    // t >= b: moving rows forward in order never overwrites a row still to be moved.
+    std::memmove(h + b * H, h + t * H, H * sizeof(float));
+    if (LP > 0) std::memmove(ple + b * LP, ple + t * LP, LP * sizeof(float));
+    pos[b] = in.pos[t];
+    block[b] = in.block ? in.block[t] : -1;
+    count[b] = 1;
   }
-  // Final norm and LM head on the rows whose logits are wanted.
+  ForwardBatch last = in;
+  last.seq = 1;
+  last.tokens = nullptr;  // embedded already
+  last.use_embed = nullptr;
+  last.embeds = nullptr;
+  last.pos = pos;
+  last.count = count;
+  last.block = in.block ? block : nullptr;
+  return last;
+}
+
+int64_t GemmaModel::Head(const ForwardBatch& in, Activations& act, ThreadPool* pool, float* logits) const {
+  const int64_t H = arch_.hidden, n = in.batch * in.seq;
+  const float* h = F(act.h);
+  float* x = F(act.x);
   int64_t rows = 0;
   for (int64_t b = 0; b < in.batch; ++b) {
     if (in.all_logits) {
@@ -255,9 +279,43 @@ Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activatio
       rows = in.batch;
     }
   }
-  ops::RmsNorm(x, H, weights_.final_norm, off, eps, rows, H, x, H);
+  ops::RmsNorm(x, H, weights_.final_norm, arch_.norm_offset, arch_.rms_eps, rows, H, x, H);
   ops::Linear(weights_.lm_head, x, rows, H, logits, arch_.vocab, pool, in.matmul_precision, XPairs(act));
   if (arch_.final_softcap > 0) ops::SoftCap(logits, rows * arch_.vocab, arch_.final_softcap);
+  return rows;
+}
+
+Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
+                           Arena& attn_scratch, float* logits, const ActivationTap* tap) const {
+  TESSERA_RETURN_IF_ERROR(ValidateBatch(in));
+  const int64_t n = in.batch * in.seq, H = arch_.hidden, L = arch_.num_layers();
+  if (n > act.max_tokens)
+    return OutOfRange("GemmaModel::Forward: step of " + std::to_string(n) + " tokens exceeds the session's " +
+                      std::to_string(act.max_tokens) + " (max_batch x max_chunk)");
+  TESSERA_RETURN_IF_ERROR(CheckBlocksNotSplit(in, cache));
+  const bool tapped = tap && tap->hidden_after_layer;
+  const bool skip = in.skip_unread && !in.all_logits && !tapped;
+  // Where the layers stop running on every token: the end, or the first of the KV-shared tail.
+  const int64_t full_end = skip && (in.seq > 1 || !in.logits_read) ? arch_.kv_writers_end() : L;
+  Embed(in, act);
+  if (arch_.ple_dim > 0) PerLayerInputs(in, act, pool);
+  for (int64_t l = 0; l < full_end; ++l) {
+    TESSERA_RETURN_IF_ERROR(Layer(l, in, cache, act, pool, attn_scratch));
+    if (tapped) std::memcpy(tap->hidden_after_layer + l * in.seq * H, F(act.h), in.seq * H * 4);
+  }
+  ForwardCounts ran;
+  ran.layer_tokens = full_end * n;
+  if (!skip || in.logits_read) {
+    if (full_end == L) {
+      ran.head_rows = Head(in, act, pool, logits);
+    } else {
+      const ForwardBatch last = GatherLastTokens(in, act);
+      for (int64_t l = full_end; l < L; ++l) TESSERA_RETURN_IF_ERROR(Layer(l, last, cache, act, pool, attn_scratch));
+      ran.layer_tokens += (L - full_end) * in.batch;
+      ran.head_rows = Head(last, act, pool, logits);
+    }
+  }
+  if (in.counts) in.counts->layer_tokens += ran.layer_tokens, in.counts->head_rows += ran.head_rows;
   return Status::Ok();
 }
 

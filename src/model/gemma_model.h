@@ -28,6 +28,12 @@ class AttentionHook {
   virtual Status Attend(AttentionParams& params, AttentionContext& ctx) = 0;
 };
 
+// What forward passes ran, added up over passes: where the skips (ForwardBatch::skip_unread) act.
+struct ForwardCounts {
+  int64_t layer_tokens = 0;  // (decoder layer, token slot) pairs, padding slots included
+  int64_t head_rows = 0;     // rows through the final norm and the LM head
+};
+
 struct ForwardBatch {
   int64_t batch = 1, seq = 0;           // tokens laid out [batch, seq]
   const int32_t* tokens = nullptr;      // [B, S] token ids (padding slots: any valid id)
@@ -37,6 +43,14 @@ struct ForwardBatch {
   const float* embeds = nullptr;        // [B, S, hidden] soft-token embeddings (used where use_embed)
   const uint8_t* use_embed = nullptr;   // [B, S] 1: the token's embedding comes from `embeds`
   bool all_logits = false;              // every token [B, S, vocab], else each row's last real token [B, vocab]
+  // The caller reads nothing but each row's last real token's logits (not all_logits, no tap).
+  // Then the layers from arch.kv_writers_end() on, which write no K/V, run on those B tokens
+  // alone (their other tokens' outputs reach nothing), and with logits_read false (no row's
+  // logits are read: a prefill chunk that ends no prompt) they and the LM head do not run at all.
+  // Same math for the tokens read, not the same kernels: docs/runtime.md "Prefill skips".
+  bool skip_unread = false;
+  bool logits_read = true;
+  ForwardCounts* counts = nullptr;     // optional: this pass's work is added here
   AttentionHook* attention = nullptr;  // null: the structured kernels (the engine's way)
   AttentionPrecision attention_precision = AttentionPrecision::kF32;  // bf16 needs a bf16 cache
   ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;  // bf16 needs bf16 Linear weights
@@ -62,13 +76,22 @@ class GemmaModel {
   bool TokenOk(int32_t t, bool embedded) const;
   Status TokenError(int32_t t, const std::string& who, const std::string& at) const;
 
-  // Runs one step. `logits`: [B, S, vocab] or [B, vocab] f32 per in.all_logits.
+  // Runs one step. `logits`: [B, S, vocab] or [B, vocab] f32 per in.all_logits (not written where
+  // in.skip_unread and !in.logits_read).
   Status Forward(const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool, Arena& attn_scratch,
                  float* logits, const ActivationTap* tap = nullptr) const;
 
  private:
   Status CheckBlocksNotSplit(const ForwardBatch& in, const kv::KvCache& cache) const;
   void Embed(const ForwardBatch& in, Activations& act) const;
+  // One decoder layer over the n = batch x seq tokens of `in`, residual stream in act.h.
+  Status Layer(int64_t layer, const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
+               Arena& attn_scratch) const;
+  // Moves each row's last real token (residual stream and PLE inputs) to the front of act.h and
+  // act.ple and returns the step the trailing KV-shared layers run: [B, 1] at those positions.
+  ForwardBatch GatherLastTokens(const ForwardBatch& in, Activations& act) const;
+  // Final norm, LM head and soft cap on the rows of `in` whose logits are wanted; returns the rows.
+  int64_t Head(const ForwardBatch& in, Activations& act, ThreadPool* pool, float* logits) const;
   void PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const;
   Status Attention(int64_t layer, const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
                    Arena& attn_scratch) const;

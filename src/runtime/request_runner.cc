@@ -154,8 +154,10 @@ Status RequestRunner::Step() {
     if (r->prefilled < static_cast<int64_t>(r->tokens.size())) {
       r->step_count = ChunkLength(*r);
       last_step_.prefill += r->step_count;
+      // A chunk that does not end the prompt is sampled from by nobody (Advance).
+      const bool ends = r->prefilled + r->step_count == static_cast<int64_t>(r->tokens.size());
       chunks_[s] = {r->tokens.data() + r->prefilled, r->blocks.data() + r->prefilled,
-                    r->embeds.empty() ? nullptr : r->embeds.data() + r->embed_row * H, r->step_count};
+                    r->embeds.empty() ? nullptr : r->embeds.data() + r->embed_row * H, r->step_count, ends};
     } else {
       r->step_count = 1;
       ++last_step_.decode;

@@ -1,6 +1,7 @@
 #include "runtime/session.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -11,6 +12,12 @@ namespace tessera::runtime {
 namespace {
 
 bool Contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// The switch the exactness tests and the before/after benchmark turn the prefill skips off with.
+bool SkipUnreadFromEnv() {
+  const char* v = std::getenv("TESSERA_PREFILL_SKIP");
+  return v == nullptr || std::string(v) != "0";
+}
 
 }  // namespace
 
@@ -98,6 +105,7 @@ StatusOr<std::unique_ptr<Session>> Session::Create(const model::GemmaModel& mode
   if (!plan.ok()) return plan.status();
   TESSERA_RETURN_IF_ERROR(CheckSessionFits(plan.value(), o));
   std::unique_ptr<Session> s(new Session(model, o, pool));
+  s->skip_unread_ = SkipUnreadFromEnv();
   s->planned_bytes_ = plan.value().total();
   try {
     TESSERA_RETURN_IF_ERROR(s->Allocate(plan.value()));
@@ -207,7 +215,7 @@ int64_t Session::Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq) {
   return S;
 }
 
-Status Session::RunStep(int64_t B, int64_t S, bool all_logits, const model::ActivationTap* tap) {
+Status Session::RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read, const model::ActivationTap* tap) {
   model::ForwardBatch in;
   in.batch = B;
   in.seq = S;
@@ -218,6 +226,9 @@ Status Session::RunStep(int64_t B, int64_t S, bool all_logits, const model::Acti
   in.embeds = embeds_.data();
   in.use_embed = use_embed_.data();
   in.all_logits = all_logits;
+  in.skip_unread = skip_unread_;
+  in.logits_read = logits_read;
+  in.counts = &counts_;
   in.attention = baseline_ && live_ != cache_.get() ? baseline_.get() : nullptr;
   in.attention_precision = opt_.attention_precision;
   in.matmul_precision = opt_.matmul_precision;
@@ -264,7 +275,10 @@ Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, 
       for (int64_t i = 0; i < count_[b]; ++i) image_row[b] += a.IsPlaceholder(p.tokens[done[b] + i]);
     }
     const int64_t S = Stage(chunks_.data(), B, 0);
-    TESSERA_RETURN_IF_ERROR(RunStep(B, S, all_logits != nullptr, tap));
+    bool read = false;  // some row's prompt ends in this chunk and its last logits are asked for
+    for (int64_t b = 0; b < B; ++b)
+      read |= last_logits && count_[b] > 0 && done[b] + count_[b] == static_cast<int64_t>(prompts[b].tokens.size());
+    TESSERA_RETURN_IF_ERROR(RunStep(B, S, all_logits != nullptr, read, tap));
     const float* out = act_.logits.as<float>();
     for (int64_t b = 0; b < B; ++b) {
       if (count_[b] == 0) continue;
@@ -299,7 +313,7 @@ Status Session::Decode(const int32_t* tokens, const uint8_t* active, float* logi
     chunks_[b] = {tokens + b, nullptr, nullptr, on ? 1 : 0};
   }
   Stage(chunks_.data(), batch_, 1);
-  TESSERA_RETURN_IF_ERROR(RunStep(batch_, 1, false, nullptr));
+  TESSERA_RETURN_IF_ERROR(RunStep(batch_, 1, false, true, nullptr));
   std::memcpy(logits, act_.logits.as<float>(), batch_ * model_.arch().vocab * sizeof(float));
   return Status::Ok();
 }
@@ -325,7 +339,9 @@ Status Session::Step(const RowChunk* chunks, int64_t rows, float* last_logits) {
   live_ = cache_.get();
   batch_ = B;
   const int64_t S = Stage(chunks, B, 1);
-  TESSERA_RETURN_IF_ERROR(RunStep(B, S, false, nullptr));
+  bool read = false;
+  for (int64_t b = 0; b < B; ++b) read |= chunks[b].count > 0 && chunks[b].logits;
+  TESSERA_RETURN_IF_ERROR(RunStep(B, S, false, read, nullptr));
   std::memcpy(last_logits, act_.logits.as<float>(), B * model_.arch().vocab * sizeof(float));
   return Status::Ok();
 }

@@ -32,6 +32,7 @@ struct RowChunk {
   const int32_t* block = nullptr;   // [count] image block ids (-1 = none), or null
   const float* embeds = nullptr;    // [placeholders in the chunk, hidden] rows for image placeholder ids
   int64_t count = 0;                // 0: the row sits this step out
+  bool logits = true;               // false: the caller does not read this row's logits this step
 };
 
 // Block ids of one prompt: each maximal run of block-forming token types gets its own id (-1: none).
@@ -68,12 +69,20 @@ class Session {
   // The request runtime's step (tessera/requests.h): rows [0, rows) each append their
   // chunk at their own next position, on top of what their rows already hold; rows not in the
   // step and rows with count 0 are untouched. Unified mode only. last_logits: [rows, vocab], each
-  // row's last token of the step (rows with count 0: unspecified).
+  // row's last token of the step (rows with count 0 or without chunks[b].logits: unspecified).
   Status Step(const RowChunk* chunks, int64_t rows, float* last_logits);
   // Empties row b (a request left its slot), or drops its last n tokens (prefix reuse: refused,
   // changing nothing, where a ring no longer holds what the shorter row needs).
   Status ClearRow(int64_t b);
   Status RewindRow(int64_t b, int64_t n);
+
+  // Whether steps whose caller reads only last-token logits skip what nothing reads
+  // (model::ForwardBatch::skip_unread; docs/runtime.md "Prefill skips"). On unless the environment
+  // says TESSERA_PREFILL_SKIP=0 when the session is created; the tests compare both paths.
+  void set_skip_unread(bool on) { skip_unread_ = on; }
+  bool skip_unread() const { return skip_unread_; }
+  // The work of every step so far (model::ForwardCounts).
+  const model::ForwardCounts& counts() const { return counts_; }
 
   // Called after each prefill chunk with (tokens done, tokens total) summed over rows.
   void set_progress(std::function<void(int64_t, int64_t)> fn) { progress_ = std::move(fn); }
@@ -102,8 +111,9 @@ class Session {
   // Fills the step staging from rows [0, rows) of `chunks`: S = the longest chunk (at least
   // min_seq); counts in count_. Returns S.
   int64_t Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq);
-  // Runs the staged step [B, S] on the live cache and advances each row's position.
-  Status RunStep(int64_t B, int64_t S, bool all_logits, const model::ActivationTap* tap);
+  // Runs the staged step [B, S] on the live cache and advances each row's position. logits_read:
+  // whether the caller reads any row's last-token logits (all_logits and taps read everything).
+  Status RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read, const model::ActivationTap* tap);
 
   const model::GemmaModel& model_;
   SessionOptions opt_;
@@ -123,6 +133,8 @@ class Session {
   std::vector<uint8_t> use_embed_;
   std::vector<float> embeds_;
   bool staged_blocks_ = false;     // some staged token is in an image block
+  bool skip_unread_ = true;
+  model::ForwardCounts counts_;
   std::vector<RowChunk> chunks_;   // [max_batch] Prefill's and Decode's rows
 };
 
