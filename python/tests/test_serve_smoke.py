@@ -188,6 +188,9 @@ def test_concurrent_requests_each_match_alone(server, reference):
 @pytest.mark.parametrize("path, body, status, code, param", [
     ("/v1/completions", {"prompt": "x", "model": "no-such-model"}, 404, "model_not_found", "model"),
     ("/v1/completions", {"prompt": "x", "max_tokens": CONTEXT}, 400, "context_length_exceeded", "prompt"),
+    ("/v1/completions", {"prompt": "x", "max_tokens": 2**63 - 1}, 400, "context_length_exceeded", "prompt"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 300}]}, 400, "context_length_exceeded",
+     "messages"),
     ("/v1/completions", {"prompt": "x", "n": 3}, 400, None, "n"),
     ("/v1/completions", {"prompt": [1, 100000]}, 400, None, "prompt[1]"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -35,7 +36,12 @@ ApiError QueueFull() {
 ApiError CompletionBudget(const ApiRequest& r, int64_t prompt, int64_t max_context, int64_t* max_new) {
   const int64_t room = max_context - prompt;
   if (room < 1 || (r.max_tokens && *r.max_tokens > room)) {
-    const std::string asked = r.max_tokens ? std::to_string(prompt + *r.max_tokens) : std::to_string(prompt);
+    // Saturating: max_tokens may be any int64 the client sent.
+    const int64_t total = !r.max_tokens ? prompt
+                          : *r.max_tokens > std::numeric_limits<int64_t>::max() - prompt
+                              ? std::numeric_limits<int64_t>::max()
+                              : prompt + *r.max_tokens;
+    const std::string asked = std::to_string(total);
     const std::string parts = r.max_tokens ? " (" + std::to_string(prompt) + " in the prompt, " +
                                                  std::to_string(*r.max_tokens) + " in the completion)"
                                            : " in the prompt, with no room left for a completion";
