@@ -22,8 +22,10 @@ log() { printf '[setup] %s\n' "$*"; }
 
 # --- Debian packages -----------------------------------------------------------------------------
 # (libdnnl-dev: oneDNN, the peer of bench/onednn_bench.cc; the engine itself does not use it.)
+# (libcpp-httplib-dev: tessera serve's HTTP/1.1 server: keep-alive, a thread pool, chunked responses
+# for SSE; pkg-config gives its flags.)
 debs=(cmake ninja-build g++ libgtest-dev python3-venv nlohmann-json3-dev libsentencepiece-dev sentencepiece libdnnl-dev
-      libjpeg62-turbo-dev libpng-dev)
+      libjpeg62-turbo-dev libpng-dev libcpp-httplib-dev pkg-config)
 # Fuzzing only: Debian's clang, plus libclang-rt-dev for libFuzzer and the sanitizer runtimes (clang
 # merely recommends it). About 250 MB, so not part of the default set.
 if [ "$want_fuzz" -eq 1 ]; then debs+=(clang libclang-rt-dev); fi

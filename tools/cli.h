@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/engine.h"
 #include "tessera/status.h"
 
 namespace tessera::cli {
@@ -37,10 +38,16 @@ class Args {
 inline const std::vector<std::string> kRunFlags = {"no-stop", "no-repack"};
 inline const std::vector<std::string> kKvMemoryFlags = {"per-layer"};
 inline const std::vector<std::string> kQuantizeFlags = {"verbose"};
+inline const std::vector<std::string> kServeFlags = {"no-repack"};
 
 // Whether the arguments ask for help: "--help" or "-h" where an option may stand (the value of
 // an option such as --prompt is not a request). `flags` are the command's options without a value.
 bool HelpRequested(int argc, char** argv, const std::vector<std::string>& flags);
+
+// The engine options run and serve share: --max-context, --max-chunk, --threads, --mode,
+// --kv-dtype, --attention-precision, --matmul-precision, --no-repack, --dtype, --quantize (each
+// command lists the ones it accepts; absent ones keep their defaults).
+Status ParseEngineOptions(const Args& a, SessionOptions* opt, LoadOptions* load);
 
 // "1,2,3" -> ids; errors name the bad item.
 StatusOr<std::vector<int32_t>> ParseIdList(const std::string& text, const std::string& what);
@@ -51,5 +58,6 @@ int KvMemoryCommand(int argc, char** argv); // tessera kv-memory
 int DemoCommand(int argc, char** argv);     // tessera demo
 int SelfCheckCommand(int argc, char** argv);  // tessera selfcheck
 int QuantizeCommand(int argc, char** argv);   // tessera quantize
+int ServeCommand(int argc, char** argv);      // tessera serve
 
 }  // namespace tessera::cli

@@ -48,6 +48,15 @@ const Command kCommands[] = {
      " --model DIR --type q8_0|q4_0|q4_k_m --out FILE.gguf [--verbose]\n"
      "      a Hugging Face Gemma 3 / Gemma 4 checkpoint to a GGUF that llama.cpp runs too, with the\n"
      "      tensor types llama.cpp's quantizer picks (--verbose lists them)\n"},
+    {"serve", tessera::cli::ServeCommand, &tessera::cli::kServeFlags,
+     " --model DIR|FILE.gguf [--model-id NAME] [--host 127.0.0.1] [--port 8080] [--slots 4]\n"
+     "      [--max-context 4096] [--max-chunk 256] [--max-queue 64] [--api-key KEY] [--threads N]\n"
+     "      [--kv-dtype bf16] [--attention-precision bf16] [--dtype bf16] [--matmul-precision bf16]\n"
+     "      [--quantize q8_0|q4_0|q4_k_m] [--no-repack]\n"
+     "      an OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (stream or\n"
+     "      not), GET /v1/models, /health, /metrics. --port 0 picks a free port; the bound address is\n"
+     "      printed as 'tessera serve: listening on http://HOST:PORT'. Each slot runs one request;\n"
+     "      more wait in a queue of --max-queue (then 503). --api-key: Bearer key for /v1 and /metrics\n"},
     {"selfcheck", tessera::cli::SelfCheckCommand, &kNoFlags,
      "\n      attention and Linear kernels vs reference at Gemma-4 shapes\n"},
 };

@@ -22,6 +22,11 @@ struct RequestResult {
   int64_t slot = -1;
 };
 
+// The tokens one Step() fed: prompt tokens of prefill chunks, and one per decoding request.
+struct StepTokens {
+  int64_t prefill = 0, decode = 0;
+};
+
 class RequestBatch {
  public:
   // options.max_batch is the number of slots; the mode must be unified. The model (and the pool,
@@ -47,6 +52,7 @@ class RequestBatch {
   StatusOr<RequestResult> Take(RequestId id);
   int64_t running() const;  // requests not yet finished
   int64_t slots() const;
+  StepTokens last_step() const;  // what the last Step() ran (for a server's rates)
 
  private:
   explicit RequestBatch(std::unique_ptr<runtime::RequestRunner> impl);

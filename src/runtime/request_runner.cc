@@ -140,6 +140,7 @@ int64_t RequestRunner::ChunkLength(const Request& r) const {
 Status RequestRunner::Step() {
   const int64_t H = model_.arch().hidden;
   int64_t rows = 0;
+  last_step_ = {};
   for (int64_t s = 0; s < slots(); ++s) {
     chunks_[s] = {};
     Request* r = slots_[s].request;
@@ -152,10 +153,12 @@ Status RequestRunner::Step() {
     rows = s + 1;
     if (r->prefilled < static_cast<int64_t>(r->tokens.size())) {
       r->step_count = ChunkLength(*r);
+      last_step_.prefill += r->step_count;
       chunks_[s] = {r->tokens.data() + r->prefilled, r->blocks.data() + r->prefilled,
                     r->embeds.empty() ? nullptr : r->embeds.data() + r->embed_row * H, r->step_count};
     } else {
       r->step_count = 1;
+      ++last_step_.decode;
       chunks_[s] = {&r->next_token, nullptr, nullptr, 1};
     }
   }

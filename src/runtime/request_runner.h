@@ -27,6 +27,7 @@ class RequestRunner {
   StatusOr<RequestResult> Take(RequestId id);
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
+  StepTokens last_step() const { return last_step_; }
 
  private:
   // A running request: its copied prompt, progress and generation state.
@@ -75,6 +76,7 @@ class RequestRunner {
   std::vector<RowChunk> chunks_;                        // [slots] this step's rows
   std::vector<float> logits_;                           // [slots, vocab]
   RequestId next_id_ = 0;
+  StepTokens last_step_;
 };
 
 }  // namespace tessera::runtime

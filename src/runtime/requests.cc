@@ -26,5 +26,6 @@ bool RequestBatch::finished(RequestId id) const { return impl_->finished(id); }
 StatusOr<RequestResult> RequestBatch::Take(RequestId id) { return impl_->Take(id); }
 int64_t RequestBatch::running() const { return impl_->running(); }
 int64_t RequestBatch::slots() const { return impl_->slots(); }
+StepTokens RequestBatch::last_step() const { return impl_->last_step(); }
 
 }  // namespace tessera

@@ -1,0 +1,205 @@
+#include "server/completion.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "server/api_response.h"
+#include "server/text_stream.h"
+
+namespace tessera::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+// How often a waiting handler looks whether its client is still connected.
+constexpr auto kPollInterval = 100ms;
+
+ApiError ServerError(std::string message) { return ApiError{500, "server_error", "", "", std::move(message)}; }
+
+// A request refused when Add saw it: the client's error unless the server is going down.
+ApiError AdmissionError(const Status& st) {
+  if (st.code() == StatusCode::kCancelled) return ApiError{503, "server_error", "unavailable", "", st.message()};
+  if (st.code() == StatusCode::kInvalidArgument || st.code() == StatusCode::kOutOfRange)
+    return BadRequest("", st.message());
+  return ServerError(st.message());
+}
+
+// max_new_tokens within the context: prompt + completion <= max_context.
+ApiError CompletionBudget(const ApiRequest& r, int64_t prompt, int64_t max_context, int64_t* max_new) {
+  const int64_t room = max_context - prompt;
+  if (room < 1 || (r.max_tokens && *r.max_tokens > room)) {
+    const std::string asked = r.max_tokens ? std::to_string(prompt + *r.max_tokens) : std::to_string(prompt);
+    const std::string parts = r.max_tokens ? " (" + std::to_string(prompt) + " in the prompt, " +
+                                                 std::to_string(*r.max_tokens) + " in the completion)"
+                                           : " in the prompt, with no room left for a completion";
+    return ApiError{400, "invalid_request_error", "context_length_exceeded",
+                    r.route == ApiRoute::kChat ? "messages" : "prompt",
+                    "This model's maximum context length is " + std::to_string(max_context) +
+                        " tokens. However, you requested " + asked + " tokens" + parts + "."};
+  }
+  *max_new = r.max_tokens.value_or(room);
+  return {};
+}
+
+uint64_t FreshSeed() {
+  thread_local std::mt19937_64 gen(std::random_device{}());
+  return gen();
+}
+
+GenerateOptions MakeOptions(const ApiRequest& r, const ServedModel& m, int64_t max_new) {
+  GenerateOptions o;
+  o.max_new_tokens = max_new;
+  o.sampling.temperature = r.temperature;
+  o.sampling.top_p = r.top_p;
+  o.sampling.top_k = r.top_k;
+  o.sampling.seed = r.seed ? *r.seed : FreshSeed();
+  o.stop_tokens = r.route == ApiRoute::kChat ? m.chat_stop_tokens : m.stop_tokens;
+  return o;
+}
+
+const char* FinishReasonOf(FinishReason f) { return f == FinishReason::kStop ? "stop" : "length"; }
+
+// A running completion as the handler sees it: its job, its text and its chunk writer. Going out
+// of scope cancels the job (a no-op once it finished), so every way out frees the slot.
+class Generation {
+ public:
+  Generation(const CompletionContext& ctx, const ApiRequest& r, std::shared_ptr<Job> job, int64_t prompt_tokens)
+      : model_(ctx.model),
+        job_(std::move(job)),
+        stop_tokens_(job_->options().stop_tokens),
+        text_(r.stop),
+        route_(r.route),
+        id_((r.route == ApiRoute::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(FreshSeed())),
+        created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+                     .count()),
+        chunks_(r.route, id_, created_, model_.id, r.include_usage),
+        include_usage_(r.include_usage) {
+    usage_.prompt_tokens = prompt_tokens;
+    fresh_.reserve(64);
+  }
+  ~Generation() { job_->Cancel(); }
+
+  // Runs to the end of the completion, handing text to `emit` as it becomes safe to send. Returns
+  // false when the client went away (`alive` or `emit` said so).
+  template <class Emit, class Alive>
+  bool Run(Emit&& emit, Alive&& alive) {
+    for (;;) {
+      fresh_.clear();
+      const bool finished = job_->Wait(have_, kPollInterval, &fresh_);
+      for (int32_t token : fresh_) {
+        ++have_;
+        usage_.completion_tokens = static_cast<int64_t>(have_);
+        if (std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end()) continue;
+        const std::string_view t = text_.Append(model_.tokenizer->Piece(token));
+        if (!t.empty() && !emit(t)) return false;
+        if (text_.stopped()) {
+          finish_ = "stop";
+          return true;
+        }
+      }
+      if (finished) return Finish(emit);
+      if (fresh_.empty() && !alive()) return false;
+    }
+  }
+
+  const ApiError& error() const { return error_; }
+  const char* finish_reason() const { return finish_; }
+  const Usage& usage() const { return usage_; }
+  std::string_view text() const { return text_.text(); }
+  ChunkWriter& chunks() { return chunks_; }
+  bool include_usage() const { return include_usage_; }
+  const std::string& id() const { return id_; }
+  const std::string& model_id() const { return model_.id; }
+  int64_t created() const { return created_; }
+  ApiRoute route() const { return route_; }
+
+ private:
+  template <class Emit>
+  bool Finish(Emit&& emit) {
+    const RequestResult& res = job_->result();
+    if (!res.status.ok()) {
+      error_ = res.status.code() == StatusCode::kCancelled ? AdmissionError(res.status) : ServerError(res.status.message());
+      return true;
+    }
+    finish_ = FinishReasonOf(res.output.finish);
+    const std::string_view rest = text_.Finish();
+    return rest.empty() || emit(rest);
+  }
+
+  const ServedModel& model_;
+  std::shared_ptr<Job> job_;
+  const std::vector<int32_t> stop_tokens_;
+  TextStream text_;
+  ApiRoute route_;
+  std::string id_;
+  int64_t created_;
+  ChunkWriter chunks_;
+  bool include_usage_;
+  Usage usage_;
+  size_t have_ = 0;
+  std::vector<int32_t> fresh_;
+  const char* finish_ = nullptr;
+  ApiError error_;
+};
+
+// SSE: a role chunk (chat), a chunk per piece of text, the finish chunk, the usage chunk when
+// asked, [DONE]. An engine error after the start is an error event.
+bool StreamEvents(Generation& g, httplib::DataSink& sink) {
+  auto send = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
+  if (g.route() == ApiRoute::kChat && !send(g.chunks().Role())) return false;
+  const bool ok = g.Run([&](std::string_view t) { return send(g.chunks().Text(t)); }, [&] { return sink.is_writable(); });
+  if (!ok) return false;
+  if (!g.error().ok()) {
+    if (!send(g.chunks().Error(g.error()))) return false;
+  } else {
+    if (!send(g.chunks().Finish(g.finish_reason()))) return false;
+    if (g.include_usage() && !send(g.chunks().UsageChunk(g.usage()))) return false;
+  }
+  if (!send(ChunkWriter::kDone)) return false;
+  sink.done();
+  return true;
+}
+
+// One JSON body once the completion ends; meanwhile only the connection is watched.
+bool GatherBody(Generation& g, httplib::DataSink& sink) {
+  if (!g.Run([](std::string_view) { return true; }, [&] { return sink.is_writable(); })) return false;
+  const std::string body = g.error().ok() ? CompletionJson(g.route(), g.id(), g.created(), g.model_id(),
+                                                           g.text(), g.finish_reason(), g.usage())
+                                          : ErrorJson(g.error());
+  if (!sink.write(body.data(), body.size())) return false;
+  sink.done();
+  return true;
+}
+
+}  // namespace
+
+void ReplyError(const ApiError& e, httplib::Response& res) {
+  res.status = e.status;
+  if (e.status == 503) res.set_header("Retry-After", "1");
+  res.set_content(ErrorJson(e), "application/json");
+}
+
+void RunCompletion(const CompletionContext& ctx, const ApiRequest& r, httplib::Response& res) {
+  PromptData prompt;
+  if (ApiError e = BuildPrompt(ctx.model, r, ctx.prompt_limits, &prompt); !e.ok()) return ReplyError(e, res);
+  const int64_t prompt_tokens = static_cast<int64_t>(prompt.tokens.size());
+  int64_t max_new = 0;
+  if (ApiError e = CompletionBudget(r, prompt_tokens, ctx.max_context, &max_new); !e.ok()) return ReplyError(e, res);
+  auto job = std::make_shared<Job>(std::move(prompt), MakeOptions(r, ctx.model, max_new));
+  if (!ctx.scheduler.Submit(job))
+    return ReplyError(ApiError{503, "server_error", "queue_full", "", "the server is busy: every slot and queue place is taken; retry later"}, res);
+  if (const Status st = job->WaitAdmitted(); !st.ok()) return ReplyError(AdmissionError(st), res);
+  auto g = std::make_shared<Generation>(ctx, r, std::move(job), prompt_tokens);
+  res.status = 200;
+  if (r.stream) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream",
+                                     [g](size_t, httplib::DataSink& sink) { return StreamEvents(*g, sink); });
+  } else {
+    res.set_chunked_content_provider("application/json",
+                                     [g](size_t, httplib::DataSink& sink) { return GatherBody(*g, sink); });
+  }
+}
+
+}  // namespace tessera::server
