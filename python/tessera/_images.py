@@ -69,10 +69,10 @@ class ImagesMixin:
         return self._impl._encode_pixels(pv, pos, soft)
 
     def _double_newline(self):
-        # Gemma 3's processor frames each image with "\\n\\n"; its id comes from the tokenizer.
+        # Gemma 3's processor frames each image with "\n\n" (two newlines); its id comes from the tokenizer.
         if self.model_type != "gemma3" or not os.path.exists(os.path.join(self._path, "tokenizer.model")):
             return None
-        ids = self.tokenizer.encode("\\n\\n", False)
+        ids = self.tokenizer.encode("\n\n", False)
         return ids[0] if len(ids) == 1 else None
 
     def _with_images(self, tokens, images, image_tokens):

@@ -128,11 +128,11 @@ def test_same_seed_same_tokens_and_seeds_differ(served):
 def test_returning_conversation_reuses_the_cache_exactly(served):
     server, ref, client = served
     first = [{"role": "user", "content": " ".join(WORDS * 3)}]
-    spec = {"messages": first, "max_tokens": 8, "sampling": {}}
+    spec = {"messages": first, "max_tokens": 8, "sampling": {"temperature": 1.0, "seed": 8}}
     reply = send(client, ref.model_id, spec, stream=False)
     same_answer(reply, expected(ref, spec))
     reused = metric(wait_for_idle_slots(server), "tessera_prompt_tokens_reused_total")
     second = first + [{"role": "assistant", "content": reply[0] or "ok"}, {"role": "user", "content": "the layer"}]
-    spec2 = {"messages": second, "max_tokens": 12, "sampling": {}}
+    spec2 = {"messages": second, "max_tokens": 12, "sampling": {"temperature": 1.0, "seed": 9}}
     same_answer(send(client, ref.model_id, spec2, stream=True), expected(ref, spec2))
     assert metric(metrics(server), "tessera_prompt_tokens_reused_total") > reused

@@ -25,6 +25,9 @@ from image_fixtures import photo
 pytestmark = requires_serve
 
 PROMPTS = ["the image model", "tessera engine is fast, the window block cache"]
+# Greedy decoding of the tiny random checkpoints soon repeats one token whatever the prompt; seeded
+# sampling at temperature 1 follows the logits, so it tells a wrong prompt or cache apart.
+SAMPLED = {"temperature": 1.0, "seed": 5}
 
 
 @pytest.fixture(scope="module", params=["text", "demo"])
@@ -109,8 +112,8 @@ def test_completion_equals_model_generate(served, stream, sampling):
 def test_completion_of_token_ids(served):
     server, ref = served
     prompt = ref.completion_ids(PROMPTS[1])
-    want, reason = ref.generate(prompt, 12)
-    got = complete(client_of(server), ref.model_id, False, prompt=prompt, max_tokens=12, **sampling_kwargs({}))
+    want, reason = ref.generate(prompt, 12, **SAMPLED)
+    got = complete(client_of(server), ref.model_id, False, prompt=prompt, max_tokens=12, **sampling_kwargs(SAMPLED))
     check_answer(ref, got, want, reason, len(prompt))
 
 
@@ -170,7 +173,7 @@ def test_stop_strings(served, stream):
     client = client_of(server)
     prompt = PROMPTS[0]
     ids = ref.completion_ids(prompt)
-    want, reason = ref.generate(ids, 40)
+    want, reason = ref.generate(ids, 40, **SAMPLED)
     full = ref.text(want)
     prefixes = token_texts(ref, want)
     # A stop string across a token boundary (its first character ends one token's text): the server
@@ -182,16 +185,16 @@ def test_stop_strings(served, stream):
         pytest.skip(f"the greedy text {full!r} has no usable stop string")
     for i in starts:
         stop = full[i:i + 2]
-        got = complete(client, ref.model_id, stream, prompt=prompt, max_tokens=40, stop=stop, **sampling_kwargs({}))
+        got = complete(client, ref.model_id, stream, prompt=prompt, max_tokens=40, stop=stop, **sampling_kwargs(SAMPLED))
         assert got[0] == full[:i], f"stop {stop!r}"
         assert got[2] == "stop"
     # Several stop strings: the earliest match wins; one that never appears changes nothing.
     i = starts[-1]
     stops = ["\u2603never", full[i:i + 1], full[i:i + 3] if i + 3 <= len(full) else full[i:]]
-    got = complete(client, ref.model_id, stream, prompt=prompt, max_tokens=40, stop=stops, **sampling_kwargs({}))
+    got = complete(client, ref.model_id, stream, prompt=prompt, max_tokens=40, stop=stops, **sampling_kwargs(SAMPLED))
     assert got[0] == full[:full.find(full[i:i + 1])] and got[2] == "stop"
     got = complete(client, ref.model_id, stream, prompt=prompt, max_tokens=40, stop=["\u2603never"],
-                   **sampling_kwargs({}))
+                   **sampling_kwargs(SAMPLED))
     assert got[0] == full and got[2] == reason
 
 
@@ -245,9 +248,9 @@ def test_images_as_data_urls(vision, stream):
         {"type": "text", "text": "and this"}, {"type": "image_url", "image_url": {"url": url1, "detail": "auto"}},
         {"type": "text", "text": "model"}]}]
     prompt, kw = image_layout(ref, ref.chat_ids(messages), [img0, img1])
-    want, reason = ref.generate(prompt, 16, chat=True, **kw)
+    want, reason = ref.generate(prompt, 16, chat=True, **kw, **SAMPLED)
     got = complete(client_of(server), ref.model_id, stream, chat=True, messages=messages, max_tokens=16,
-                   **sampling_kwargs({}))
+                   **sampling_kwargs(SAMPLED))
     check_answer(ref, got, want, reason, len(prompt))
 
 
@@ -259,8 +262,8 @@ def test_model_generate_lays_out_images_as_the_processor(vision):
     ids = ref.chat_ids([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": ""}},
                                                      {"type": "text", "text": "the image"}]}])
     prompt, kw = image_layout(ref, ids, [img])
-    want = ref.model.generate(np.asarray([prompt]), 8, stop_tokens=[], **kw)
-    assert ref.model.generate(np.asarray([ids]), 8, stop_tokens=[], images=[img]) == want
+    want = ref.model.generate(np.asarray([prompt]), 8, stop_tokens=[], **kw, **SAMPLED)
+    assert ref.model.generate(np.asarray([ids]), 8, stop_tokens=[], images=[img], **SAMPLED) == want
 
 
 def test_image_errors(vision):
@@ -397,7 +400,7 @@ def test_queue_full_is_503_with_retry_after(one_slot):
         first.close()  # frees the slot: the queued request runs
         t.join(60)
     want, _ = ref.generate(ref.completion_ids(PROMPTS[1]), 4)
-    assert not isinstance(queued["r"], Exception), queued["r"]
+    assert not isinstance(queued["r"], Exception), queued["r"]  # (greedy: the request above asks for it)
     assert queued["r"].choices[0].text == ref.text(want)
 
 
@@ -417,8 +420,8 @@ def test_closing_a_stream_cancels_it_and_frees_the_slot(one_slot):
     assert metric(m, "tessera_generated_tokens_total") - before < 3000
     # The slot serves the next request, with the tokens it would give anyway.
     ids = ref.chat_ids(CONVERSATIONS[1])
-    want, reason = ref.generate(ids, 10, chat=True)
+    want, reason = ref.generate(ids, 10, chat=True, **SAMPLED)
     got = complete(client, ref.model_id, True, chat=True, messages=CONVERSATIONS[1], max_tokens=10,
-                   **sampling_kwargs({}))
+                   **sampling_kwargs(SAMPLED))
     check_answer(ref, got, want, reason, len(ids))
     assert metric(wait_for_idle_slots(server), "tessera_slots_busy") == 0
