@@ -425,3 +425,30 @@ def test_closing_a_stream_cancels_it_and_frees_the_slot(one_slot):
                    **sampling_kwargs(SAMPLED))
     check_answer(ref, got, want, reason, len(ids))
     assert metric(wait_for_idle_slots(server), "tessera_slots_busy") == 0
+
+
+def test_health_answers_beside_idle_connections_and_busy_slots(one_slot):
+    """The orchestrator's probe (/health) and the scraper (/metrics) get answers while the slot runs a
+    stream, a request waits in the queue, and clients hold connections open without sending a request
+    (a slow or idle client must not starve the probe: a failed liveness probe restarts the server)."""
+    import socket
+    server, ref = one_slot
+    client = client_of(server)
+    first = client.completions.create(model=ref.model_id, prompt=PROMPTS[0], max_tokens=4000, temperature=0,
+                                      stream=True)
+    idle = []
+    try:
+        next(iter(first))
+        host, port = server.url.split("//")[1].split(":")
+        for _ in range(32):
+            idle.append(socket.create_connection((host, int(port)), timeout=5))
+        idle[-1].sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # a request that never ends its headers
+        t0 = time.monotonic()
+        status, _, body = raw(server.url + "/health", timeout=5)
+        assert status == 200 and time.monotonic() - t0 < 5
+        assert metric(metrics(server), "tessera_slots_busy") == 1
+    finally:
+        for s in idle:
+            s.close()
+        first.close()
+    wait_for_idle_slots(server)
