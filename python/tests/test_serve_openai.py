@@ -81,8 +81,8 @@ def check_answer(ref, answer, want_ids, want_reason, prompt_len):
     assert text == ref.text(want_ids)
     assert finish == want_reason
     assert usage.prompt_tokens == prompt_len
-    # The stop token (eos, turn end) is generated but not returned: either count is the API's.
-    assert usage.completion_tokens in {len(want_ids), len(want_ids) + (want_reason == "stop")}
+    # The stop token (eos, turn end) is generated and counted, but not returned (docs/serving.md).
+    assert usage.completion_tokens == len(want_ids) + (want_reason == "stop")
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
@@ -147,7 +147,7 @@ def test_max_completion_tokens_and_default_length(served):
     r = client.chat.completions.create(model=ref.model_id, messages=messages, max_completion_tokens=5,
                                        temperature=0)
     assert r.choices[0].message.content == ref.text(want)
-    assert r.usage.completion_tokens in {len(want), len(want) + (reason == "stop")}
+    assert r.usage.completion_tokens == len(want) + (reason == "stop")
 
 
 # --- stop strings ------------------------------------------------------------------------------------------
