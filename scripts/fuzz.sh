@@ -14,7 +14,7 @@ cd "$root"
 secs="${1:-${TESSERA_FUZZ_SECONDS:-30}}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(npy safetensors_header safetensors_index model_config tokenizer tokenizer_vocab image_decode gguf gguf_model quant quantize_vocab)
+((${#targets[@]})) || targets=(npy safetensors_header safetensors_index model_config tokenizer tokenizer_vocab image_decode gguf gguf_model quant quantize_vocab serve_request)
 
 # clang and its libFuzzer runtime come from Debian (scripts/setup.sh --fuzz installs them).
 if ! command -v clang++ >/dev/null || [ ! -e "$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a)" ]; then

@@ -55,6 +55,8 @@ struct ApiRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // vLLM's extension: the prompt's and the completion's token ids in the response.
+  bool return_token_ids = false;
 };
 
 // JSON body -> request. Every refusal names the field and what it must be.

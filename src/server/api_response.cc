@@ -1,5 +1,7 @@
 #include "server/api_response.h"
 
+#include <cstdio>
+
 namespace tessera::server {
 namespace {
 
@@ -41,8 +43,27 @@ std::string Head(const std::string& id, const char* object, int64_t created, con
   return h;
 }
 
-std::string FinishJson(const char* finish_reason) {
-  return finish_reason ? std::string("\"") + finish_reason + "\"" : std::string("null");
+void AppendIds(std::span<const int32_t> ids, std::string* out) {
+  out->push_back('[');
+  char num[16];
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out->push_back(',');
+    const int n = std::snprintf(num, sizeof(num), "%d", static_cast<int>(ids[i]));
+    out->append(num, static_cast<size_t>(n));
+  }
+  out->push_back(']');
+}
+
+// ,"logprobs":null,"finish_reason":<reason or null>
+void AppendFinish(const char* finish_reason, std::string* out) {
+  out->append(",\"logprobs\":null,\"finish_reason\":");
+  if (!finish_reason) {
+    out->append("null");
+    return;
+  }
+  out->push_back('"');
+  out->append(finish_reason);
+  out->push_back('"');
 }
 
 }  // namespace
@@ -92,14 +113,24 @@ std::string ErrorJson(const ApiError& e) {
 }
 
 std::string CompletionJson(ApiRoute route, const std::string& id, int64_t created, const std::string& model,
-                           std::string_view text, const char* finish_reason, const Usage& usage) {
+                           std::string_view text, const char* finish_reason, const Usage& usage, const TokenIds* ids) {
   const bool chat = route == ApiRoute::kChat;
   std::string s = Head(id, chat ? "chat.completion" : "text_completion", created, model);
+  if (ids && ids->prompt) {
+    s += "\"prompt_token_ids\":";
+    AppendIds(*ids->prompt, &s);
+    s += ',';
+  }
   s += "\"choices\":[{\"index\":0,";
   s += chat ? "\"message\":{\"role\":\"assistant\",\"content\":" : "\"text\":";
   AppendJsonString(text, &s);
-  s += chat ? "}," : ",";
-  s += "\"logprobs\":null,\"finish_reason\":" + FinishJson(finish_reason) + "}],\"usage\":" + UsageJson(usage) + "}";
+  if (chat) s += '}';
+  AppendFinish(finish_reason, &s);
+  if (ids) {
+    s += ",\"token_ids\":";
+    AppendIds(ids->completion, &s);
+  }
+  s += "}],\"usage\":" + UsageJson(usage) + "}";
   return s;
 }
 
@@ -109,32 +140,54 @@ ChunkWriter::ChunkWriter(ApiRoute route, const std::string& id, int64_t created,
       head_("data: " + Head(id, route == ApiRoute::kChat ? "chat.completion.chunk" : "text_completion", created, model)),
       usage_null_(include_usage ? ",\"usage\":null" : "") {}
 
-std::string_view ChunkWriter::Text(std::string_view text) {
+void ChunkWriter::ReturnTokenIds(const std::vector<int32_t>* prompt) {
+  token_ids_ = true;
+  prompt_ids_ = prompt;
+}
+
+void ChunkWriter::Begin() {
   buf_.assign(head_);
-  buf_ += route_ == ApiRoute::kChat ? "\"choices\":[{\"index\":0,\"delta\":{\"content\":" : "\"choices\":[{\"index\":0,\"text\":";
-  AppendJsonString(text, &buf_);
-  if (route_ == ApiRoute::kChat) buf_ += '}';
-  buf_ += ",\"logprobs\":null,\"finish_reason\":null}]";
+  if (prompt_ids_) {
+    buf_ += "\"prompt_token_ids\":";
+    AppendIds(*prompt_ids_, &buf_);
+    buf_ += ',';
+    prompt_ids_ = nullptr;
+  }
+  buf_ += "\"choices\":[{\"index\":0,";
+}
+
+void ChunkWriter::End(const char* finish_reason, std::span<const int32_t> ids) {
+  AppendFinish(finish_reason, &buf_);
+  if (token_ids_) {
+    buf_ += ",\"token_ids\":";
+    AppendIds(ids, &buf_);
+  }
+  buf_ += '}';
+  buf_ += ']';
   buf_ += usage_null_;
   buf_ += "}\n\n";
+}
+
+std::string_view ChunkWriter::Text(std::string_view text, std::span<const int32_t> ids) {
+  Begin();
+  buf_ += route_ == ApiRoute::kChat ? "\"delta\":{\"content\":" : "\"text\":";
+  AppendJsonString(text, &buf_);
+  if (route_ == ApiRoute::kChat) buf_ += '}';
+  End(nullptr, ids);
   return buf_;
 }
 
 std::string_view ChunkWriter::Role() {
-  buf_.assign(head_);
-  buf_ += "\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-          "\"finish_reason\":null}]";
-  buf_ += usage_null_;
-  buf_ += "}\n\n";
+  Begin();
+  buf_ += "\"delta\":{\"role\":\"assistant\",\"content\":\"\"}";
+  End(nullptr, {});
   return buf_;
 }
 
-std::string_view ChunkWriter::Finish(const char* finish_reason) {
-  buf_.assign(head_);
-  buf_ += route_ == ApiRoute::kChat ? "\"choices\":[{\"index\":0,\"delta\":{}," : "\"choices\":[{\"index\":0,\"text\":\"\",";
-  buf_ += "\"logprobs\":null,\"finish_reason\":" + FinishJson(finish_reason) + "}]";
-  buf_ += usage_null_;
-  buf_ += "}\n\n";
+std::string_view ChunkWriter::Finish(const char* finish_reason, std::span<const int32_t> ids) {
+  Begin();
+  buf_ += route_ == ApiRoute::kChat ? "\"delta\":{}" : "\"text\":\"\"";
+  End(finish_reason, ids);
   return buf_;
 }
 

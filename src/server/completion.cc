@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "server/api_response.h"
@@ -74,9 +75,14 @@ class Generation {
         created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                      .count()),
         chunks_(r.route, id_, created_, model_.id, r.include_usage),
-        include_usage_(r.include_usage) {
+        include_usage_(r.include_usage),
+        return_ids_(r.return_token_ids) {
     usage_.prompt_tokens = prompt_tokens;
     fresh_.reserve(64);
+    if (return_ids_) {
+      ids_.reserve(static_cast<size_t>(job_->options().max_new_tokens));
+      chunks_.ReturnTokenIds(&job_->prompt().tokens);
+    }
   }
   ~Generation() { job_->Cancel(); }
 
@@ -84,6 +90,7 @@ class Generation {
   // false when the client went away (`alive` or `emit` said so).
   template <class Emit, class Alive>
   bool Run(Emit&& emit, Alive&& alive) {
+    auto checked = std::chrono::steady_clock::now();
     for (;;) {
       fresh_.clear();
       const bool finished = job_->Wait(have_, kPollInterval, &fresh_);
@@ -91,6 +98,7 @@ class Generation {
         ++have_;
         usage_.completion_tokens = static_cast<int64_t>(have_);
         if (std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end()) continue;
+        if (return_ids_) ids_.push_back(token);
         const std::string_view t = text_.Append(model_.tokenizer->Piece(token));
         if (!t.empty() && !emit(t)) return false;
         if (text_.stopped()) {
@@ -99,10 +107,28 @@ class Generation {
         }
       }
       if (finished) return Finish(emit);
-      if (fresh_.empty() && !alive()) return false;
+      // Tokens may arrive every few milliseconds with nothing written (a non-streaming response):
+      // the connection is looked at by the clock, not per wake-up.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - checked >= kPollInterval) {
+        if (!alive()) return false;
+        checked = now;
+      }
     }
   }
 
+  // return_token_ids: the completion's ids not handed out yet (each chunk carries the ids whose
+  // text it sends; the finish chunk the rest).
+  std::span<const int32_t> TakeUnsentIds() {
+    const std::span<const int32_t> out = std::span<const int32_t>(ids_).subspan(ids_sent_);
+    ids_sent_ = ids_.size();
+    return out;
+  }
+  // For the non-streaming body; null without return_token_ids.
+  std::optional<TokenIds> Ids() const {
+    if (!return_ids_) return std::nullopt;
+    return TokenIds{&job_->prompt().tokens, ids_};
+  }
   const ApiError& error() const { return error_; }
   const char* finish_reason() const { return finish_; }
   const Usage& usage() const { return usage_; }
@@ -136,6 +162,9 @@ class Generation {
   int64_t created_;
   ChunkWriter chunks_;
   bool include_usage_;
+  bool return_ids_;
+  std::vector<int32_t> ids_;  // return_token_ids: the completion's ids (stop tokens left out)
+  size_t ids_sent_ = 0;
   Usage usage_;
   size_t have_ = 0;
   std::vector<int32_t> fresh_;
@@ -148,12 +177,13 @@ class Generation {
 bool StreamEvents(Generation& g, httplib::DataSink& sink) {
   auto send = [&](std::string_view s) { return sink.write(s.data(), s.size()); };
   if (g.route() == ApiRoute::kChat && !send(g.chunks().Role())) return false;
-  const bool ok = g.Run([&](std::string_view t) { return send(g.chunks().Text(t)); }, [&] { return sink.is_writable(); });
+  const bool ok = g.Run([&](std::string_view t) { return send(g.chunks().Text(t, g.TakeUnsentIds())); },
+                        [&] { return sink.is_writable(); });
   if (!ok) return false;
   if (!g.error().ok()) {
     if (!send(g.chunks().Error(g.error()))) return false;
   } else {
-    if (!send(g.chunks().Finish(g.finish_reason()))) return false;
+    if (!send(g.chunks().Finish(g.finish_reason(), g.TakeUnsentIds()))) return false;
     if (g.include_usage() && !send(g.chunks().UsageChunk(g.usage()))) return false;
   }
   if (!send(ChunkWriter::kDone)) return false;
@@ -164,8 +194,9 @@ bool StreamEvents(Generation& g, httplib::DataSink& sink) {
 // One JSON body once the completion ends; meanwhile only the connection is watched.
 bool GatherBody(Generation& g, httplib::DataSink& sink) {
   if (!g.Run([](std::string_view) { return true; }, [&] { return sink.is_writable(); })) return false;
-  const std::string body = g.error().ok() ? CompletionJson(g.route(), g.id(), g.created(), g.model_id(),
-                                                           g.text(), g.finish_reason(), g.usage())
+  const std::optional<TokenIds> ids = g.Ids();
+  const std::string body = g.error().ok() ? CompletionJson(g.route(), g.id(), g.created(), g.model_id(), g.text(),
+                                                           g.finish_reason(), g.usage(), ids ? &*ids : nullptr)
                                           : ErrorJson(g.error());
   if (!sink.write(body.data(), body.size())) return false;
   sink.done();

@@ -3,15 +3,23 @@
 // than silently ignored, so a client never gets an answer to a question it did not ask; fields that
 // change nothing about the tokens (user, metadata, ...) are ignored, as the API does.
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "io/json_nesting.h"
 #include "server/api_request.h"
 
 namespace tessera::server {
 namespace {
 
 using Json = nlohmann::json;
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 
 std::string TypeName(const Json& v) { return v.is_null() ? "null" : v.type_name(); }
 
@@ -26,8 +34,8 @@ ApiError ReadNumber(const Json& body, const char* name, double lo, double hi, bo
   if (!it->is_number()) return WrongType(name, "a number", *it);
   const double v = it->get<double>();
   if (!std::isfinite(v) || v > hi || v < lo || (lo_open && v == lo))
-    return BadRequest(name, "'" + std::string(name) + "' must be in " + (lo_open ? "(" : "[") + Json(lo).dump() +
-                                ", " + Json(hi).dump() + "], got " + it->dump());
+    return BadRequest(name, "'" + std::string(name) + "' must be in " + (lo_open ? "(" : "[") + Number(lo) + ", " +
+                                Number(hi) + "], got " + it->dump());
   *out = static_cast<float>(v);
   return {};
 }
@@ -250,6 +258,7 @@ ApiError ReadLengthAndStream(const Json& body, ApiRequest* r) {
     if (ApiError e = ReadInt(body, name, 1, &r->max_tokens); !e.ok()) return e;
   }
   if (ApiError e = ReadBool(body, "stream", &r->stream); !e.ok()) return e;
+  if (ApiError e = ReadBool(body, "return_token_ids", &r->return_token_ids); !e.ok()) return e;
   auto opts = body.find("stream_options");
   if (opts != body.end() && !opts->is_null()) {
     if (!r->stream) return BadRequest("stream_options", "'stream_options' is only allowed when 'stream' is true");
@@ -271,6 +280,8 @@ ApiError BadRequest(std::string param, std::string message) {
 ApiError ParseApiRequest(ApiRoute route, std::string_view body, const ApiLimits& limits, ApiRequest* out) {
   *out = ApiRequest{};
   out->route = route;
+  // Printing or copying a parsed value recurses per level: a deep document is refused unparsed.
+  if (const Status st = io::CheckJsonNesting(body, "the request body"); !st.ok()) return BadRequest("", st.message());
   const Json j = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return BadRequest("", "the request body is not valid JSON");
   if (!j.is_object()) return BadRequest("", "the request body must be a JSON object, got " + TypeName(j));

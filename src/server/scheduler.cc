@@ -20,6 +20,7 @@ void Scheduler::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  Drain();  // the engine thread is gone (or never ran): the batch is this thread's now
 }
 
 bool Scheduler::Submit(std::shared_ptr<Job> job) {
@@ -86,8 +87,6 @@ void Scheduler::Loop() {
     Collect();
     lock.lock();
   }
-  lock.unlock();
-  Drain();
 }
 
 void Scheduler::Drain() {

@@ -26,7 +26,7 @@ class Scheduler {
   ~Scheduler();  // Stop()s
 
   void Start();
-  // Ends every queued and running job with an error and joins the engine thread.
+  // Joins the engine thread, then ends every queued and running job with an error. Idempotent.
   void Stop();
 
   // False when the queue is full (or the scheduler stopped): the caller answers 503.

@@ -46,16 +46,13 @@ size_t TextStream::HeldPrefix(size_t end) const {
   return held;
 }
 
-std::string_view TextStream::Append(std::string_view piece) {
-  if (stopped_) return {};
-  buf_.append(piece);
-  const size_t end = CompleteEnd();
-  // The earliest stop string that ends within the complete text. None can start before sent_:
-  // a possible start is always held back.
+std::string_view TextStream::Release(size_t end, bool hold) {
+  // The earliest stop string that ends by `end`. None can start before sent_: a possible start is
+  // always held back.
   size_t hit = std::string::npos;
-  const std::string_view complete = std::string_view(buf_).substr(0, end);
+  const std::string_view upto = std::string_view(buf_).substr(0, end);
   for (const std::string& s : stop_) {
-    const size_t at = complete.find(s, sent_);
+    const size_t at = upto.find(s, sent_);
     if (at != std::string_view::npos && at < hit) {
       hit = at;
       matched_ = s;
@@ -68,15 +65,19 @@ std::string_view TextStream::Append(std::string_view piece) {
     sent_ = hit;
     return std::string_view(buf_).substr(from);
   }
-  sent_ = end - HeldPrefix(end);
+  sent_ = hold ? end - HeldPrefix(end) : end;
   return std::string_view(buf_).substr(from, sent_ - from);
+}
+
+std::string_view TextStream::Append(std::string_view piece) {
+  if (stopped_) return {};
+  buf_.append(piece);
+  return Release(CompleteEnd(), /*hold=*/true);
 }
 
 std::string_view TextStream::Finish() {
   if (stopped_) return {};
-  const size_t from = sent_;
-  sent_ = buf_.size();
-  return std::string_view(buf_).substr(from);
+  return Release(buf_.size(), /*hold=*/false);
 }
 
 }  // namespace tessera::server

@@ -31,6 +31,8 @@ class TextStream {
  private:
   // Bytes of buf_ up to the end of its last complete UTF-8 character.
   size_t CompleteEnd() const;
+  // Sends buf_[sent_, end) up to the first stop string, keeping back (when `hold`) what may start one.
+  std::string_view Release(size_t end, bool hold);
   // Length of the longest suffix of buf_[sent_, end) that is a proper prefix of a stop string.
   size_t HeldPrefix(size_t end) const;
 
