@@ -26,14 +26,9 @@ done
 [ -n "$py" ] || { log "no Python with pip to fetch the sdist"; exit 1; }
 if [ ! -f "$src/CMakeLists.txt" ]; then
   log "fetching the llama-cpp-python $version sdist (its vendor/llama.cpp)"
-  rm -rf "$out/dl" "$src"
-  mkdir -p "$out/dl" "$src"
-  "$py" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
-    "llama-cpp-python==$version" -d "$out/dl"
-  tar xzf "$out/dl/llama_cpp_python-$version.tar.gz" -C "$src" --strip-components=3 \
-    "llama_cpp_python-$version/vendor/llama.cpp"
+  . bench/llama_sdist.sh
+  fetch_llama_sdist "$py" "$version" "$src" 3 vendor/llama.cpp
   rm -f "$src/.git"  # a submodule pointer into llama-cpp-python's repository, which is not here
-  rm -rf "$out/dl"
 fi
 log "configuring (server only: no tests, examples or curl)"
 cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \

@@ -65,15 +65,9 @@ fi
 sd="$peers/llama-sdist"
 if [ ! -f "$sd/vendor/llama.cpp/convert_hf_to_gguf.py" ]; then
   log "fetching the llama-cpp-python $llama_version sdist for convert_hf_to_gguf.py"
-  rm -rf "$peers/dl" "$sd"
-  mkdir -p "$peers/dl" "$sd"
-  "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
-    "llama-cpp-python==$llama_version" -d "$peers/dl"
-  tar xzf "$peers/dl/llama_cpp_python-$llama_version.tar.gz" -C "$sd" --strip-components=1 \
-    "llama_cpp_python-$llama_version/vendor/llama.cpp/convert_hf_to_gguf.py" \
-    "llama_cpp_python-$llama_version/vendor/llama.cpp/conversion" \
-    "llama_cpp_python-$llama_version/vendor/llama.cpp/gguf-py"
-  rm -rf "$peers/dl"
+  . bench/llama_sdist.sh
+  fetch_llama_sdist "$venv/bin/python" "$llama_version" "$sd" 1 vendor/llama.cpp/convert_hf_to_gguf.py \
+    vendor/llama.cpp/conversion vendor/llama.cpp/gguf-py
 fi
 
 if [ "$llama_only" -eq 1 ]; then

@@ -13,9 +13,8 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the openai package (python/requirements.txt)")
 
-from helpers.serve_client import (Reference, expected, metric, metrics, requires_serve, same_answer, send, serve,
-                                  wait_for_idle_slots)
-from helpers.serve_models import demo_checkpoint, text_checkpoint
+from helpers.serve_client import expected, metric, metrics, requires_serve, same_answer, send, wait_for_idle_slots
+from helpers.serve_client import served as served_checkpoint
 
 pytestmark = requires_serve
 
@@ -52,15 +51,8 @@ def specs(vocab, n=12, seed=0):
 
 @pytest.fixture(scope="module", params=["text", "demo"])
 def served(request, tmp_path_factory):
-    root = tmp_path_factory.mktemp("serve-exact")
-    if request.param == "text":
-        ckpt, family = text_checkpoint(root / "tiny-text"), "gemma3"
-    else:
-        ckpt, family = demo_checkpoint(root / "demo"), "gemma4"
-    with serve(ckpt, "--slots", str(SLOTS), "--max-context", str(CONTEXT)) as s:
-        ref = Reference(ckpt, family, max_context=CONTEXT)
-        client = openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
-        yield s, ref, client
+    with served_checkpoint(tmp_path_factory, request.param, "--slots", SLOTS, context=CONTEXT) as (s, ref):
+        yield s, ref, openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
 def vocab_of(ref):

@@ -15,9 +15,7 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the openai package (python/requirements.txt)")
 
-from helpers.serve_client import (Reference, expected, requires_serve, same_answer, send, send_async, serve,
-                                  wait_for_idle_slots)
-from helpers.serve_models import text_checkpoint
+from helpers.serve_client import expected, requires_serve, same_answer, send, send_async, served, wait_for_idle_slots
 from test_serve_exactness import specs
 
 pytestmark = requires_serve
@@ -55,9 +53,7 @@ async def load(server, model, requests, plan):
 
 
 def test_200_requests_from_16_clients(tmp_path_factory):
-    ckpt = text_checkpoint(tmp_path_factory.mktemp("serve-load") / "tiny-text")
-    with serve(ckpt, "--slots", "8", "--max-context", "512", "--max-queue", "64") as server:
-        ref = Reference(ckpt, "gemma3", max_context=512)
+    with served(tmp_path_factory, "text", "--slots", 8, "--max-queue", 64) as (server, ref):
         requests = [dict(s, max_tokens=min(s["max_tokens"], 32)) for s in specs(512, n=DISTINCT, seed=5)]
         client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
         alone = [send(client, ref.model_id, s, stream=False) for s in requests]

@@ -8,7 +8,6 @@ Exactness under concurrency: test_serve_exactness.py; the load test: test_serve_
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
@@ -17,9 +16,9 @@ import pytest
 
 openai = pytest.importorskip("openai", reason="the openai package (python/requirements.txt)")
 
-from helpers.serve_client import (Reference, assert_api_error, choice_token_ids, data_url, metric, metrics, raw,
-                                  requires_serve, sampling_kwargs, serve, wait_for_idle_slots)
-from helpers.serve_models import demo_checkpoint, gemma3_vision_checkpoint, text_checkpoint
+from helpers.serve_client import (assert_api_error, choice_token_ids, data_url, metric, metrics, raw, requires_serve,
+                                  sampling_kwargs, wait_for_idle_slots)
+from helpers.serve_client import served as served_checkpoint
 from image_fixtures import photo
 
 pytestmark = requires_serve
@@ -33,13 +32,8 @@ SAMPLED = {"temperature": 1.0, "seed": 5}
 @pytest.fixture(scope="module", params=["text", "demo"])
 def served(request, tmp_path_factory):
     """A server and its reference on the tiny text checkpoint and on the demo model."""
-    root = tmp_path_factory.mktemp("serve")
-    if request.param == "text":
-        ckpt, family = text_checkpoint(root / "tiny-text"), "gemma3"
-    else:
-        ckpt, family = demo_checkpoint(root / "demo"), "gemma4"
-    with serve(ckpt, "--slots", "3", "--max-context", "512") as s:
-        yield s, Reference(ckpt, family, max_context=512)
+    with served_checkpoint(tmp_path_factory, request.param, "--slots", 3) as s:
+        yield s
 
 
 def client_of(server, **kw):
@@ -76,8 +70,7 @@ def complete(client, model, stream, chat=False, **kw):
 
 def check_answer(ref, answer, want_ids, want_reason, prompt_len):
     text, ids, finish, usage = answer
-    if ids is not None:
-        assert ids == want_ids
+    assert ids == want_ids  # vLLM's return_token_ids extension (sampling_kwargs asks for it)
     assert text == ref.text(want_ids)
     assert finish == want_reason
     assert usage.prompt_tokens == prompt_len
@@ -204,13 +197,8 @@ def test_stop_strings(served, stream):
 @pytest.fixture(scope="module", params=["gemma3", "demo"])
 def vision(request, tmp_path_factory):
     pytest.importorskip("PIL")
-    root = tmp_path_factory.mktemp("serve-vision")
-    if request.param == "gemma3":
-        ckpt, family = gemma3_vision_checkpoint(root / "tiny-gemma3"), "gemma3"
-    else:
-        ckpt, family = demo_checkpoint(root / "demo"), "gemma4"
-    with serve(ckpt, "--slots", "2", "--max-context", "512") as s:
-        yield s, Reference(ckpt, family, max_context=512)
+    with served_checkpoint(tmp_path_factory, request.param, "--slots", 2) as s:
+        yield s
 
 
 def image_layout(ref, ids, images):
@@ -335,9 +323,8 @@ def test_api_errors(served):
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory):
-    ckpt = text_checkpoint(tmp_path_factory.mktemp("serve-key") / "tiny-text")
-    with serve(ckpt, "--slots", "1", "--max-context", "128", "--api-key", "sekrit-key") as s:
-        yield s, Reference(ckpt, "gemma3", max_context=128)
+    with served_checkpoint(tmp_path_factory, "text", "--slots", 1, "--api-key", "sekrit-key", context=128) as s:
+        yield s
 
 
 def test_api_key(keyed):
@@ -364,17 +351,24 @@ def test_api_key(keyed):
 
 @pytest.fixture(scope="module")
 def one_slot(tmp_path_factory):
-    ckpt = text_checkpoint(tmp_path_factory.mktemp("serve-slot") / "tiny-text")
-    with serve(ckpt, "--slots", "1", "--max-queue", "1", "--max-context", "4096") as s:
-        yield s, Reference(ckpt, "gemma3", max_context=4096)
+    with served_checkpoint(tmp_path_factory, "text", "--slots", 1, "--max-queue", 1, context=4096) as s:
+        yield s
+
+
+def running_stream(client, ref, chunks=1):
+    """A long streaming completion that has started (its first chunks read): it holds a slot."""
+    stream = client.completions.create(model=ref.model_id, prompt=PROMPTS[0], max_tokens=4000, temperature=0,
+                                       stream=True)
+    it = iter(stream)
+    for _ in range(chunks):
+        next(it)
+    return stream
 
 
 def test_queue_full_is_503_with_retry_after(one_slot):
     server, ref = one_slot
     client = client_of(server)
-    first = client.completions.create(model=ref.model_id, prompt=PROMPTS[0], max_tokens=4000, temperature=0,
-                                      stream=True)
-    next(iter(first))  # running in the one slot
+    first = running_stream(client, ref)
     queued = {}
 
     def second():
@@ -408,12 +402,7 @@ def test_closing_a_stream_cancels_it_and_frees_the_slot(one_slot):
     server, ref = one_slot
     client = client_of(server)
     before = metric(wait_for_idle_slots(server), "tessera_generated_tokens_total")
-    stream = client.chat.completions.create(model=ref.model_id, messages=CONVERSATIONS[0], max_tokens=4000,
-                                            temperature=0, stream=True)
-    chunks = iter(stream)
-    for _ in range(3):
-        next(chunks)
-    stream.close()
+    running_stream(client, ref, chunks=3).close()
     m = wait_for_idle_slots(server)
     assert metric(m, "tessera_slots_total") == 1
     # The request stopped early: far fewer than its 4000 tokens were generated.
@@ -433,12 +422,9 @@ def test_health_answers_beside_idle_connections_and_busy_slots(one_slot):
     (a slow or idle client must not starve the probe: a failed liveness probe restarts the server)."""
     import socket
     server, ref = one_slot
-    client = client_of(server)
-    first = client.completions.create(model=ref.model_id, prompt=PROMPTS[0], max_tokens=4000, temperature=0,
-                                      stream=True)
+    first = running_stream(client_of(server), ref)
     idle = []
     try:
-        next(iter(first))
         host, port = server.url.split("//")[1].split(":")
         for _ in range(32):
             idle.append(socket.create_connection((host, int(port)), timeout=5))

@@ -5,6 +5,7 @@ tokenized by helpers.serve_models' independent references)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -16,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from helpers.serve_models import TEMPLATES, TURN_END, Tokenizer, render
+from helpers.serve_models import CHECKPOINTS, TEMPLATES, TURN_END, Tokenizer, render
 from tessera.serve_process import ServeProcess, default_binary
 
 
@@ -35,6 +36,16 @@ requires_serve = pytest.mark.skipif(_WHY_NOT is not None, reason=_WHY_NOT or "")
 def serve(checkpoint, *args, threads=2):
     """`tessera serve` on `checkpoint` (a context manager): loopback, a free port, `threads` threads."""
     return ServeProcess(checkpoint, "--threads", str(threads), *args)
+
+
+@contextlib.contextmanager
+def served(tmp_path_factory, name, *args, context=512):
+    """(server, Reference) on one of helpers.serve_models.CHECKPOINTS, made in a fresh directory:
+    `tessera serve --max-context context ARGS` and the same checkpoint loaded in this process."""
+    make, family = CHECKPOINTS[name]
+    ckpt = make(tmp_path_factory.mktemp("serve-" + name) / name)
+    with serve(ckpt, "--max-context", str(context), *map(str, args)) as server:
+        yield server, Reference(ckpt, family, max_context=context)
 
 
 def raw(url, body=None, headers=None, method=None, timeout=60):

@@ -133,6 +133,11 @@ def train_demo_tokenizer(vocab=2048):
     return out.getvalue()
 
 
+# name -> (maker, chat family) of the server tests' checkpoints
+CHECKPOINTS = {"text": (text_checkpoint, "gemma3"), "gemma3": (gemma3_vision_checkpoint, "gemma3"),
+               "demo": (demo_checkpoint, "gemma4")}
+
+
 # --- references ---------------------------------------------------------------------------------------
 
 
