@@ -59,6 +59,9 @@ def _deployment_class():
             http = await self._session()
             target = self.server.url + request.url.path + (("?" + request.url.query) if request.url.query else "")
             headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
+            # Only the encodings the client accepts (aiohttp would otherwise ask for gzip, and the
+            # compressed body would reach a client that never asked for it).
+            headers.setdefault("accept-encoding", "identity")
             body = await request.body()
             upstream = await http.request(request.method, target, data=body or None, headers=headers,
                                           allow_redirects=False)

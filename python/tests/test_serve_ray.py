@@ -76,6 +76,20 @@ def test_routes_and_answers_through_the_proxy(cluster):
             same_answer(send(client(proxy), ref.model_id, spec, stream), want)
 
 
+def test_bodies_come_in_the_encoding_asked_for(cluster):
+    """A client that names no Accept-Encoding (curl) gets plain JSON, whatever the replica's own
+    HTTP client would accept from the server."""
+    import http.client
+    proxy, ref = cluster
+    host, port = proxy.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.putrequest("GET", "/v1/models", skip_accept_encoding=True)
+    conn.endheaders()
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("Content-Encoding") in (None, "identity")
+    assert json.loads(r.read())["data"][0]["id"] == ref.model_id
+
+
 def test_errors_keep_their_shape(cluster):
     proxy, ref = cluster
     with pytest.raises(openai.NotFoundError) as e:
