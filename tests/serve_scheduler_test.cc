@@ -1,6 +1,6 @@
 // The server's engine thread (server/scheduler.h): jobs submitted from many threads, more than
 // there are slots, each get exactly the tokens a plain Session::Generate gives the same prompt;
-// a full queue refuses; a cancelled job frees its slot; Stop ends what is queued and running.
+// a full queue (its places beyond the free slots) refuses; a cancelled job frees its slot; Stop ends what is queued and running.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -69,20 +69,41 @@ std::vector<int32_t> Drain(Job& job) {
   return tokens;
 }
 
+// A model, a batch of `slots` slots of `context` tokens and the scheduler over it.
+struct Engine {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<RequestBatch> batch;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<Scheduler> sched;
+};
+
+Engine MakeEngine(int64_t slots, int64_t context, int64_t max_queue, bool start) {
+  Engine e;
+  e.model = LoadModel();
+  if (!e.model) return e;
+  SessionOptions o = Slots(slots);
+  o.max_context = context;
+  auto batch = RequestBatch::Create(*e.model, o);
+  EXPECT_TRUE(batch.ok()) << batch.status().message();
+  if (!batch.ok()) return e;
+  e.batch = std::move(batch).value();
+  e.metrics = std::make_unique<Metrics>(slots, 0);
+  e.sched = std::make_unique<Scheduler>(*e.batch, max_queue, *e.metrics);
+  if (start) e.sched->Start();
+  return e;
+}
+
 TEST(ServeScheduler, ConcurrentJobsGiveTheirAloneTokens) {
-  std::unique_ptr<Model> m = LoadModel();
-  ASSERT_TRUE(m);
-  auto batch = RequestBatch::Create(*m, Slots(3));
-  ASSERT_TRUE(batch.ok()) << batch.status().message();
-  Metrics metrics(3, 0);
-  Scheduler sched(*batch.value(), 16, metrics);
-  sched.Start();
+  Engine e = MakeEngine(3, 64, 16, /*start=*/true);
+  ASSERT_TRUE(e.sched);
+  const Model& m = *e.model;
+  Scheduler& sched = *e.sched;
   constexpr int kJobs = 7;  // more than the slots: some wait in the queue
   std::vector<std::shared_ptr<Job>> jobs;
   std::vector<std::vector<int32_t>> got(kJobs), want(kJobs);
   for (int i = 0; i < kJobs; ++i) {
     const GenerateOptions o = Options(4 + i % 4, 100 + i, i % 2 ? 0.8f : 0.0f);
-    want[i] = Alone(*m, MakePrompt(3 + 5 * i, i), o);
+    want[i] = Alone(m, MakePrompt(3 + 5 * i, i), o);
     jobs.push_back(std::make_shared<Job>(MakePrompt(3 + 5 * i, i), o));
   }
   std::vector<std::thread> clients;
@@ -103,30 +124,25 @@ TEST(ServeScheduler, ConcurrentJobsGiveTheirAloneTokens) {
 }
 
 TEST(ServeScheduler, FullQueueRefuses) {
-  std::unique_ptr<Model> m = LoadModel();
-  ASSERT_TRUE(m);
-  auto batch = RequestBatch::Create(*m, Slots(1));
-  ASSERT_TRUE(batch.ok());
-  Metrics metrics(1, 0);
-  Scheduler sched(*batch.value(), 1, metrics);  // not started: nothing leaves the queue
+  Engine e = MakeEngine(1, 64, 1, /*start=*/false);  // not started: nothing leaves the queue
+  ASSERT_TRUE(e.sched);
+  Scheduler& sched = *e.sched;
+  // One job for the free slot, one for the queue's place; the third is refused.
+  auto first = std::make_shared<Job>(MakePrompt(5, 1), Options(3, 1, 0.0f));
   auto queued = std::make_shared<Job>(MakePrompt(5, 2), Options(3, 1, 0.0f));
+  EXPECT_TRUE(sched.Submit(first));
   EXPECT_TRUE(sched.Submit(queued));
   EXPECT_FALSE(sched.Submit(std::make_shared<Job>(MakePrompt(5, 3), Options(3, 1, 0.0f))));
-  EXPECT_NE(metrics.Render().find("tessera_queue_depth 1\n"), std::string::npos);
+  EXPECT_NE(e.metrics->Render().find("tessera_queue_depth 2\n"), std::string::npos);
   sched.Stop();
+  EXPECT_EQ(first->WaitAdmitted().code(), StatusCode::kCancelled);
   EXPECT_EQ(queued->WaitAdmitted().code(), StatusCode::kCancelled);
 }
 
 TEST(ServeScheduler, CancelFreesTheSlot) {
-  std::unique_ptr<Model> m = LoadModel();
-  ASSERT_TRUE(m);
-  SessionOptions o = Slots(1);
-  o.max_context = 256;
-  auto batch = RequestBatch::Create(*m, o);
-  ASSERT_TRUE(batch.ok());
-  Metrics metrics(1, 0);
-  Scheduler sched(*batch.value(), 4, metrics);
-  sched.Start();
+  Engine e = MakeEngine(1, 256, 4, /*start=*/true);
+  ASSERT_TRUE(e.sched);
+  Scheduler& sched = *e.sched;
   auto running = std::make_shared<Job>(MakePrompt(5, 1), Options(240, 1, 0.0f));
   ASSERT_TRUE(sched.Submit(running));
   ASSERT_TRUE(running->WaitAdmitted().ok());
@@ -140,20 +156,14 @@ TEST(ServeScheduler, CancelFreesTheSlot) {
   EXPECT_LT(running->result().output.tokens.size(), 240u);
   // The slot is free again: the queued job runs to its end.
   ASSERT_TRUE(queued->WaitAdmitted().ok());
-  EXPECT_EQ(Drain(*queued), Alone(*m, MakePrompt(6, 2), Options(3, 1, 0.0f)));
+  EXPECT_EQ(Drain(*queued), Alone(*e.model, MakePrompt(6, 2), Options(3, 1, 0.0f)));
   sched.Stop();
 }
 
 TEST(ServeScheduler, StopEndsQueuedAndRunningJobs) {
-  std::unique_ptr<Model> m = LoadModel();
-  ASSERT_TRUE(m);
-  SessionOptions o = Slots(1);
-  o.max_context = 256;
-  auto batch = RequestBatch::Create(*m, o);
-  ASSERT_TRUE(batch.ok());
-  Metrics metrics(1, 0);
-  Scheduler sched(*batch.value(), 4, metrics);
-  sched.Start();
+  Engine e = MakeEngine(1, 256, 4, /*start=*/true);
+  ASSERT_TRUE(e.sched);
+  Scheduler& sched = *e.sched;
   auto running = std::make_shared<Job>(MakePrompt(5, 1), Options(240, 1, 0.0f));
   auto queued = std::make_shared<Job>(MakePrompt(5, 2), Options(240, 1, 0.0f));
   ASSERT_TRUE(sched.Submit(running));

@@ -101,7 +101,8 @@ class Generation {
         if (return_ids_) ids_.push_back(token);
         const std::string_view t = text_.Append(model_.tokenizer->Piece(token));
         if (!t.empty() && !emit(t)) return false;
-        if (text_.stopped()) {
+        if (text_.stopped()) {  // the rest is not wanted: free the slot now
+          job_->Cancel();
           finish_ = "stop";
           return true;
         }

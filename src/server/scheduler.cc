@@ -1,11 +1,12 @@
 #include "server/scheduler.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace tessera::server {
 
 Scheduler::Scheduler(RequestBatch& batch, int64_t max_queue, Metrics& metrics)
-    : batch_(batch), max_queue_(max_queue), metrics_(metrics) {
+    : batch_(batch), batch_slots_(batch.slots()), max_queue_(max_queue), metrics_(metrics) {
   running_.reserve(static_cast<size_t>(batch.slots()));
 }
 
@@ -26,7 +27,9 @@ void Scheduler::Stop() {
 bool Scheduler::Submit(std::shared_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || static_cast<int64_t>(queue_.size()) >= max_queue_) return false;
+    // Requests that will find a slot free do not count against the queue's places.
+    const int64_t free_slots = std::max<int64_t>(0, batch_slots_ - busy_.load());
+    if (stop_ || static_cast<int64_t>(queue_.size()) >= max_queue_ + free_slots) return false;
     queue_.push_back(std::move(job));
     metrics_.SetQueue(static_cast<int64_t>(queue_.size()));
   }
@@ -68,6 +71,7 @@ void Scheduler::Collect() {
     running_[i] = std::move(running_.back());
     running_.pop_back();
   }
+  busy_.store(batch_.running());
   metrics_.SetBusySlots(batch_.running());
 }
 
@@ -77,6 +81,7 @@ void Scheduler::Loop() {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty() || batch_.running() > 0; });
     if (stop_) break;
     Admit(lock);
+    busy_.store(batch_.running());
     metrics_.SetBusySlots(batch_.running());
     lock.unlock();
     // A failed step ends its requests with the error (RequestBatch); the next step goes on.

@@ -4,6 +4,7 @@
 // hands each finished request's result back to its job. Idle, it sleeps on the queue.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -29,7 +30,8 @@ class Scheduler {
   // Joins the engine thread, then ends every queued and running job with an error. Idempotent.
   void Stop();
 
-  // False when the queue is full (or the scheduler stopped): the caller answers 503.
+  // False when the queue is full (max_queue waiting beyond the free slots) or the scheduler
+  // stopped: the caller answers 503.
   bool Submit(std::shared_ptr<Job> job);
 
  private:
@@ -41,7 +43,9 @@ class Scheduler {
   void Drain();
 
   RequestBatch& batch_;
+  const int64_t batch_slots_;
   const int64_t max_queue_;
+  std::atomic<int64_t> busy_{0};  // running requests, as the engine thread last counted them
   Metrics& metrics_;
   std::mutex mu_;
   std::condition_variable cv_;
