@@ -30,10 +30,10 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
   fetch_llama_sdist "$py" "$version" "$src" 3 vendor/llama.cpp
   rm -f "$src/.git"  # a submodule pointer into llama-cpp-python's repository, which is not here
 fi
-log "configuring (server only: no tests, examples or curl)"
+log "configuring (server only: no tests, examples, curl or web UI download)"
 cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-  -DLLAMA_CURL=OFF -DGGML_NATIVE=ON >/dev/null
+  -DLLAMA_CURL=OFF -DHF_ENABLED=OFF -DGGML_NATIVE=ON >/dev/null
 log "building llama-server (under $lock)"
 t0=$(date +%s)
 flock "$lock" cmake --build "$src/build" --target llama-server -j"$(nproc)" 2>&1 | { grep -vE '^\[[0-9]+/[0-9]+\]' || true; }
