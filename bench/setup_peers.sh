@@ -7,6 +7,10 @@
 #   bash bench/setup_peers.sh               everything the end-to-end benchmark needs
 #   bash bench/setup_peers.sh --llama-only  llama-cpp-python and the converter only: the peer of the
 #                                           GGUF and quantization tests (scripts/test.sh runs this)
+#   bash bench/setup_peers.sh --llama-server  (opt-in, alone) llama.cpp's `llama-server` built from the
+#                                           llama.cpp the same sdist vendors, only that target:
+#                                           bench/.peers/llama-server/bin/llama-server, the peer of
+#                                           bench/serve_throughput.py (~10 min on 2 cores, under the lock)
 # The llama-cpp-python build (~8 min on 2 cores) runs under `flock /tmp/tessera-cpu.lock` so it
 # does not disturb timing runs that take the same lock.
 set -euo pipefail
@@ -20,6 +24,9 @@ lock="${TESSERA_CPU_LOCK:-/tmp/tessera-cpu.lock}"
 log() { printf '[setup_peers] %s\n' "$*"; }
 llama_only=0
 [ "${1:-}" = "--llama-only" ] && llama_only=1
+if [ "${1:-}" = "--llama-server" ]; then
+  exec bash "$root/bench/build_llama_server.sh" "$llama_version"
+fi
 
 # --- Debian packages (compilers for the llama.cpp build) ----------------------------------------
 debs=(cmake ninja-build g++ python3-venv util-linux)
@@ -58,15 +65,9 @@ fi
 sd="$peers/llama-sdist"
 if [ ! -f "$sd/vendor/llama.cpp/convert_hf_to_gguf.py" ]; then
   log "fetching the llama-cpp-python $llama_version sdist for convert_hf_to_gguf.py"
-  rm -rf "$peers/dl" "$sd"
-  mkdir -p "$peers/dl" "$sd"
-  "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: \
-    "llama-cpp-python==$llama_version" -d "$peers/dl"
-  tar xzf "$peers/dl/llama_cpp_python-$llama_version.tar.gz" -C "$sd" --strip-components=1 \
-    "llama_cpp_python-$llama_version/vendor/llama.cpp/convert_hf_to_gguf.py" \
-    "llama_cpp_python-$llama_version/vendor/llama.cpp/conversion" \
-    "llama_cpp_python-$llama_version/vendor/llama.cpp/gguf-py"
-  rm -rf "$peers/dl"
+  . bench/llama_sdist.sh
+  fetch_llama_sdist "$venv/bin/python" "$llama_version" "$sd" 1 vendor/llama.cpp/convert_hf_to_gguf.py \
+    vendor/llama.cpp/conversion vendor/llama.cpp/gguf-py
 fi
 
 if [ "$llama_only" -eq 1 ]; then

@@ -4,16 +4,19 @@
 #   scripts/setup.sh            Debian packages, .venv with python/requirements.txt, release build
 #   scripts/setup.sh --peers    also python/requirements-peers.txt (torch + transformers)
 #   scripts/setup.sh --fuzz     also clang and its libFuzzer runtime (scripts/fuzz.sh)
+#   scripts/setup.sh --ray      also python/requirements-ray.txt (ray[serve]: tessera.serve_ray and its test)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
 want_peers=0
 want_fuzz=0
+want_ray=0
 for arg in "$@"; do
   case "$arg" in
     --peers) want_peers=1 ;;
     --fuzz) want_fuzz=1 ;;
+    --ray) want_ray=1 ;;
     *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -56,6 +59,9 @@ install_reqs() {  # $1 = requirements file; reinstalls only when the file change
   fi
 }
 install_reqs python/requirements.txt
+# Ray Serve (scale-out, tessera.serve_ray): ~135 MB of wheels, ~360 MB installed, a few minutes;
+# only the Ray deployment and its test need it, so only when asked (scripts/test.sh asks, with the peers).
+if [ "$want_ray" -eq 1 ]; then install_reqs python/requirements-ray.txt; fi
 # torch pulls ~6 GB of CUDA wheels (installed) plus ~4 GB of downloads while installing. On a disk
 # without that room the install would die half way ("No space left on device") and take the whole
 # test run with it; instead say so and go on without the live comparison (the committed goldens are

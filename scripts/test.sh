@@ -3,7 +3,8 @@
 #   scripts/test.sh              release build, C++ and Python tests (with transformers peers)
 #   scripts/test.sh --sanitize   ASan+UBSan build of the C++ tests only
 #   scripts/test.sh --tsan       ThreadSanitizer build of the C++ tests; runs the threading suites
-# TESSERA_SKIP_PEERS=1 skips installing torch/transformers and llama.cpp (the golden comparisons still run).
+# TESSERA_SKIP_PEERS=1 skips installing torch/transformers, ray and llama.cpp (the golden comparisons still
+# run; the Ray Serve test reports itself skipped).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -23,7 +24,7 @@ esac
 if [ "${TESSERA_SKIP_PEERS:-0}" = "1" ]; then
   bash scripts/setup.sh
 else
-  bash scripts/setup.sh --peers
+  bash scripts/setup.sh --peers --ray
   # llama.cpp (llama-cpp-python built once, its converter): the GGUF and quantization tests' peer.
   bash bench/setup_peers.sh --llama-only
 fi
