@@ -70,9 +70,7 @@ class ImagesMixin:
         return self._impl._encode_pixels(pv, pos, soft)
 
     def _double_newline(self):
-        # Gemma 3's processor frames each image with "
-
-" (two newlines, one token in Gemma's
+        # Gemma 3's processor frames each image with a blank line (two newlines, one token in Gemma's
         # vocabulary); its id comes from the tokenizer.
         has_tokenizer = any(os.path.exists(os.path.join(self._path, f)) for f in ("tokenizer.model", "tokenizer.json"))
         if self.model_type != "gemma3" or not has_tokenizer:
