@@ -29,6 +29,7 @@ import http.client
 import json
 import os
 import random
+import signal
 import socket
 import statistics
 import subprocess
@@ -260,6 +261,8 @@ def main():
     ap.add_argument("--work", default=os.path.join(HERE, ".work"))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "serve.md"))
     args = ap.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the running cell's server is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.models = [m for m in args.models.split(",") if m]
     for m in args.models:
         if m != "f32" and m not in QUANT:
