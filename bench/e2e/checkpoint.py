@@ -10,7 +10,13 @@ synthetic tokenizer of exactly `vocab` pieces (bench/PEERS.md "Tokenizer"):
   convert): hidden 3840, 16 q heads, sliding 8 kv heads x 256 window 1024, global 1 kv head x 512
   with attention_k_eq_v, intermediate 15360, vocab 262144, final softcap 30, tied embeddings.
   The vision tower is a tiny stand-in (no engine here runs it).
-Both set max_position_embeddings to 32768 (Gemma-3-1B's real value; Gemma 4's is 262144): the
+- gemma4_e2b: Gemma 4 E2B's text decoder at its real widths and depth (`Gemma4ForCausalLM`, the
+  prefill-skip benchmark, bench/prefill_skip.py): hidden 1536, 35 layers (4 sliding : 1 global),
+  8 q heads / 1 kv head, head_dim 256 (global 512), sliding window 512, intermediate 6144 doubled
+  on the 20 KV-shared last layers (use_double_wide_mlp), per-layer embeddings 256 x 262144,
+  vocab 262144, final softcap 30, tied embeddings. Written in bf16 (`dtype="bf16"`): in f32 its
+  4.6 billion parameters would not fit the machine.
+All set max_position_embeddings to 32768 (Gemma-3-1B's real value; Gemma 4's is 262144): the
 onnxruntime-genai export holds RoPE cos/sin tables of that many positions, which would otherwise
 add ~1 GiB of tables no run here uses.
 
@@ -67,7 +73,25 @@ def gemma4_config(layers=6, vocab=262144):
             "tie_word_embeddings": True, "dtype": "float32"}
 
 
-SHAPES = {"gemma3": gemma3_config, "gemma4": gemma4_config}
+def gemma4_e2b_config(layers=35, vocab=262144):
+    # google/gemma-4-E2B's text_config (transformers' Gemma4TextConfig defaults fill the rest: RoPE
+    # 10k on sliding layers, proportional 0.25 at 1M on global ones; global layers keep 1 kv head).
+    types = ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(layers)]
+    types[-1] = "full_attention"
+    return {
+        "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+        "hidden_size": 1536, "num_hidden_layers": layers, "num_attention_heads": 8,
+        "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512, "attention_k_eq_v": False,
+        "intermediate_size": 6144, "use_double_wide_mlp": True, "num_kv_shared_layers": 20 * layers // 35,
+        "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": vocab, "vocab_size": vocab,
+        "sliding_window": 512, "layer_types": types, "final_logit_softcapping": 30.0,
+        "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "max_position_embeddings": MAX_POS,
+        "tie_word_embeddings": True, "enable_moe_block": False,
+        "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "dtype": "bfloat16",
+    }
+
+
+SHAPES = {"gemma3": gemma3_config, "gemma4": gemma4_config, "gemma4_e2b": gemma4_e2b_config}
 
 
 def special_ids(cfg):
@@ -113,6 +137,8 @@ def _tiny(cfg):
               num_key_value_heads=1)
     if "global_head_dim" in tc:
         tc["global_head_dim"] = 64
+    if tc.get("hidden_size_per_layer_input"):
+        tc.update(hidden_size_per_layer_input=8, vocab_size_per_layer_input=512)
     if "vision_config" in t:
         t["vision_config"]["output_proj_dims"] = 64
     return t
@@ -128,7 +154,7 @@ def tensor_specs(cfg):
         hc = _hf_config(c)
         torch.manual_seed(0)
         with torch.device(device):
-            if arch.startswith("Gemma3ForCausalLM"):
+            if arch.endswith("ForCausalLM"):
                 return AutoModelForCausalLM.from_config(hc, dtype=torch.float32)
             return AutoModelForImageTextToText.from_config(hc, dtype=torch.float32)
 
@@ -156,12 +182,22 @@ def embedding_std(cfg):
     return min(STD, 0.5 * np.sqrt(2 * tc["num_hidden_layers"]) / tc["hidden_size"])
 
 
-def write_safetensors(path, specs, seed=SEED, emb_std=STD):
-    """Stream f32 tensors into one safetensors file; returns bytes written per tensor name."""
+def to_bf16(a):
+    """f32 -> bf16 bits, rounded to nearest, ties to even (no NaNs here)."""
+    u = a.view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_safetensors(path, specs, seed=SEED, emb_std=STD, dtype="f32"):
+    """Stream f32 (or, dtype "bf16", f32 draws rounded to bf16) tensors into one safetensors file;
+    returns bytes written per tensor name."""
+    es = 2 if dtype == "bf16" else 4
+    enc = to_bf16 if dtype == "bf16" else (lambda a: a)
     header, off = {}, 0
     for name, shape, _ in specs:
-        n = int(np.prod(shape)) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [off, off + n]}
+        n = int(np.prod(shape)) * es
+        header[name] = {"dtype": "BF16" if dtype == "bf16" else "F32", "shape": list(shape),
+                        "data_offsets": [off, off + n]}
         off += n
     header["__metadata__"] = {"format": "pt"}
     hb = json.dumps(header, separators=(",", ":")).encode()
@@ -174,16 +210,16 @@ def write_safetensors(path, specs, seed=SEED, emb_std=STD):
         for name, shape, init in specs:
             n = int(np.prod(shape))
             if init is not None:
-                f.write(np.full(n, init, dtype=np.float32).tobytes())
+                f.write(enc(np.full(n, init, dtype=np.float32)).tobytes())
                 continue
             step = 1 << 24
             for i in range(0, n, step):
                 m = min(step, n - i)
                 a = rng.standard_normal(m, dtype=np.float32)
                 a *= emb_std if name.endswith("embed_tokens.weight") else STD
-                f.write(a.tobytes())
+                f.write(enc(a).tobytes())
     os.replace(tmp, path)
-    return {name: int(np.prod(shape)) * 4 for name, shape, _ in specs}
+    return {name: int(np.prod(shape)) * es for name, shape, _ in specs}
 
 
 def write_tokenizer(d, V):
@@ -224,9 +260,10 @@ def write_tokenizer(d, V):
                    "add_bos_token": True, "add_eos_token": False}, f, indent=1)
 
 
-def make_checkpoint(d, cfg, log=print):
-    """Writes d/{config.json, model.safetensors, tokenizer*} unless d/READY exists. Returns info:
-    weight bytes (text decoder only: what an engine reads per decode step, tied lm_head = embedding)."""
+def make_checkpoint(d, cfg, log=print, dtype="f32"):
+    """Writes d/{config.json, model.safetensors, tokenizer*} unless d/READY exists (weights in f32, or
+    bf16 with dtype "bf16"). Returns info: weight bytes (text decoder only: what an engine reads per
+    decode step, tied lm_head = embedding)."""
     ready = os.path.join(d, "READY")
     if os.path.exists(ready):
         with open(ready) as f:
@@ -243,9 +280,9 @@ def make_checkpoint(d, cfg, log=print):
     saved["architectures"] = cfg["architectures"]
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(saved, f, indent=2)
-    total = sum(int(np.prod(s)) * 4 for _, s, _ in specs)
-    log(f"writing {d}/model.safetensors ({total / 2**30:.2f} GiB f32, {len(specs)} tensors)")
-    sizes = write_safetensors(os.path.join(d, "model.safetensors"), specs, emb_std=embedding_std(cfg))
+    total = sum(int(np.prod(s)) * (2 if dtype == "bf16" else 4) for _, s, _ in specs)
+    log(f"writing {d}/model.safetensors ({total / 2**30:.2f} GiB {dtype}, {len(specs)} tensors)")
+    sizes = write_safetensors(os.path.join(d, "model.safetensors"), specs, emb_std=embedding_std(cfg), dtype=dtype)
     write_tokenizer(d, text_config(cfg)["vocab_size"])
     text = sum(n for k, n in sizes.items() if not any(v in k for v in ("vision", "audio", "embed_vision")))
     info = {"total_bytes": total, "text_weight_bytes": text}
@@ -292,9 +329,7 @@ def bf16_copy(hf, out, log=print):
                 continue
             step = 1 << 26
             for i in range(a, b, step):
-                u = np.frombuffer(data[i:min(b, i + step)].tobytes(), dtype=np.uint32)
-                r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # nearest, ties to even (no NaNs here)
-                f.write(r.tobytes())
+                f.write(to_bf16(np.frombuffer(data[i:min(b, i + step)].tobytes(), dtype=np.float32)).tobytes())
     os.replace(tmp, os.path.join(out, "model.safetensors"))
     with open(os.path.join(hf, "config.json")) as f:
         cfg = json.load(f)

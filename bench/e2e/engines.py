@@ -188,9 +188,10 @@ def gguf_tensor_bytes(path):
 TESSERA_LINE = re.compile(r"prefill (\d+) tokens in ([\d.]+) s .*decode (\d+) tokens in ([\d.]+) s")
 
 
-def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32"):
+def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32", env=None):
     """dtype bf16: a bf16 checkpoint, bf16 KV, attention and matmuls at precision bf16. A quantized
-    dtype (q8_0, q4_0, q4_k_m): `model` is the GGUF file, bf16 KV, attention at precision bf16."""
+    dtype (q8_0, q4_0, q4_k_m): `model` is the GGUF file, bf16 KV, attention at precision bf16.
+    env: the environment of the run (None: this process's)."""
     ctx = len(ids) + decode
     cmd = [binary, "run", "--model", model, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(decode),
            "--max-context", str(ctx), "--threads", str(threads),
@@ -201,7 +202,7 @@ def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32"
     elif dtype != "f32":
         cmd += ["--attention-precision", "bf16"]
     w = [sys.executable, os.path.join(HERE, "worker.py"), json.dumps({"engine": "exec", "cmd": cmd})]
-    rc, wo, we, _, wall = run_measured(w, timeout)
+    rc, wo, we, _, wall = run_measured(w, timeout, env=env)
     line = [l for l in wo.splitlines() if l.startswith("RESULT ")]
     if rc != 0 or not line:
         return {"error": f"worker rc {rc}: {tail(we + wo)}", "wall_s": wall}
