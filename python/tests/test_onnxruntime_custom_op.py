@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import tessera
-from helpers.ort_graphs import make_model, run_attention_ort, run_gqa_ort
+from helpers.ort_graphs import make_model, run_attention_ort, run_gqa_ort, single_node_model
 from helpers.tolerances import ATOL, RTOL
 
 INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length",
@@ -234,3 +234,60 @@ def _bad_heads_model():
         if a.name == "kv_num_heads":
             a.i = 3
     return model
+
+
+def run_node(feeds, **attrs):
+    """One TesseraGroupQueryAttention node with static shapes taken from `feeds` (None = absent)."""
+    model, f = single_node_model("TesseraGroupQueryAttention", INPUTS, feeds, OUTPUTS,
+                                 (("", 21), ("com.tessera", 1)), domain="com.tessera", **attrs)
+    return session(model).run(None, f)
+
+
+def gqa_feeds(rng, batch, S, d, lengths, past_len=0, cap=CAP):
+    """A step of `S` new tokens per row after `past_len` cached ones (random past rows)."""
+    return {"query": rng.standard_normal((batch, S, HQ * d), dtype=np.float32),
+            "key": rng.standard_normal((batch, S, HKV * d), dtype=np.float32),
+            "value": rng.standard_normal((batch, S, HKV * d), dtype=np.float32),
+            "past_key": rng.standard_normal((batch, HKV, cap, d), dtype=np.float32),
+            "past_value": rng.standard_normal((batch, HKV, cap, d), dtype=np.float32),
+            "seqlens_k": np.asarray(lengths, np.int32) - 1,
+            "total_sequence_length": np.array(max(lengths), np.int32)}
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_matches_group_query_attention(interleaved):
+    """do_rotary with cos/sin caches: a first prompt of two rows (one right-padded), then a decode
+    step, equal to onnxruntime's GroupQueryAttention (rotated cache rows within 1e-6)."""
+    rng = np.random.default_rng(5)
+    d, max_pos = 16, 32
+    angles = np.arange(max_pos)[:, None] * (10000.0 ** (-np.arange(d // 2) / (d // 2)))[None]
+    tables = {"cos_cache": np.cos(angles).astype(np.float32), "sin_cache": np.sin(angles).astype(np.float32)}
+    attrs = dict(num_heads=HQ, kv_num_heads=HKV, do_rotary=1, rotary_interleaved=interleaved)
+    for S, lengths in ((5, [5, 3]), (1, [6, 4])):
+        feeds = {**gqa_feeds(rng, 2, S, d, lengths), **tables}
+        ours = run_node(feeds, **attrs)
+        theirs = run_gqa_ort(feeds["query"], feeds["key"], feeds["value"], feeds["past_key"], feeds["past_value"],
+                             feeds["seqlens_k"], int(feeds["total_sequence_length"]), extra=tables, **attrs)
+        for b, T in enumerate(lengths):
+            valid = min(S, T)
+            np.testing.assert_allclose(ours[0][b, :valid], theirs[0][b, :valid], rtol=RTOL, atol=ATOL)
+            for a, o in zip(ours[1:], theirs[1:]):
+                np.testing.assert_allclose(a[b, :, :T], o[b, :, :T], rtol=0, atol=1e-6)
+
+
+def test_batch_rows_have_their_own_blocks():
+    """Two rows with different block layouts: each row's output is that row run alone, and
+    tessera.attention with the same blocks as mask data."""
+    rng = np.random.default_rng(9)
+    S = 6
+    blocks = np.array([[0, 1, 1, 1, 0, 0], [2, 2, 0, 0, 3, 3]], np.int32)
+    feeds = {**gqa_feeds(rng, 2, S, D, [S, S]), "block_ids": blocks}
+    out, pk, pv = run_node(feeds, num_heads=HQ, kv_num_heads=HKV)
+    for b in range(2):
+        alone = run_node({n: (a[b:b + 1] if n not in ("total_sequence_length",) else a) for n, a in feeds.items()},
+                         num_heads=HQ, kv_num_heads=HKV)
+        assert np.array_equal(out[b], alone[0][0])
+        blk = np.where(blocks[b:b + 1] > 0, blocks[b:b + 1], -1)
+        want = tessera.attention(feeds["query"][b:b + 1].reshape(1, S, HQ, D).transpose(0, 2, 1, 3),
+                                 pk[b:b + 1, :, :S], pv[b:b + 1, :, :S], q_block=blk, k_block=blk)
+        np.testing.assert_allclose(out[b], want.transpose(0, 2, 1, 3).reshape(S, HQ * D), rtol=RTOL, atol=ATOL)
