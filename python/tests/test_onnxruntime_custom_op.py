@@ -291,3 +291,23 @@ def test_batch_rows_have_their_own_blocks():
         want = tessera.attention(feeds["query"][b:b + 1].reshape(1, S, HQ, D).transpose(0, 2, 1, 3),
                                  pk[b:b + 1, :, :S], pv[b:b + 1, :, :S], q_block=blk, k_block=blk)
         np.testing.assert_allclose(out[b], want.transpose(0, 2, 1, 3).reshape(S, HQ * D), rtol=RTOL, atol=ATOL)
+
+
+def test_concurrent_runs_of_one_session():
+    """onnxruntime lets several threads run one session: each run gets its own result (the
+    kernel's arenas are taken under a lock), equal to the same run alone."""
+    from concurrent.futures import ThreadPoolExecutor
+    sess = session(tessera_gqa_model())
+    rng = np.random.default_rng(4)
+    runs = []
+    for r in range(6):
+        S = 5 + r
+        f = gqa_feeds(rng, 1, S, D, [S])
+        f["block_ids"] = np.array([[0] + [r + 1] * (S - 2) + [0]], np.int32)
+        runs.append(f)
+    alone = [sess.run(None, f) for f in runs]
+    with ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(lambda f: sess.run(None, f), runs * 3))
+    for i, out in enumerate(together):
+        for a, b in zip(out, alone[i % len(runs)]):
+            assert np.array_equal(a, b)
