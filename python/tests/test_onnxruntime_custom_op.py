@@ -228,6 +228,18 @@ def test_bad_attributes_fail_session_creation():
         run_one([[0, 1, 1, 0]], attrs={"blocks_ignore_window": 2})
 
 
+def test_attribute_types():
+    """No schema checks a custom op's attributes: an int set as a float is refused by name, a
+    float set as an int (softcap=30) is that value."""
+    with pytest.raises(Exception, match="attribute local_window_size must be an int, got the float 4"):
+        run_one([[0, 1, 1, 0]], attrs={"local_window_size": 4.0})
+    as_int = run_one([[0, 1, 1, 0]], attrs={"softcap": 3, "scale": 1})
+    as_float = run_one([[0, 1, 1, 0]], attrs={"softcap": 3.0, "scale": 1.0})
+    assert all(np.array_equal(a, b) for a, b in zip(as_int, as_float))
+    default = run_one([[0, 1, 1, 0]])
+    assert not np.array_equal(as_float[0], default[0])
+
+
 def _bad_heads_model():
     model = tessera_gqa_model()
     for a in model.graph.node[0].attribute:

@@ -84,22 +84,39 @@ OrtStatus* AllocateOutput(OrtKernelContext* ctx, size_t index, const char* name,
   return nullptr;
 }
 
-OrtStatus* IntAttr(const OrtKernelInfo* info, const char* name, int64_t fallback, int64_t* out) {
-  *out = fallback;
-  // A failing read means the node does not set it (onnxruntime's type check has run already).
+// onnxruntime keeps no attribute schema for custom ops: an attribute is read as each type in
+// turn, so that one set with the wrong type is an error rather than silently the default.
+static bool ReadsAsInt(const OrtKernelInfo* info, const char* name, int64_t* out) {
   if (OrtStatus* s = Api().KernelInfoGetAttribute_int64(info, name, out)) {
     Api().ReleaseStatus(s);
-    *out = fallback;
+    return false;
   }
+  return true;
+}
+
+static bool ReadsAsFloat(const OrtKernelInfo* info, const char* name, float* out) {
+  if (OrtStatus* s = Api().KernelInfoGetAttribute_float(info, name, out)) {
+    Api().ReleaseStatus(s);
+    return false;
+  }
+  return true;
+}
+
+OrtStatus* IntAttr(const OrtKernelInfo* info, const char* name, int64_t fallback, int64_t* out) {
+  if (ReadsAsInt(info, name, out)) return nullptr;
+  float f = 0.0f;
+  if (ReadsAsFloat(info, name, &f))
+    return Error(ORT_INVALID_ARGUMENT, std::string("TesseraGroupQueryAttention: attribute ") + name +
+                                           " must be an int, got the float " + onnx::FloatString(f));
+  *out = fallback;
   return nullptr;
 }
 
 OrtStatus* FloatAttr(const OrtKernelInfo* info, const char* name, float fallback, float* out) {
-  *out = fallback;
-  if (OrtStatus* s = Api().KernelInfoGetAttribute_float(info, name, out)) {
-    Api().ReleaseStatus(s);
-    *out = fallback;
-  }
+  if (ReadsAsFloat(info, name, out)) return nullptr;
+  int64_t i = 0;
+  // An int is a float attribute written without a decimal point (softcap=30): taken as that value.
+  *out = ReadsAsInt(info, name, &i) ? static_cast<float>(i) : fallback;
   return nullptr;
 }
 

@@ -29,7 +29,8 @@ OrtStatus* ReadInput(OrtKernelContext* ctx, size_t index, const char* name, std:
 OrtStatus* AllocateOutput(OrtKernelContext* ctx, size_t index, const char* name, const std::vector<int64_t>& shape,
                           onnx::ElemType type, onnx::MutableTensorRef* out);
 
-// Integer / float attribute, or `fallback` when the node does not set it.
+// Integer / float attribute, or `fallback` when the node does not set it. An int attribute set
+// as a float is an error; a float attribute set as an int is taken as that value.
 OrtStatus* IntAttr(const OrtKernelInfo* info, const char* name, int64_t fallback, int64_t* out);
 OrtStatus* FloatAttr(const OrtKernelInfo* info, const char* name, float fallback, float* out);
 
