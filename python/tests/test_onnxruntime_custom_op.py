@@ -323,3 +323,43 @@ def test_concurrent_runs_of_one_session():
     for i, out in enumerate(together):
         for a, b in zip(out, alone[i % len(runs)]):
             assert np.array_equal(a, b)
+
+
+def test_packed_qkv_equals_separate():
+    rng = np.random.default_rng(12)
+    S = 7
+    feeds = {**gqa_feeds(rng, 1, S, D, [S]), "block_ids": np.array([[0, 3, 3, 3, 0, 0, 0]], np.int32)}
+    separate = run_node(feeds, num_heads=HQ, kv_num_heads=HKV)
+    packed = dict(feeds, query=np.concatenate([feeds["query"], feeds["key"], feeds["value"]], axis=2),
+                  key=None, value=None)
+    together = run_node(packed, num_heads=HQ, kv_num_heads=HKV)
+    for a, b in zip(separate, together):
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_steps_against_attention_with_bias(seed):
+    """Random prompt length, blocks, window, softcap and past: one step of each, against
+    onnxruntime's Attention + dense bias (the pair-by-pair rule)."""
+    rng = np.random.default_rng(100 + seed)
+    past = int(rng.integers(0, 6))
+    S = int(rng.integers(1, 14))
+    window = int(rng.choice([-1, 1, 3, 6]))
+    softcap = float(rng.choice([0.0, 5.0]))
+    blocks = np.zeros(S, np.int32)
+    for blk_id in (1, 2):
+        if S > 2 and rng.random() < 0.7:
+            a = int(rng.integers(0, S - 1))
+            blocks[a: a + int(rng.integers(2, 5))] = blk_id
+    T = past + S
+    feeds = {**gqa_feeds(rng, 1, S, D, [T]), "block_ids": blocks[None]}
+    out, pk, pv = run_node(feeds, num_heads=HQ, kv_num_heads=HKV, local_window_size=window, softcap=softcap)
+    k_blk = np.concatenate([np.zeros(past, np.int32), blocks])
+    bias = dense_bias(np.arange(past, T), blocks, k_blk, T, window)
+    heads = lambda x, h: x.reshape(1, S, h, D).transpose(0, 2, 1, 3).copy()  # noqa: E731
+    y, present_k, present_v = run_attention_ort(23, {
+        "Q": heads(feeds["query"], HQ), "K": heads(feeds["key"], HKV), "V": heads(feeds["value"], HKV),
+        "attn_mask": bias, "past_key": feeds["past_key"][:, :, :past].copy(),
+        "past_value": feeds["past_value"][:, :, :past].copy()}, {"softcap": softcap or None})
+    np.testing.assert_allclose(out, y.transpose(0, 2, 1, 3).reshape(1, S, HQ * D), rtol=RTOL, atol=ATOL)
+    assert np.array_equal(pk[:, :, :T], present_k) and np.array_equal(pv[:, :, :T], present_v)
