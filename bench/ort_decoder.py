@@ -16,7 +16,7 @@ Shape: Gemma-3-1B's layer (hidden 1152, 4 q heads / 1 kv head x 256, window 512,
 weights, bench/e2e/checkpoint.py) with --layers layers and a --vocab vocabulary. The prompt has a
 256-token image block in its middle. Medians of --reps prefills and of the --decode steps of each;
 tessera's and attn+bias's logits are compared (they compute the same mask). The model builder
-comes from the end-to-end peers' venv (bench/setup_peers.sh) or --builder-python.
+comes from `bash bench/setup_peers.sh --builder` or --builder-python.
 """
 import argparse
 import os
@@ -161,7 +161,7 @@ def main():
     p.add_argument("--decode", type=int, default=16)
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--builder-python", default=os.path.join(ROOT, "bench", ".peers", "venv", "bin", "python"))
+    p.add_argument("--builder-python", default=os.path.join(ROOT, "bench", ".peers", "builder-venv", "bin", "python"))
     p.add_argument("--work", default=os.path.join(ROOT, "bench", ".work", "ort_decoder"))
     args = p.parse_args()
     work = os.path.join(args.work, f"gemma3-{args.layers}l-{args.vocab}v")

@@ -6,8 +6,9 @@
 # - two image blocks: transformers given the mask built here pair by pair (window AND (causal OR
 #   same block)), as a per-layer-type dict of 4-D masks.
 # Tolerance: ATOL = RTOL = 1e-5 on the logits (float32 throughout, other summation orders).
-# The model builder (onnxruntime-genai 0.18.0) lives in the end-to-end peers' venv
-# (bench/setup_peers.sh) or TESSERA_ORTGENAI_PYTHON; without it those cases skip, saying so.
+# The model builder (onnxruntime-genai 0.18.0) comes from `bash bench/setup_peers.sh --builder`
+# (scripts/test.sh runs it), the end-to-end peers' venv, or TESSERA_ORTGENAI_PYTHON; without it
+# those cases skip, saying so.
 from __future__ import annotations
 
 import json
@@ -35,7 +36,9 @@ PROMPT_BLOCKS = [0, 0, 1, 1, 1, 1, 1, 0, 2, 2, 0, 0]
 
 
 def builder_python():
-    for py in (os.environ.get("TESSERA_ORTGENAI_PYTHON"), os.path.join(ROOT, "bench", ".peers", "venv", "bin", "python")):
+    for py in (os.environ.get("TESSERA_ORTGENAI_PYTHON"),
+               os.path.join(ROOT, "bench", ".peers", "builder-venv", "bin", "python"),
+               os.path.join(ROOT, "bench", ".peers", "venv", "bin", "python")):
         if py and os.path.exists(py) and subprocess.run([py, "-c", "import onnxruntime_genai.models"],
                                                         capture_output=True).returncode == 0:
             return py
@@ -47,7 +50,7 @@ def built(tmp_path_factory):
     """(checkpoint dir, rewritten model) from the builder's fp32 CPU export."""
     py = builder_python()
     if py is None:
-        pytest.skip("onnxruntime-genai's model builder is not installed (bash bench/setup_peers.sh)")
+        pytest.skip("onnxruntime-genai's model builder is not installed (bash bench/setup_peers.sh --builder)")
     pytest.importorskip("transformers")
     tmp = tmp_path_factory.mktemp("rewrite")
     ckpt = tmp / "ckpt"
