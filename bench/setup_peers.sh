@@ -7,6 +7,8 @@
 #   bash bench/setup_peers.sh               everything the end-to-end benchmark needs
 #   bash bench/setup_peers.sh --llama-only  llama-cpp-python and the converter only: the peer of the
 #                                           GGUF and quantization tests (scripts/test.sh runs this)
+#   bash bench/setup_peers.sh --builder     (alone) onnxruntime-genai's model builder only, in a small
+#                                           venv over the project's .venv (the ONNX rewrite test)
 #   bash bench/setup_peers.sh --llama-server  (opt-in, alone) llama.cpp's `llama-server` built from the
 #                                           llama.cpp the same sdist vendors, only that target:
 #                                           bench/.peers/llama-server/bin/llama-server, the peer of
@@ -26,6 +28,32 @@ llama_only=0
 [ "${1:-}" = "--llama-only" ] && llama_only=1
 if [ "${1:-}" = "--llama-server" ]; then
   exec bash "$root/bench/build_llama_server.sh" "$llama_version"
+fi
+# --builder (alone): onnxruntime-genai's model builder only, for python/tests/test_ort_rewrite.py and
+# bench/ort_decoder.py: a small venv (bench/.peers/builder-venv) that sees the project's .venv
+# (torch, transformers, onnx from requirements-peers.txt) through a .pth file and adds, without
+# their dependencies, the two packages the builder needs beyond it, at requirements-e2e.txt's pins.
+if [ "${1:-}" = "--builder" ]; then
+  bvenv="$peers/builder-venv"
+  pins=$(grep -E '^(onnxruntime-genai|onnx-ir)==' "$reqs")
+  if ! cmp -s <(echo "$pins") "$bvenv/.stamp-builder" 2>/dev/null; then
+    log "builder venv $bvenv: $(echo $pins)"
+    rm -rf "$bvenv"
+    "${PYTHON:-python3}" -m venv "$bvenv"
+    site="$("$bvenv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/project-venv.pth"
+    # shellcheck disable=SC2086
+    "$bvenv/bin/python" -m pip install -q --disable-pip-version-check --no-deps $pins
+    echo "$pins" > "$bvenv/.stamp-builder"
+  fi
+  # Without torch/transformers in .venv (setup.sh skips them on a full disk) the builder cannot run;
+  # its test then reports itself skipped, so this is a warning, not a failure.
+  if "$bvenv/bin/python" -c 'import onnxruntime_genai.models, onnx_ir, transformers, torch' 2>/dev/null; then
+    log "ok: $bvenv"
+  else
+    log "WARNING: the model builder cannot import its modules (torch / transformers missing from .venv?)"
+  fi
+  exit 0
 fi
 
 # --- Debian packages (compilers for the llama.cpp build) ----------------------------------------

@@ -82,6 +82,33 @@ fi
 site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 echo "$root/python" > "$site/tessera-dev.pth"
 
+# --- onnxruntime's C API headers (libtessera_ort.so, docs/onnxruntime.md) ----------------------------
+# The custom-op library compiles against onnxruntime's public headers; neither the onnxruntime wheel
+# nor this Debian release ships them, Debian trixie's libonnxruntime-dev does. Its .deb (headers
+# only, 85 kB) is fetched with apt from a private source list (the system's is left alone), checked
+# against a pinned digest and unpacked into .deps/onnxruntime. Its API version (21) is older than
+# the runtime in .venv, which serves every older version.
+ort_deb_version="1.21.0+dfsg-1"
+ort_deb_sha256="14f7d959d5deacbcf1504830d4189f91fc67382b399ed9ae9d3aa9c4050ced08"
+ort_dir=.deps/onnxruntime
+if [ ! -f "$ort_dir/.stamp-$ort_deb_version" ]; then
+  log "fetching onnxruntime headers (Debian trixie libonnxruntime-dev $ort_deb_version)"
+  tmp="$(mktemp -d)"
+  mkdir -p "$tmp/sources" "$tmp/lists/partial" "$tmp/cache/archives/partial"
+  printf '%s\n' "Types: deb" "URIs: http://deb.debian.org/debian" "Suites: trixie" "Components: main" \
+    "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg" > "$tmp/sources/trixie.sources"
+  apt_private=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$tmp/sources"
+               -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Sandbox::User=root)
+  apt-get "${apt_private[@]}" update -qq
+  (cd "$tmp" && apt-get "${apt_private[@]}" download -qq "libonnxruntime-dev:amd64=$ort_deb_version")
+  deb="$tmp/libonnxruntime-dev_${ort_deb_version/:/%3a}_amd64.deb"
+  echo "$ort_deb_sha256  $deb" | sha256sum -c --quiet
+  rm -rf "$ort_dir" && mkdir -p "$ort_dir"
+  dpkg-deb -x "$deb" "$ort_dir"
+  rm -rf "$tmp"
+  touch "$ort_dir/.stamp-$ort_deb_version"
+fi
+
 # --- Build ---------------------------------------------------------------------------------------
 log "building (release preset)"
 cmake --preset release -DPython3_EXECUTABLE="$root/.venv/bin/python" \

@@ -27,6 +27,8 @@ else
   bash scripts/setup.sh --peers --ray
   # llama.cpp (llama-cpp-python built once, its converter): the GGUF and quantization tests' peer.
   bash bench/setup_peers.sh --llama-only
+  # onnxruntime-genai's model builder: the exporter whose decoder test_ort_rewrite.py rewrites.
+  bash bench/setup_peers.sh --builder
 fi
 ctest --preset release -j"$(nproc)"
 .venv/bin/python -m pytest -q python/tests

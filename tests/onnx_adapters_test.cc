@@ -357,6 +357,72 @@ TEST(OnnxGroupQueryAttention, CausalZeroSeesLaterKeys) {
   }
 }
 
+// The block_ids extension (com.tessera.TesseraGroupQueryAttention): a first prompt of two tokens,
+// keys 0 and ln 3, values 0 and 4. Query 0 sees key 1 only when both tokens are in one block (3,
+// else 0). With local_window_size 1 query 1 sees key 0 only if blocks ignore the window (3, else 4).
+struct BlockCase {
+  std::vector<int32_t> blocks;
+  int64_t window, ignore_window;
+  float want0, want1;
+};
+
+TEST(OnnxGroupQueryAttention, BlockIdsByHand) {
+  const std::vector<float> query = {1, 1}, key = {0, kLn3}, value = {0, 4};
+  const std::vector<int32_t> seqlens_k = {1};
+  const int32_t total = 2;
+  for (const BlockCase& bc : {BlockCase{{0, 0}, -1, 0, 0, 3}, BlockCase{{1, 1}, -1, 0, 3, 3},
+                              BlockCase{{1, 2}, -1, 0, 0, 3}, BlockCase{{0, 1}, -1, 0, 0, 3},
+                              BlockCase{{1, 1}, 1, 0, 3, 4}, BlockCase{{1, 1}, 1, 1, 3, 3}}) {
+    GroupQueryAttentionInputs in;
+    in.query = F32(query, {1, 2, 1});
+    in.key = F32(key, {1, 2, 1});
+    in.value = F32(value, {1, 2, 1});
+    in.seqlens_k = TensorRef{seqlens_k.data(), ElemType::kInt32, {1}};
+    in.total_sequence_length = TensorRef{&total, ElemType::kInt32, {}};
+    in.block_ids = TensorRef{bc.blocks.data(), ElemType::kInt32, {1, 2}};
+    GroupQueryAttentionAttrs attrs;
+    attrs.num_heads = attrs.kv_num_heads = 1;
+    attrs.scale = 1.0f;
+    attrs.local_window_size = bc.window;
+    attrs.blocks_ignore_window = bc.ignore_window;
+    std::vector<float> output(2), pk(2), pv(2);
+    GroupQueryAttentionOutputs out;
+    out.output = {output.data(), {1, 2, 1}};
+    out.present_key = {pk.data(), {1, 1, 2, 1}};
+    out.present_value = {pv.data(), {1, 1, 2, 1}};
+    Ctx c;
+    ASSERT_TRUE(GroupQueryAttention(in, attrs, out, c.ctx).ok());
+    EXPECT_NEAR(output[0], bc.want0, 1e-6) << bc.blocks[0] << "," << bc.blocks[1] << " window " << bc.window;
+    EXPECT_NEAR(output[1], bc.want1, 1e-6) << bc.blocks[0] << "," << bc.blocks[1] << " window " << bc.window;
+  }
+}
+
+TEST(OnnxGroupQueryAttention, BadBlockIdsAreNamed) {
+  Ctx c;
+  {
+    TinyGqa t;
+    const std::vector<int32_t> blocks = {-3};
+    t.in.block_ids = TensorRef{blocks.data(), ElemType::kInt32, {1, 1}};
+    ExpectError(GroupQueryAttention(t.in, t.attrs, t.out, c.ctx), StatusCode::kInvalidArgument,
+                {"block_ids[0][0] = -3 is negative"});
+    EXPECT_EQ(t.cache_k, (std::vector<float>{0, 7, 7, 7}));  // refused before any write
+  }
+  {
+    TinyGqa t;
+    const std::vector<int32_t> blocks = {1, 1};
+    t.in.block_ids = TensorRef{blocks.data(), ElemType::kInt32, {1, 2}};
+    ExpectError(GroupQueryAttention(t.in, t.attrs, t.out, c.ctx), StatusCode::kInvalidArgument,
+                {"block_ids must be [1, 1]", "got [1, 2]"});
+  }
+  {
+    TinyGqa t;
+    const std::vector<int64_t> blocks = {1};
+    t.in.block_ids = TensorRef{blocks.data(), ElemType::kInt64, {1, 1}};
+    ExpectError(GroupQueryAttention(t.in, t.attrs, t.out, c.ctx), StatusCode::kInvalidArgument,
+                {"block_ids must be int32, got int64"});
+  }
+}
+
 // D = 2, one head: a decode step at position 1 after key/value 0 at row 0. The rotary tables turn
 // position 1 by 90 degrees, so key (1, 0) enters the cache as (0, 1) and query (1, 0) becomes
 // (0, 1): scores 0 and 1, output 4e / (1 + e) in both dims. position_ids [[0]] (no rotation)

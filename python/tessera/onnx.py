@@ -19,7 +19,18 @@ import numpy as np
 from ._args import INT32, INT64, THREADS, int_arg
 from ._tessera import onnx as _onnx
 
-__all__ = ["attention", "group_query_attention", "tensor_scatter"]
+__all__ = ["attention", "group_query_attention", "tensor_scatter", "onnxruntime_library"]
+
+
+def onnxruntime_library():
+    """Path of libtessera_ort.so, the onnxruntime custom-op library providing
+    com.tessera.TesseraGroupQueryAttention (docs/onnxruntime.md), for
+    `onnxruntime.SessionOptions.register_custom_ops_library`."""
+    import os
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libtessera_ort.so")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is not built: scripts/setup.sh fetches onnxruntime's headers and builds it")
+    return path
 
 _HALF = ("float16", "bfloat16")  # 16-bit float dtypes kept as the outputs' type
 

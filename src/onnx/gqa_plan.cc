@@ -38,6 +38,7 @@ Status CheckAttrs(const GroupQueryAttentionAttrs& a) {
   TESSERA_RETURN_IF_ERROR(CheckOneOf("rotary_interleaved", a.rotary_interleaved, {0, 1}));
   TESSERA_RETURN_IF_ERROR(CheckOneOf("smooth_softmax", a.smooth_softmax, {-1, 0, 1}));
   TESSERA_RETURN_IF_ERROR(CheckOneOf("qk_output", a.qk_output, {0, 1, 2}));
+  TESSERA_RETURN_IF_ERROR(CheckOneOf("blocks_ignore_window", a.blocks_ignore_window, {0, 1}));
   if (a.causal == 0 && a.local_window_size != -1)
     return Bad("local_window_size must be -1 when causal is 0, got " + Str(a.local_window_size));
   return Status::Ok();
@@ -233,6 +234,22 @@ Status PlanSink(const GroupQueryAttentionInputs& in, const GroupQueryAttentionAt
   return Status::Ok();
 }
 
+Status PlanBlocks(const GroupQueryAttentionInputs& in, Plan& p) {
+  if (!in.block_ids) return Status::Ok();
+  const TensorRef& t = *in.block_ids;
+  if (t.type != ElemType::kInt32) return Bad(std::string("block_ids must be int32, got ") + ElemTypeName(t.type));
+  if (t.shape != std::vector<int64_t>{p.B, p.S})
+    return Bad("block_ids must be [" + Str(p.B) + ", " + Str(p.S) + "] (batch_size, sequence_length), got " +
+               ShapeString(t.shape));
+  if (t.data == nullptr && p.B * p.S > 0) return Bad("block_ids has no data");
+  p.block_ids = t.i32();
+  for (int64_t i = 0; i < p.B * p.S; ++i)
+    if (p.block_ids[i] < 0)
+      return Bad("block_ids[" + Str(i / p.S) + "][" + Str(i % p.S) + "] = " + Str(p.block_ids[i]) +
+                 " is negative (0 = text, > 0 = an image block's id)");
+  return Status::Ok();
+}
+
 }  // namespace
 
 int64_t RotaryPosition(const Plan& p, int64_t b, int64_t s) {
@@ -250,6 +267,7 @@ StatusOr<Plan> MakePlan(const GroupQueryAttentionInputs& in, const GroupQueryAtt
   TESSERA_RETURN_IF_ERROR(PlanBias(in, p));
   TESSERA_RETURN_IF_ERROR(PlanRotary(in, a, p));
   TESSERA_RETURN_IF_ERROR(PlanSink(in, a, p));
+  TESSERA_RETURN_IF_ERROR(PlanBlocks(in, p));
   p.scale = a.scale != 0.0f ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
   return p;
 }

@@ -32,6 +32,7 @@ struct Plan {
   bool first_prompt = false;              // S == total_sequence_length
   const float* head_sink = nullptr;       // [Hq] when given
   bool smooth = false;                    // sink 0 for every head (smooth_softmax = 1 without head_sink)
+  const int32_t* block_ids = nullptr;     // [B, S] with the block_ids extension input
 };
 
 // Tokens in the cache after the step, and before it.

@@ -100,6 +100,8 @@ struct Scratch {
   int32_t* k_pos;    // [B, total]
   int32_t* kv_valid; // [B]
   int32_t* rot_pos;  // [B, S] rotary positions
+  int32_t* q_block;  // [B, S] with block_ids
+  int32_t* k_block;  // [B, total] with block_ids
   float* sink;       // [Hq] zeros (smooth_softmax)
   float* q_rot;      // [B, S, Hq, D] with rotary
   float* k_rot;      // [B, S, Hkv, D] with rotary
@@ -107,7 +109,8 @@ struct Scratch {
 
 Scratch TakeScratch(const Plan& p, Arena& arena) {
   const int64_t rot_floats = p.rotary ? p.B * p.S * (p.Hq + p.Hkv) * p.D : 0;
-  arena.Reserve(2 * Arena::Bytes<int32_t>(p.B * p.S) + Arena::Bytes<int32_t>(p.B * p.total) +
+  const int64_t blocked = p.block_ids ? 1 : 0;
+  arena.Reserve((2 + blocked) * Arena::Bytes<int32_t>(p.B * p.S) + (1 + blocked) * Arena::Bytes<int32_t>(p.B * p.total) +
                 Arena::Bytes<int32_t>(p.B) + Arena::Bytes<float>(p.Hq) + Arena::Bytes<float>(rot_floats));
   arena.Reset();
   Scratch s;
@@ -115,6 +118,8 @@ Scratch TakeScratch(const Plan& p, Arena& arena) {
   s.k_pos = arena.Take<int32_t>(p.B * p.total);
   s.kv_valid = arena.Take<int32_t>(p.B);
   s.rot_pos = arena.Take<int32_t>(p.B * p.S);
+  s.q_block = arena.Take<int32_t>(blocked * p.B * p.S);
+  s.k_block = arena.Take<int32_t>(blocked * p.B * p.total);
   s.sink = arena.Take<float>(p.Hq);
   std::fill_n(s.sink, p.Hq, 0.0f);
   s.q_rot = arena.Take<float>(rot_floats);
@@ -132,6 +137,18 @@ void Rotate(Plan& p, const Scratch& s) {
   p.k_new = BshdView(s.k_rot, p.B, p.S, p.Hkv, p.D, p.Hkv * p.D);
 }
 
+// Block ids as MaskSpec wants them: -1 for text; cached keys are in no block, the step's new key
+// j of row b (cache slot P_b + j) has its token's id.
+void FillBlocks(const Plan& p, const Scratch& s) {
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int32_t* ids = p.block_ids + b * p.S;
+    for (int64_t i = 0; i < p.S; ++i) s.q_block[b * p.S + i] = ids[i] > 0 ? ids[i] : -1;
+    const int64_t P = PastOf(p, b), T = TotalOf(p, b);
+    for (int64_t j = 0; j < p.total; ++j)
+      s.k_block[b * p.total + j] = j >= P && j < T && ids[j - P] > 0 ? ids[j - P] : -1;
+  }
+}
+
 MaskSpec BuildMask(const Plan& p, const GroupQueryAttentionAttrs& a, const Scratch& s) {
   const int64_t W = a.local_window_size;
   for (int64_t b = 0; b < p.B; ++b) {
@@ -147,6 +164,12 @@ MaskSpec BuildMask(const Plan& p, const GroupQueryAttentionAttrs& a, const Scrat
   mask.causal = a.causal == 1;
   mask.window_left = W > 0 ? static_cast<int32_t>(W - 1) : -1;
   mask.dense = p.bias;
+  if (p.block_ids) {
+    FillBlocks(p, s);
+    mask.q_block = s.q_block;
+    mask.k_block = s.k_block;
+    mask.blocks_ignore_window = a.blocks_ignore_window == 1;
+  }
   return mask;
 }
 

@@ -53,6 +53,10 @@ struct GroupQueryAttentionInputs {
   std::optional<TensorRef> position_ids;  // [B, S] int64, with do_rotary; every entry < max_position
   std::optional<TensorRef> attention_bias;  // [B|1, Hq|1, S, total_sequence_length] f32
   std::optional<TensorRef> head_sink;       // [Hq] f32
+  // Tessera extension (com.tessera.TesseraGroupQueryAttention, docs/onnxruntime.md; not an input of
+  // com.microsoft.GroupQueryAttention): the step's tokens' image blocks, [B, S] int32, 0 = text,
+  // > 0 = block id. Tokens of one block see each other both ways; cached tokens are in no block.
+  std::optional<TensorRef> block_ids;
 };
 
 struct GroupQueryAttentionAttrs {
@@ -66,6 +70,7 @@ struct GroupQueryAttentionAttrs {
   int64_t rotary_interleaved = 0;   // 0 or 1
   int64_t smooth_softmax = -1;      // -1 (unset), 0 or 1
   int64_t qk_output = 0;            // 0 (no output_qk), 1 (scores), 2 (softmax weights)
+  int64_t blocks_ignore_window = 0;  // with block_ids: 1 = same-block pairs visible outside the window
 };
 
 struct GroupQueryAttentionShapes {
