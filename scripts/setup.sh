@@ -100,9 +100,16 @@ if [ ! -f "$ort_dir/.stamp-$ort_deb_version" ]; then
   apt_private=(-o Dir::Etc::SourceList=/dev/null -o "Dir::Etc::SourceParts=$tmp/sources"
                -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Sandbox::User=root)
   apt-get "${apt_private[@]}" update -qq
-  (cd "$tmp" && apt-get "${apt_private[@]}" download -qq "libonnxruntime-dev:amd64=$ort_deb_version")
-  deb="$tmp/libonnxruntime-dev_${ort_deb_version/:/%3a}_amd64.deb"
-  echo "$ort_deb_sha256  $deb" | sha256sum -c --quiet
+  # A stable suite keeps only its newest revision: when a point release replaces the pinned one, take
+  # the suite's current .deb (apt checks it against the signed index) rather than fail the setup.
+  if (cd "$tmp" && apt-get "${apt_private[@]}" download -qq "libonnxruntime-dev:amd64=$ort_deb_version"); then
+    deb="$tmp/libonnxruntime-dev_${ort_deb_version/:/%3a}_amd64.deb"
+    echo "$ort_deb_sha256  $deb" | sha256sum -c --quiet
+  else
+    log "libonnxruntime-dev $ort_deb_version is gone from trixie; taking its current revision"
+    (cd "$tmp" && apt-get "${apt_private[@]}" download -qq "libonnxruntime-dev:amd64")
+    deb="$(ls "$tmp"/libonnxruntime-dev_*_amd64.deb)"
+  fi
   rm -rf "$ort_dir" && mkdir -p "$ort_dir"
   dpkg-deb -x "$deb" "$ort_dir"
   rm -rf "$tmp"
