@@ -335,3 +335,20 @@ def test_bad_checkpoints_are_named(tmp_path):
     (d / "config.json").write_text(cfg.replace('"num_hidden_layers": 7,', ''))
     with pytest.raises(ValueError, match="num_hidden_layers"):
         tessera.Model.load(d)
+
+
+def test_moe_bad_expert_shapes_are_named(tmp_path):
+    # The stacked expert tensors are checked against the config (docs/moe.md): the error names the tensor, its
+    # shape and the one expected.
+    d = copy_model(tmp_path, "gemma4_moe")
+    cfg = (d / "config.json").read_text()
+    assert '"moe_intermediate_size": 32' in cfg and '"num_experts": 8' in cfg
+    (d / "config.json").write_text(cfg.replace('"moe_intermediate_size": 32', '"moe_intermediate_size": 16'))
+    with pytest.raises(ValueError, match=r"layers\.0\.experts\.gate_up_proj .*shape \[8, 64, 64\], expected \[8, 32, 64\]"):
+        tessera.Model.load(d)
+    (d / "config.json").write_text(cfg.replace('"num_experts": 8', '"num_experts": 6'))
+    with pytest.raises(ValueError, match=r"layers\.0\.router\.proj\.weight .*shape \[8, 64\], expected \[6, 64\]"):
+        tessera.Model.load(d)
+    (d / "config.json").write_text(cfg.replace('"top_k_experts": 2', '"top_k_experts": 9'))
+    with pytest.raises(ValueError, match="top_k_experts"):
+        tessera.Model.load(d)
