@@ -536,7 +536,7 @@ TEST(ModelConfigTest, MixtureOfExperts) {
     j["text_config"]["moe_intermediate_size"] = 704;
   };
   StatusOr<ModelConfig> c = ParseModelConfig(Edit(Gemma4E2B(), moe));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_TRUE(c.value().has_moe());
   EXPECT_EQ(c.value().num_experts, 128);
   EXPECT_EQ(c.value().top_k_experts, 8);

@@ -375,9 +375,9 @@ def test_files_and_sizes():
         st = os.path.getsize(os.path.join(d, "model.safetensors"))
         assert st < 2 * 1024 * 1024, (name, st)
         total += sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
-    # A fixed cap (raised from 8 MiB when the gemma4 multimodal checkpoint joined): a new model must
-    # fit under it or raise it on purpose.
-    assert total < 10 * 1024 * 1024, total
+    # A fixed cap (raised from 8 MiB when the gemma4 multimodal checkpoint joined, from 10 MiB when gemma4_moe
+    # did): a new model must fit under it or raise it on purpose.
+    assert total < 12 * 1024 * 1024, total
 
 
 @pytest.mark.parametrize("name", NAMES)
