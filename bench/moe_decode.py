@@ -1,8 +1,9 @@
 """Decode of a Gemma-4-26B-A4B-shaped model (mixture of experts, docs/moe.md) against the roofline of the
-bytes a decode step actually reads: the dense part plus top_k / num_experts of the experts.
+bytes a decode step actually reads: the dense part plus top_k / num_experts of the experts; and prefill as
+GFLOP/s of the whole step beside the f32 FMA peak's order of magnitude (numpy's GEMM rate, measured here).
 
   /work/main/.venv/bin/python bench/moe_decode.py [--layers 2] [--vocab 16384] [--steps 16] [--runs 3]
-                                                  [--threads 2] [--prompt 32]
+                                                  [--threads 2] [--prompt 32] [--prefill 256]
 
 The model: bench/e2e/checkpoint.py's `gemma4_26b_a4b` (26B-A4B's real widths, expert count and top-k) with
 `--layers` decoder layers (1 sliding, then 1 global, ...) and a `--vocab` vocabulary (the real 262144 would make
@@ -17,7 +18,8 @@ Bytes per decode token: every decoder weight except the experts, the router incl
 experts' gate/up/down (the kernel reads only the chosen experts); the LM head (the tied embedding); the KV cache
 read at the mean context of the timed steps. The dense-read figure (every expert) is printed for contrast. The
 roofline: read bandwidth measured in this run (bench/e2e/roofline.py, best of the one- and multi-stream probes)
-/ bytes per token. No peer is run: llama.cpp's side needs a GGUF of this model, which Tessera cannot read yet.
+/ bytes per token. Prefill: generate(`--prefill` random tokens, 1) in one chunk, median over `--runs`; its FLOPs
+count every token's 2 * (dense weights + top_k experts' weights) multiply-adds, attention excluded. No peer is run: llama.cpp's side needs a GGUF of this model, which Tessera cannot read yet.
 """
 import argparse
 import os
@@ -48,6 +50,21 @@ def active_bytes(cfg, context, weight_elem=2, kv_elem=2):
     return (dense + K * experts) * weight_elem + kv * kv_elem, (dense + E * experts) * weight_elem + kv * kv_elem
 
 
+def step_flops(cfg, tokens):
+    """2 x the multiply-adds of the Linear layers (dense part, router, top_k experts, LM head of the last token)."""
+    w_active, _ = active_bytes(dict(cfg, vocab_size=0), 0, weight_elem=1, kv_elem=0)
+    return 2 * (tokens * w_active + cfg["vocab_size"] * cfg["hidden_size"])
+
+
+def prefill_seconds(tessera, model_dir, prompt, threads):
+    m = tessera.Model.load(model_dir, dtype="auto", max_context=len(prompt) + 8, max_chunk=len(prompt),
+                           kv_dtype="bfloat16", attention_precision="bfloat16", matmul_precision="bfloat16",
+                           num_threads=threads)
+    t = time.perf_counter()
+    m.generate([prompt], 1, stop_tokens=[])
+    return time.perf_counter() - t
+
+
 def decode_seconds(tessera, model_dir, prompt, steps, threads):
     m = tessera.Model.load(model_dir, dtype="auto", max_context=len(prompt) + steps + 8, kv_dtype="bfloat16",
                            attention_precision="bfloat16", matmul_precision="bfloat16", num_threads=threads)
@@ -68,6 +85,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--prefill", type=int, default=256)
     args = ap.parse_args()
 
     import tessera
@@ -76,11 +94,13 @@ def main():
     info = checkpoint.make_checkpoint(d, cfg, dtype="bf16")
     prompt = checkpoint.prompt_ids(args.prompt, args.vocab, checkpoint.special_ids(cfg))
 
-    bw1, _ = roofline.one_stream()
+    bw1, gemm = roofline.one_stream()
     bw2 = roofline.multi_stream(args.threads)
     bw = max(bw1, bw2)
     secs = [decode_seconds(tessera, d, prompt, args.steps, args.threads) for _ in range(args.runs)]
     med = statistics.median(secs)
+    long_prompt = checkpoint.prompt_ids(args.prefill, args.vocab, checkpoint.special_ids(cfg), seed=11)
+    pre = statistics.median(prefill_seconds(tessera, d, long_prompt, args.threads) for _ in range(args.runs))
     active, everything = active_bytes(cfg, args.prompt + args.steps // 2)
 
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
@@ -96,6 +116,9 @@ def main():
     print(f"{'dense read (all experts)':28} {everything / 1e6:10.1f} {bw * 1e9 / everything:15.1f} {'':>15} "
           f"{100 * (1 / med) / (bw * 1e9 / everything):13.1f}%")
     print(f"decode ms/token per run: {', '.join(f'{1e3 * s:.1f}' for s in secs)} (median {1e3 * med:.1f})")
+    print(f"prefill {args.prefill} tokens: {pre:.2f} s, {args.prefill / pre:.1f} tok/s, "
+          f"{step_flops(cfg, args.prefill) / pre / 1e9:.1f} GFLOP/s in the Linear layers "
+          f"(numpy f32 GEMM in this run: {gemm:.1f} GFLOP/s)")
 
 
 if __name__ == "__main__":
