@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -204,6 +205,38 @@ TEST(MoeForward, TokenAloneEqualsInBatch) {
     MoeForward(b.w, s, h.data() + t * s.hidden, 1, MatmulPrecision::kF32, nullptr, sc1, one.data());
     for (int64_t i = 0; i < s.hidden; ++i)
       ASSERT_NEAR(one[i], all[t * s.hidden + i], 1e-5f * std::max(1.0f, std::abs(one[i]))) << t << " " << i;
+  }
+}
+
+// Decode reads only the chosen experts: the others' weights are replaced by NaN matrices of the same
+// shape (a NaN read anywhere, even weighted by 0, reaches the output) and the step still gives the
+// reference's output.
+TEST(MoeForward, UnchosenExpertsAreNotRead) {
+  std::mt19937 rng(9);
+  MoeShape s{64, 16, 2, 32, 1e-6f, 0.0f};
+  for (bool pack : {false, true}) {
+    Block b(rng, s, DType::kBF16, pack, false);
+    const int64_t n = 2;
+    std::normal_distribution<float> nd;
+    std::vector<float> h(n * s.hidden), fast(n * s.hidden), ref(n * s.hidden);
+    for (float& v : h) v = nd(rng);
+    std::vector<int32_t> choice(n * s.top_k);
+    std::vector<float> weight(n * s.top_k);
+    MoeReference(b.w, s, h.data(), n, MatmulPrecision::kF32, ref.data(), choice.data(), weight.data());
+    std::vector<float> nan_matrix(s.hidden * s.inter, std::numeric_limits<float>::quiet_NaN());
+    int64_t removed = 0;
+    for (int64_t e = 0; e < s.experts; ++e) {
+      if (std::find(choice.begin(), choice.end(), e) != choice.end()) continue;
+      b.w.expert_gate[e] = b.w.expert_up[e] = ops::WeightView{nan_matrix.data(), DType::kF32, s.inter, s.hidden};
+      b.w.expert_down[e] = ops::WeightView{nan_matrix.data(), DType::kF32, s.hidden, s.inter};
+      ++removed;
+    }
+    ASSERT_GE(removed, s.experts - n * s.top_k);
+    AlignedBuffer scratch(MoeScratch::Words(s, n) * 4);
+    MoeScratch sc = MoeScratch::Carve(s, n, scratch.as<float>());
+    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, fast.data());
+    for (int64_t i = 0; i < n * s.hidden; ++i)
+      ASSERT_NEAR(fast[i], ref[i], 2e-4f * std::max(1.0f, std::abs(ref[i]))) << i;
   }
 }
 
