@@ -51,6 +51,12 @@ void Check(std::string_view text) {
   FUZZ_CHECK(std::isfinite(c.attention_scale) && c.attention_scale > 0, "attention scale");
   FUZZ_CHECK(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps >= 0, "rms_norm_eps");
   for (int64_t id : c.eos_token_ids) FUZZ_CHECK(id >= 0, "negative eos id");
+  if (c.has_moe())
+    FUZZ_CHECK(c.is_gemma4() && !c.is_gemma4_unified() && c.top_k_experts >= 1 &&
+                   c.top_k_experts <= c.num_experts && c.moe_intermediate_size >= 1,
+               "MoE sizes");
+  else
+    FUZZ_CHECK(c.top_k_experts == 0 && c.moe_intermediate_size == 0, "MoE sizes without MoE");
   CheckLayers(c);
 }
 

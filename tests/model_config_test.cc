@@ -527,15 +527,41 @@ TEST(ModelConfigTest, AbsurdValues) {
               bad, {"per_layer_config.5.head_dim", "513"});
 }
 
+// Gemma 4 MoE (26B-A4B): the three fields are read (docs/moe.md); each is required and bounded.
+TEST(ModelConfigTest, MixtureOfExperts) {
+  auto moe = [](Json& j) {
+    j["text_config"]["enable_moe_block"] = true;
+    j["text_config"]["num_experts"] = 128;
+    j["text_config"]["top_k_experts"] = 8;
+    j["text_config"]["moe_intermediate_size"] = 704;
+  };
+  StatusOr<ModelConfig> c = ParseModelConfig(Edit(Gemma4E2B(), moe));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c.value().has_moe());
+  EXPECT_EQ(c.value().num_experts, 128);
+  EXPECT_EQ(c.value().top_k_experts, 8);
+  EXPECT_EQ(c.value().moe_intermediate_size, 704);
+  StatusOr<ModelConfig> off = ParseModelConfig(Edit(Gemma4E2B(), [](Json& j) { j["text_config"]["num_experts"] = 128; }));
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off.value().has_moe());  // the fields mean nothing without enable_moe_block
+  const StatusCode bad = StatusCode::kInvalidArgument;
+  for (const char* field : {"num_experts", "top_k_experts", "moe_intermediate_size"})
+    ExpectError(Edit(Gemma4E2B(), [&](Json& j) { moe(j), j["text_config"].erase(field); }), bad,
+                {std::string("text_config.") + field, "required"});
+  ExpectError(Edit(Gemma4E2B(), [&](Json& j) { moe(j), j["text_config"]["top_k_experts"] = 129; }), bad,
+              {"text_config.top_k_experts", "129"});
+  ExpectError(Edit(Gemma4E2B(), [&](Json& j) { moe(j), j["text_config"]["num_experts"] = 0; }), bad,
+              {"text_config.num_experts", "0"});
+  ExpectError(Edit(Gemma4E2B(), [&](Json& j) { moe(j), j["text_config"]["moe_intermediate_size"] = -1; }), bad,
+              {"text_config.moe_intermediate_size", "-1"});
+  ExpectError(Edit(Gemma4E2B(), [&](Json& j) { moe(j), j["text_config"]["num_experts"] = "8"; }), bad,
+              {"text_config.num_experts"});
+}
+
 TEST(ModelConfigTest, UnsupportedFeatures) {
   const StatusCode un = StatusCode::kUnimplemented;
-  ExpectError(Edit(Gemma4E2B(),
-                   [](Json& j) {
-                     j["text_config"]["enable_moe_block"] = true;
-                     j["text_config"]["num_experts"] = 128;
-                     j["text_config"]["top_k_experts"] = 8;
-                   }),
-              un, {"enable_moe_block", "not supported yet", "128"});
+  ExpectError(Edit(Gemma4Unified(), [](Json& j) { j["text_config"]["enable_moe_block"] = true; }), un,
+              {"enable_moe_block", "gemma4_unified"});
   ExpectError(Edit(kGemma3_1B, [](Json& j) { j["attention_bias"] = true; }), un, {"attention_bias"});
   ExpectError(Edit(kGemma3_1B, [](Json& j) { j["hidden_activation"] = "silu"; }), un, {"hidden_activation", "silu"});
   ExpectError(Edit(kGemma3_1B,

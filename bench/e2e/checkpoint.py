@@ -91,7 +91,27 @@ def gemma4_e2b_config(layers=35, vocab=262144):
     }
 
 
-SHAPES = {"gemma3": gemma3_config, "gemma4": gemma4_config, "gemma4_e2b": gemma4_e2b_config}
+def gemma4_26b_a4b_config(layers=30, vocab=262144):
+    # Gemma 4 26B-A4B's text decoder (mixture of experts, docs/moe.md): hidden 2816, 16 q heads; sliding
+    # layers 8 kv heads x 256 with window 1024, global layers 2 kv heads x 512 with attention_k_eq_v (5:1);
+    # the dense MLP 2112 wide beside 128 experts of width 704, top 8; no PLE, no KV sharing.
+    types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
+    types[-1] = "full_attention"
+    return {
+        "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+        "hidden_size": 2816, "num_hidden_layers": layers, "num_attention_heads": 16,
+        "num_key_value_heads": 8, "head_dim": 256, "global_head_dim": 512, "num_global_key_value_heads": 2,
+        "attention_k_eq_v": True, "intermediate_size": 2112, "enable_moe_block": True, "num_experts": 128,
+        "top_k_experts": 8, "moe_intermediate_size": 704, "hidden_size_per_layer_input": 0,
+        "num_kv_shared_layers": 0, "vocab_size": vocab, "sliding_window": 1024, "layer_types": types,
+        "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+        "max_position_embeddings": MAX_POS, "tie_word_embeddings": True,
+        "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0, "dtype": "bfloat16",
+    }
+
+
+SHAPES = {"gemma3": gemma3_config, "gemma4": gemma4_config, "gemma4_e2b": gemma4_e2b_config,
+          "gemma4_26b_a4b": gemma4_26b_a4b_config}
 
 
 def special_ids(cfg):

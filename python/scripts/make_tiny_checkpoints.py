@@ -33,6 +33,9 @@ golden.npz keys (B = 2 rows, S = padded length, V = vocab, L = layers, H = hidde
   row0_layer_out [L,S,H] batch row 0: output of each decoder layer (pre final norm; Gemma 4: after layer_scalar)
   row0_final_norm [S,H]  batch row 0: after the final norm (input of the LM head)
   row0_per_layer_inputs [S,L,P]  gemma4_text and gemma4 (the models with PLE): the PLE input each layer receives
+  row0_router_experts [L,S,K] int64, row0_router_weights [L,S,K]  gemma4_moe: each layer's router output for batch
+                         row 0 (the chosen experts as torch.topk orders them, and their final weights: renormalised,
+                         times per_expert_scale)
                          (after projection/combine; image rows: projection of the image row, pad token's PLE row)
   gen_prompt [1,P]       single-row prompt (no padding), gen_token_type_ids / gen_mm_token_type_ids /
                          gen_pixel_values / gen_image_position_ids / gen_image_embeds with it for multimodal models
@@ -185,6 +188,22 @@ MODELS = {
         image_grid=(2, 4),   # (rows, cols) of soft tokens; the patch grid is pooling_kernel_size times larger
         image_tokens=8,
     ),
+    # (f) Gemma4ForCausalLM with the mixture-of-experts block (26B-A4B style, docs/moe.md): 8 experts, top 2, expert
+    # width 32 beside the dense MLP's 64; attention_k_eq_v with num_global_key_value_heads 1 and global_head_dim 64
+    # on the full layers, no PLE, no KV sharing. The router's weights are wide (randomize) so that the k-th and
+    # (k+1)-th probabilities of every routing are far apart compared with float32 noise.
+    "gemma4_moe": dict(
+        arch="Gemma4ForCausalLM", seed=6009, gen_seed=10_004,
+        text=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=4,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, global_head_dim=64,
+                  num_global_key_value_heads=1, attention_k_eq_v=True, sliding_window=8, layer_types=[S, F, S, F],
+                  hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=8, top_k_experts=2,
+                  moe_intermediate_size=32, final_logit_softcapping=5.0,
+                  rope_parameters={S: dict(rope_type="default", rope_theta=10_000.0),
+                                   F: dict(rope_type="proportional", partial_rotary_factor=0.25,
+                                           rope_theta=1_000_000.0)},
+                  pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS),
+    ),
 }
 
 
@@ -260,8 +279,9 @@ def randomize(model, seed):
     Linear [out, in]: N(0, 1/in). Embedding [V, D]: N(0, 1/D) (the model multiplies by sqrt(D)). Gemma 3 RMSNorm
     (scale 1 + w): w ~ N(0, 0.3^2). Gemma 4 RMSNorm (scale w): w ~ 1 + N(0, 0.3^2), except q_norm / k_norm:
     w ~ D^-1/4 (1 + N(0, 0.3^2)) (Gemma 4 does not scale q.k, see the comment below). LayerNorm: 1 + N(0, 0.1^2)
-    weight, N(0, 0.1^2) bias. layer_scalar ~ U(0.6, 1.4). Anything else: N(0, 0.1^2) (biases, position tables),
-    or N(0, 1/fan_in) for >= 2-D tensors."""
+    weight, N(0, 0.1^2) bias. layer_scalar ~ U(0.6, 1.4). MoE: router.proj N(0, 2^2), router.scale 1 + N(0, 0.3^2),
+    per_expert_scale U(0.5, 1.5), stacked expert matrices [E, out, in] N(0, 1/in). Anything else: N(0, 0.1^2)
+    (biases, position tables), or N(0, 1/fan_in) for >= 2-D tensors."""
     import torch
     import torch.nn as nn
     owner = {}
@@ -274,7 +294,15 @@ def randomize(model, seed):
             cls = type(mod).__name__
             g = _gen(seed, name)
             leaf = name.rsplit(".", 1)[-1]
-            if isinstance(mod, nn.Embedding):
+            if name.endswith("router.proj.weight"):         # logits ~ N(0, 2^2): its input has rms H^-1/2
+                v = 2.0 * torch.randn(p.shape, generator=g)
+            elif name.endswith("router.scale"):
+                v = 1.0 + 0.3 * torch.randn(p.shape, generator=g)
+            elif name.endswith("router.per_expert_scale"):  # so a scale applied wrongly changes the logits
+                v = 0.5 + torch.rand(p.shape, generator=g)
+            elif cls == "Gemma4TextExperts":                    # stacked [E, out, in], used as x @ W[e]^T
+                v = torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5
+            elif isinstance(mod, nn.Embedding):
                 v = torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5
             elif isinstance(mod, nn.Linear) and leaf == "weight":
                 v = torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5
@@ -452,6 +480,12 @@ def golden_arrays(name, model):
                     pli = a[1] if len(a) > 1 else kw.get("per_layer_input")
                     rec["ple"][i] = pli.detach().clone()
                 hooks.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        has_moe = bool(getattr(model.config.get_text_config(), "enable_moe_block", False))
+        rec["router"] = [None] * L
+        if has_moe:   # router output: (probabilities, top-k weights, top-k experts), [B*S, ...]
+            for i, layer in enumerate(layers):
+                hooks.append(layer.router.register_forward_hook(
+                    lambda m, a, o, i=i: rec["router"].__setitem__(i, (o[1].detach().clone(), o[2].detach().clone()))))
         fin = {}
         hooks.append(lm.norm.register_forward_hook(lambda m, a, o: fin.__setitem__("norm", o.detach().clone())))
         gbatch = generation_masks(model, batch)
@@ -537,6 +571,12 @@ def golden_arrays(name, model):
         gen_logits=glog.numpy().astype(np.float32),
         gen_min_margin=np.array(margin, dtype=np.float32),
     )
+    if has_moe:
+        B, S = batch["input_ids"].shape
+        arrays["row0_router_experts"] = torch.stack([r[1].reshape(B, S, -1)[0] for r in rec["router"]]).numpy() \
+            .astype(np.int64)
+        arrays["row0_router_weights"] = torch.stack([r[0].reshape(B, S, -1)[0] for r in rec["router"]]).numpy() \
+            .astype(np.float32)
     if has_ple:
         arrays["row0_per_layer_inputs"] = torch.stack([p[0] for p in rec["ple"]], dim=1).numpy().astype(np.float32)
     for k in ("token_type_ids", "mm_token_type_ids"):

@@ -158,6 +158,18 @@ def test_bf16_kv_cache_stays_close(case):
 # BF16_ULP = 2^-8 (helpers/tolerances.py).
 
 
+# The bf16 bar assumes rounding errors that grow smoothly. A mixture-of-experts router makes a discrete choice:
+# transformers-in-bf16 picks other experts than float32 transformers for a few tokens of gemma4_moe's batch
+# (test_moe_bf16_routing_differs_in_transformers), and those tokens' logits then differ by O(1), so tessera
+# (float32 compute, float32 routing) cannot be held to that bar there. The exact comparison (a) still applies.
+ROUTED = {"gemma4_moe"}
+
+
+def skip_routed(name):
+    if name in ROUTED:
+        pytest.skip(f"{name}: transformers-bf16 routes some tokens to other experts (see ROUTED)")
+
+
 def bf16_tol(num_layers):
     return 4 * num_layers * BF16_ULP
 
@@ -221,6 +233,7 @@ def test_bf16_weights_match_transformers_with_the_same_weights(bf16_case):
 
 def test_bf16_weights_within_bf16_tolerance_of_transformers_bf16(bf16_case):
     name, source, z, zb, got = bf16_case
+    skip_routed(name)
     mask = z["attention_mask"].astype(bool)
     tol = bf16_tol(z["row0_layer_out"].shape[0])
     # (b) transformers run in bf16 (weights and activations)
@@ -238,6 +251,7 @@ def test_bf16_weights_within_bf16_tolerance_of_transformers_bf16(bf16_case):
 def test_bf16_attention_within_bf16_tolerance_of_transformers_bf16(name):
     # bf16 weights, bf16 KV cache and attention_precision="bfloat16" (q and the softmax weights
     # rounded to bf16, as transformers' bf16 run has them): within the bf16 bar of transformers-bf16.
+    skip_routed(name)
     model = tessera.Model.load(os.path.join(MODELS_DIR, name), dtype="bfloat16", max_batch=2, max_context=64,
                                max_chunk=32, kv_dtype="bfloat16", attention_precision="bfloat16")
     z = load_golden(name)
@@ -255,6 +269,7 @@ def test_bf16_matmuls_within_bf16_tolerance_of_transformers_bf16(name):
     # with the matmul rounding really applied (the logits differ from the f32-matmul run's). The same
     # with the weights read as stored (repack=False: blocks packed per call, not at load), within the
     # float32 bar of the repacked run (the same bf16 products, summed in other blocks).
+    skip_routed(name)
     z = load_golden(name)
     zb = load_golden(name, "golden_bf16.npz")
     mask = z["attention_mask"].astype(bool)
@@ -335,3 +350,47 @@ def test_bad_checkpoints_are_named(tmp_path):
     (d / "config.json").write_text(cfg.replace('"num_hidden_layers": 7,', ''))
     with pytest.raises(ValueError, match="num_hidden_layers"):
         tessera.Model.load(d)
+
+
+def test_moe_bad_expert_shapes_are_named(tmp_path):
+    # The stacked expert tensors are checked against the config (docs/moe.md): the error names the tensor, its
+    # shape and the one expected.
+    d = copy_model(tmp_path, "gemma4_moe")
+    cfg = (d / "config.json").read_text()
+    assert '"moe_intermediate_size": 32' in cfg and '"num_experts": 8' in cfg
+    (d / "config.json").write_text(cfg.replace('"moe_intermediate_size": 32', '"moe_intermediate_size": 16'))
+    with pytest.raises(ValueError, match=r"layers\.0\.experts\.gate_up_proj .*shape \[8, 64, 64\], expected \[8, 32, 64\]"):
+        tessera.Model.load(d)
+    (d / "config.json").write_text(cfg.replace('"num_experts": 8', '"num_experts": 6'))
+    with pytest.raises(ValueError, match=r"layers\.0\.router\.proj\.weight .*shape \[8, 64\], expected \[6, 64\]"):
+        tessera.Model.load(d)
+    (d / "config.json").write_text(cfg.replace('"top_k_experts": 2', '"top_k_experts": 9'))
+    with pytest.raises(ValueError, match="top_k_experts"):
+        tessera.Model.load(d)
+
+
+def test_moe_bf16_routing_differs_in_transformers():
+    # Why ROUTED is exempt from the bf16 bars: transformers run in bf16 (as golden_bf16.npz's logits_bf16) chooses
+    # other experts than in float32 for some real tokens. If this ever stops holding, drop the exemption.
+    torch = pytest.importorskip("torch")
+    T = pytest.importorskip("transformers")
+    d = os.path.join(MODELS_DIR, "gemma4_moe")
+    z = load_golden("gemma4_moe")
+    ids, am = torch.tensor(z["input_ids"]), torch.tensor(z["attention_mask"])
+    chosen = {}
+    for dt in (torch.float32, torch.bfloat16):
+        model = T.Gemma4ForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=dt).eval()
+        rec = []
+        hooks = [layer.router.register_forward_hook(lambda m, a, o: rec.append(o[2].sort(-1).values))
+                 for layer in model.model.layers]
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=am)
+        for h in hooks:
+            h.remove()
+        chosen[dt] = torch.stack(rec)   # [L, B*S, K]
+    valid = am.reshape(-1).bool()
+    S = ids.shape[1]
+    row0 = z["attention_mask"][0].astype(bool)
+    assert np.array_equal(chosen[torch.float32][:, :S].numpy()[:, row0], np.sort(z["row0_router_experts"], -1)[:, row0])
+    flips = ((chosen[torch.float32] != chosen[torch.bfloat16]).any(-1) & valid).sum()
+    assert flips > 0

@@ -24,6 +24,7 @@ struct Activations {
                          // scratch at matmul precision bf16 (ops::GemmScratchWords)
   AlignedBuffer tail;    // [3, N] i32: positions, block ids and counts (1) of the rows the layers
                          // after the last KV writer run on (GemmaModel::Forward, ForwardBatch::skip_unread)
+  AlignedBuffer moe;     // the mixture-of-experts block's scratch (model/moe.h MoeScratch), 1 word without one
 
   void Allocate(const GemmaArch& arch, int64_t max_tokens, int64_t logit_rows);
   size_t bytes() const;
@@ -32,7 +33,7 @@ struct Activations {
 
  private:
   // The byte size of every buffer above, in member order.
-  static constexpr int kBuffers = 13;
+  static constexpr int kBuffers = 14;
   static void Sizes(const GemmaArch& arch, int64_t n, int64_t logit_rows, size_t out[kBuffers]);
 };
 

@@ -248,21 +248,16 @@ StatusOr<const Json*> TextConfig(const Json& root, const Fields& R, const TypeIn
   return tc;
 }
 
-// Features the engine does not implement: MoE (Gemma 4) and attention biases.
+// Features the engine does not implement: attention biases, and MoE on gemma4_unified (whose
+// decoder has no MoE block).
 Status CheckRefusedFeatures(const ParseContext& x) {
   const Fields& T = x.T;
-  if (x.g4 && !x.unified) {
+  if (x.unified) {
     bool moe = false;
     CFG_ASSIGN(moe, T.Bool("enable_moe_block", false));
-    if (moe) {
-      std::optional<int64_t> experts, top_k;
-      CFG_ASSIGN(experts, T.OptInt("num_experts", std::nullopt, false));
-      CFG_ASSIGN(top_k, T.OptInt("top_k_experts", std::nullopt, false));
+    if (moe)
       return Unimplemented("ParseModelConfig: " + T.Name("enable_moe_block") +
-                           " = true (num_experts = " + (experts ? std::to_string(*experts) : "null") +
-                           ", top_k_experts = " + (top_k ? std::to_string(*top_k) : "null") +
-                           "): Mixture-of-Experts layers are not supported yet");
-    }
+                           " = true: Mixture-of-Experts layers are not supported on " + x.info.name);
   }
   bool attention_bias = false;
   CFG_ASSIGN(attention_bias, T.Bool("attention_bias", false));
@@ -270,6 +265,23 @@ Status CheckRefusedFeatures(const ParseContext& x) {
     return Unimplemented("ParseModelConfig: " + T.Name("attention_bias") +
                          " = true is not supported (Gemma has no projection biases)");
   return Status::Ok();
+}
+
+// Gemma 4 enable_moe_block: every layer adds a routed block of num_experts experts, top_k_experts
+// per token, each of width moe_intermediate_size (docs/moe.md).
+Status ParseMoe(const ParseContext& x, ModelConfig* c) {
+  const Fields& T = x.T;
+  if (!x.g4 || x.unified) return Status::Ok();
+  bool moe = false;
+  CFG_ASSIGN(moe, T.Bool("enable_moe_block", false));
+  if (!moe) return Status::Ok();
+  constexpr int64_t kMaxExperts = 4096;
+  CFG_ASSIGN(c->num_experts, T.Int("num_experts", std::nullopt));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("num_experts"), c->num_experts, 1, kMaxExperts));
+  CFG_ASSIGN(c->top_k_experts, T.Int("top_k_experts", std::nullopt));
+  TESSERA_RETURN_IF_ERROR(CheckRange(T.Name("top_k_experts"), c->top_k_experts, 1, c->num_experts));
+  CFG_ASSIGN(c->moe_intermediate_size, T.Int("moe_intermediate_size", std::nullopt));
+  return CheckRange(T.Name("moe_intermediate_size"), c->moe_intermediate_size, 1, kMaxIntermediate);
 }
 
 // Vocabulary, widths, layer and head counts, head_dim.
@@ -695,6 +707,7 @@ StatusOr<ModelConfig> Parse(const Json& root) {
 
   TESSERA_RETURN_IF_ERROR(CheckRefusedFeatures(x));
   TESSERA_RETURN_IF_ERROR(ParseSizes(x, &c));
+  TESSERA_RETURN_IF_ERROR(ParseMoe(x, &c));
   TESSERA_RETURN_IF_ERROR(ParseLayerTypes(x, &c));
   TESSERA_RETURN_IF_ERROR(ParseSlidingWindow(x, &c));
   StatusOr<LayerWidths> widths = AttentionWidths(x, &c);

@@ -18,7 +18,7 @@
 // present with the wrong JSON type, null where HF does not allow None, or an absurd value
 // (negative, zero, heads not dividing, head_dim > 512, window < 1, layer_types of the wrong
 // length or with an unknown type, ...) is kInvalidArgument naming the field and the value.
-// Features the engine does not implement (MoE, attention biases, RoPE types other than
+// Features the engine does not implement (MoE on gemma4_unified, attention biases, RoPE types other than
 // default/linear/proportional, activations other than tanh GELU) are kUnimplemented.
 #pragma once
 
@@ -108,6 +108,11 @@ struct ModelConfig {
   int64_t num_kv_shared_layers = 0;
   bool use_double_wide_mlp = false;  // Gemma 4 use_double_wide_mlp; default false
 
+  // --- mixture of experts (Gemma 4 enable_moe_block: every layer; docs/moe.md) ----------------
+  int64_t num_experts = 0;            // num_experts; 0 = no MoE block (enable_moe_block false)
+  int64_t top_k_experts = 0;          // top_k_experts, in [1, num_experts]
+  int64_t moe_intermediate_size = 0;  // moe_intermediate_size: each expert's MLP width
+
   // --- per-layer embeddings (Gemma 4 PLE; not in gemma4_unified) ---------------------------------
   int64_t hidden_size_per_layer_input = 0;  // default 256 for gemma4_text (0 = no PLE)
   int64_t vocab_size_per_layer_input = 0;   // default 262144; 0 when PLE is off
@@ -142,6 +147,7 @@ struct ModelConfig {
     return model_type == ModelType::kGemma4Unified || model_type == ModelType::kGemma4UnifiedText;
   }
   bool has_ple() const { return hidden_size_per_layer_input > 0; }
+  bool has_moe() const { return num_experts > 0; }
   const RopeConfig& rope(kv::LayerKind kind) const {
     return kind == kv::LayerKind::kSliding ? rope_sliding : rope_full;
   }

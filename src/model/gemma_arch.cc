@@ -60,6 +60,9 @@ StatusOr<GemmaArch> BuildArch(const ModelConfig& c) {
   a.causal = true;
   a.ple_dim = c.hidden_size_per_layer_input;
   a.ple_vocab = c.has_ple() ? c.vocab_size_per_layer_input : 0;
+  a.experts = c.num_experts;
+  a.top_k = c.top_k_experts;
+  a.expert_intermediate = c.moe_intermediate_size;
   a.pad_token_id = static_cast<int32_t>(c.pad_token_id.value_or(0));
   // Placeholder ids may lie outside the vocabulary (they are replaced, never looked up).
   for (const std::optional<int64_t>& id : {c.image_token_id, c.video_token_id, c.audio_token_id})

@@ -42,6 +42,8 @@ struct GemmaArch {
   bool causal = true;               // false for use_bidirectional_attention == "all"
   int64_t ple_dim = 0, ple_vocab = 0;  // Gemma 4 per-layer embeddings (0 = none)
   int32_t pad_token_id = 0;            // PLE token identity of soft (image/audio) tokens
+  // Gemma 4 mixture of experts on every layer (docs/moe.md); experts == 0: none.
+  int64_t experts = 0, top_k = 0, expert_intermediate = 0;
   std::vector<int32_t> image_token_ids;  // placeholder ids replaced by image embeddings
   // Gemma 4 multimodal (gemma4, gemma4_unified): transformers embeds every image/video/audio
   // placeholder id under the pad id (main embedding and PLE identity), so a placeholder without an

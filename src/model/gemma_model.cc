@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "model/moe.h"
 #include "ops/elementwise.h"
 #include "tessera/gemm.h"
 #include "tessera/attention.h"
@@ -228,6 +229,15 @@ Status GemmaModel::Layer(int64_t l, const ForwardBatch& in, kv::KvCache& cache, 
   for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
   ops::RmsNorm(h, H, w.pre_ffw_norm, off, eps, n, H, x, H);
   Mlp(l, n, in.matmul_precision, act, pool);
+  if (arch_.experts > 0) {
+    // Gemma 4 MoE: the dense branch normed, plus the routed experts on the pre-MLP residual h.
+    ops::RmsNorm(x, H, w.post_ffw_norm_1, off, eps, n, H, x, H);
+    const MoeShape shape = MoeShapeOf(arch_);
+    MoeScratch scratch = MoeScratch::Carve(shape, n, F(act.moe));
+    scratch.x_pairs = XPairs(act);
+    MoeForward(w, shape, h, n, in.matmul_precision, pool, scratch, scratch.result);
+    for (int64_t i = 0; i < n * H; ++i) x[i] += scratch.result[i];
+  }
   ops::RmsNorm(x, H, w.post_ffw_norm, off, eps, n, H, x, H);
   for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
   if (arch_.ple_dim > 0) PerLayerResidual(l, n, in.matmul_precision, act, pool);

@@ -25,6 +25,17 @@ struct LayerWeights {
   ops::WeightView ple_gate;       // [ple_dim, hidden]  (Gemma 4 PLE)
   ops::WeightView ple_proj;       // [hidden, ple_dim]
   const float* ple_post_norm = nullptr;  // [hidden] f32
+  // Gemma 4 mixture of experts (GemmaArch::experts > 0; model/moe.h, docs/moe.md). E = experts,
+  // I = expert_intermediate. The checkpoint stacks the experts: gate_up_proj [E, 2I, hidden] (gate
+  // rows, then up rows) and down_proj [E, hidden, I]; each expert's slices are views of their own.
+  ops::WeightView router;                 // [E, hidden] router.proj
+  const float* router_scale = nullptr;    // [hidden] f32 router.scale
+  const float* expert_scale = nullptr;    // [E] f32 router.per_expert_scale
+  std::vector<ops::WeightView> expert_gate, expert_up;  // E x [I, hidden]
+  std::vector<ops::WeightView> expert_down;             // E x [hidden, I]
+  const float* post_ffw_norm_1 = nullptr;  // [hidden] f32 (the dense MLP branch's output)
+  const float* pre_ffw_norm_2 = nullptr;   // [hidden] f32 (the experts' input)
+  const float* post_ffw_norm_2 = nullptr;  // [hidden] f32 (the experts' summed output)
 };
 
 struct GemmaWeights {

@@ -217,6 +217,30 @@ class Binder {
     return Status::Ok();
   }
 
+  // Rows [row0, row0 + out) of each expert of a stacked [experts, rows, in] tensor, bound as a
+  // matrix of its own (converted, packed and checked as any other).
+  Status ExpertMatrices(const std::string& name, int64_t experts, int64_t rows, int64_t in, int64_t row0,
+                        int64_t out, std::vector<ops::WeightView>* views) {
+    StatusOr<StoredTensor> t = Tensor(name, {experts, rows, in});
+    if (!t.ok()) return t.status();
+    const StoredTensor& st = t.value();
+    if (st.quant != QuantType::kNone)
+      return Unimplemented("LoadGemmaWeights: tensor " + st.name + " in " + src_.path() + " is " +
+                           QuantTypeName(st.quant) + "; block-quantized expert tensors are not supported yet");
+    const size_t es = DTypeSize(st.dtype);
+    views->resize(experts);
+    for (int64_t e = 0; e < experts; ++e) {
+      StoredTensor part = st;
+      part.data = static_cast<const char*>(st.data) + static_cast<size_t>((e * rows + row0) * in) * es;
+      part.shape = {out, in};
+      part.nbytes = static_cast<uint64_t>(out * in) * es;
+      const std::string which = st.name + "[" + std::to_string(e) + ", " + std::to_string(row0) + ":" +
+                                std::to_string(row0 + out) + "]";
+      TESSERA_RETURN_IF_ERROR(Bind(which, part, out, in, &(*views)[e], Use::kLinear));
+    }
+    return Status::Ok();
+  }
+
   // A vector of n values as f32 (owned copy).
   Status Vector(const std::string& name, int64_t n, const float** out) {
     StatusOr<StoredTensor> t = Tensor(name, {n});
@@ -261,6 +285,20 @@ float ScaleInDType(int64_t n, DType dtype) {
   if (dtype == DType::kBF16) return Bf16ToF32(F32ToBf16(s));
   if (dtype == DType::kF16) return F16ToF32(F32ToF16(s));
   return s;
+}
+
+// The MoE block of one layer (names relative to "layers.<l>."; shapes: gemma_weights.h).
+Status BindExperts(Binder& bind, const GemmaArch& a, const std::string& p, LayerWeights* lw) {
+  const int64_t H = a.hidden, E = a.experts, I = a.expert_intermediate;
+  TESSERA_RETURN_IF_ERROR(bind.Matrix(p + "router.proj.weight", E, H, &lw->router));
+  TESSERA_RETURN_IF_ERROR(bind.Vector(p + "router.scale", H, &lw->router_scale));
+  TESSERA_RETURN_IF_ERROR(bind.Vector(p + "router.per_expert_scale", E, &lw->expert_scale));
+  TESSERA_RETURN_IF_ERROR(bind.ExpertMatrices(p + "experts.gate_up_proj", E, 2 * I, H, 0, I, &lw->expert_gate));
+  TESSERA_RETURN_IF_ERROR(bind.ExpertMatrices(p + "experts.gate_up_proj", E, 2 * I, H, I, I, &lw->expert_up));
+  TESSERA_RETURN_IF_ERROR(bind.ExpertMatrices(p + "experts.down_proj", E, H, I, 0, H, &lw->expert_down));
+  TESSERA_RETURN_IF_ERROR(bind.Vector(p + "post_feedforward_layernorm_1.weight", H, &lw->post_ffw_norm_1));
+  TESSERA_RETURN_IF_ERROR(bind.Vector(p + "pre_feedforward_layernorm_2.weight", H, &lw->pre_ffw_norm_2));
+  return bind.Vector(p + "post_feedforward_layernorm_2.weight", H, &lw->post_ffw_norm_2);
 }
 
 }  // namespace
@@ -323,6 +361,7 @@ StatusOr<GemmaWeights> BindGemmaWeights(const WeightSource& src, const GemmaArch
       TESSERA_RETURN_IF_ERROR(bind.Vector(p + "layer_scalar", 1, &scalar));
       lw.layer_scalar = *scalar;
     }
+    if (a.experts > 0) TESSERA_RETURN_IF_ERROR(BindExperts(bind, a, p, &lw));
     if (a.ple_dim > 0) {
       TESSERA_RETURN_IF_ERROR(bind.Matrix(p + "per_layer_input_gate.weight", a.ple_dim, H, &lw.ple_gate));
       TESSERA_RETURN_IF_ERROR(bind.Matrix(p + "per_layer_projection.weight", H, a.ple_dim, &lw.ple_proj));

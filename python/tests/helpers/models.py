@@ -14,7 +14,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 # The C++ build whose binaries (tessera CLI, benchmarks) the subprocess tests run.
 BUILD_DIR = os.environ.get("TESSERA_BUILD_DIR", os.path.join(REPO, "build", "release"))
 MODELS_DIR = os.path.join(REPO, "tests", "testdata", "models")
-NAMES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified"]
+NAMES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified", "gemma4_moe"]
 
 
 def model_dir(name):
