@@ -56,6 +56,9 @@ struct SessionOptions {
   Mode mode = Mode::kUnified;  // kBias / kSplit need prompts of equal length (one concat length)
   bool all_logits = false;     // Prefill may return logits for every prompt token (sizes a
                                // [max_batch * max_chunk, vocab] buffer; off for generation)
+  // Speculative decoding (docs/speculative.md): a verification step of row 0 returns logits for
+  // up to this many tokens (draft tokens + 1; sizes a [verify_tokens, vocab] buffer). 0: none.
+  int64_t verify_tokens = 0;
 };
 
 // One row's prompt. Token types (HF token_type_ids / mm_token_type_ids) mark image tokens; each
