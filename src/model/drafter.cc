@@ -217,8 +217,8 @@ Status Drafter::Step(const kv::KvCache& cache, int64_t row, int32_t token, int32
       for (int64_t i = 0; i < H; ++i) h[i] *= w.layer_scalar;
   }
   ops::RmsNorm(h, H, weights_.final_norm, off, eps, 1, H, x, H);
+  // No final_logit_softcapping: the assistant's head is the bare tied projection (docs/speculative.md).
   ops::Linear(weights_.lm_head, x, 1, H, logits, arch_.vocab, pool);
-  if (arch_.final_softcap > 0) ops::SoftCap(logits, arch_.vocab, arch_.final_softcap);
   ops::Linear(post_proj_, x, 1, H, next_state, Hm, pool);
   return Status::Ok();
 }
