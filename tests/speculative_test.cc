@@ -11,7 +11,9 @@
 
 #include "model/drafter.h"
 #include "model/loaded_model.h"
+#include "runtime/generator.h"
 #include "runtime/speculative.h"
+#include "tessera/engine.h"
 #include "tessera/npy.h"
 
 namespace tessera {
@@ -114,15 +116,29 @@ TEST_F(Speculative, DraftLogitsMatchTransformers) {
   }
 }
 
+// Speculative generation through runtime::GenerateSpeculative: one prompt, greedy.
+GenerateOutput Speculate(runtime::Session& s, const model::Drafter& d, const std::vector<int32_t>& prompt, int64_t k,
+                         int64_t max_new, std::vector<int32_t> stop = {}) {
+  GenerateOptions o;
+  o.draft_tokens = k;
+  o.max_new_tokens = max_new;
+  o.stop_tokens = std::move(stop);
+  GenerateOutput out;
+  Status r = runtime::GenerateSpeculative(s, d, {TextPrompt(prompt)}, o, &out);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return out;
+}
+
+const std::vector<int32_t> kGenPrompt = {2, 194, 85, 418, 371, 196, 220, 385, 382, 299};  // gemma4_text gen_prompt
+
 // Greedy speculative output equals plain greedy decoding for every k, with a drafter that is
 // right sometimes (acceptance strictly between 0 and 1) and one that is almost never right; and
 // equals transformers' assisted generate() tokens.
 TEST_F(Speculative, GreedyEqualsPlainDecoding) {
-  const std::vector<int32_t> prompt = {2, 194, 85, 418, 371, 196, 220, 385, 382, 299};  // gemma4_text gen_prompt
   const std::vector<int32_t> assisted = Ints(Npy("gemma4_assistant_copy", "assisted_tokens"));
   ASSERT_EQ(assisted.size(), 32u);
   auto plain_session = NewSession(main_->model(), 1);
-  const std::vector<int32_t> plain = Greedy(*plain_session, prompt, 32);
+  const std::vector<int32_t> plain = Greedy(*plain_session, kGenPrompt, 32);
   EXPECT_EQ(plain, assisted);
   for (const char* name : {"gemma4_assistant_copy", "gemma4_assistant"}) {
     auto d = Drafter(name);
@@ -130,46 +146,108 @@ TEST_F(Speculative, GreedyEqualsPlainDecoding) {
     for (int64_t k : {1, 2, 4, 7}) {
       SCOPED_TRACE(std::string(name) + " k=" + std::to_string(k));
       auto s = NewSession(main_->model(), k + 1);
-      runtime::SpeculativeOptions o;
-      o.draft_tokens = k;
-      o.max_new_tokens = 32;
-      std::vector<int32_t> out;
-      runtime::SpeculativeStats st;
-      Status r = runtime::SpeculativeGenerate(*s, *d, TextPrompt(prompt), o, nullptr, &out, &st);
-      ASSERT_TRUE(r.ok()) << r.message();
-      EXPECT_EQ(out, plain);
-      EXPECT_GT(st.rounds, 0);
+      const GenerateOutput out = Speculate(*s, *d, kGenPrompt, k, 32);
+      ASSERT_EQ(out.rows.size(), 1u);
+      EXPECT_EQ(out.rows[0].tokens, plain);
+      EXPECT_EQ(out.rows[0].finish, FinishReason::kLength);
+      EXPECT_GT(out.stats.decode_steps, 0);
+      EXPECT_GT(out.stats.drafted_tokens, 0);
       if (std::string(name) == "gemma4_assistant_copy") {
-        EXPECT_GT(st.acceptance(), 0.0);
-        EXPECT_LT(st.acceptance(), 1.0);
-        EXPECT_LT(st.rounds, 32);  // accepted drafts save main-model steps
+        EXPECT_GT(out.stats.accepted_tokens, 0);
+        EXPECT_LT(out.stats.accepted_tokens, out.stats.drafted_tokens);
+        EXPECT_LT(out.stats.decode_steps, 31);  // accepted drafts save main-model steps
       }
     }
   }
 }
 
-TEST_F(Speculative, StopsAtStopTokenAndMaxTokens) {
-  const std::vector<int32_t> prompt = {2, 194, 85, 418, 371, 196, 220, 385, 382, 299};
+TEST_F(Speculative, StopsAtStopTokenMaxTokensAndContext) {
   auto plain_session = NewSession(main_->model(), 1);
-  const std::vector<int32_t> plain = Greedy(*plain_session, prompt, 32);
+  const std::vector<int32_t> plain = Greedy(*plain_session, kGenPrompt, 32);
   auto d = Drafter("gemma4_assistant_copy");
   ASSERT_NE(d, nullptr);
   auto s = NewSession(main_->model(), 5);
-  runtime::SpeculativeOptions o;
-  o.draft_tokens = 4;
-  o.max_new_tokens = 32;
-  o.stop_tokens = {plain[6]};  // 284 first appears at index 1
-  std::vector<int32_t> out;
-  runtime::SpeculativeStats st;
-  ASSERT_TRUE(runtime::SpeculativeGenerate(*s, *d, TextPrompt(prompt), o, nullptr, &out, &st).ok());
+  GenerateOutput out = Speculate(*s, *d, kGenPrompt, 4, 32, {plain[6]});
   const auto first = std::find(plain.begin(), plain.end(), plain[6]);
-  EXPECT_EQ(out, std::vector<int32_t>(plain.begin(), first + 1));
-  for (int64_t n : {1, 3, 5, 9}) {
-    o.stop_tokens.clear();
-    o.max_new_tokens = n;
-    ASSERT_TRUE(runtime::SpeculativeGenerate(*s, *d, TextPrompt(prompt), o, nullptr, &out, &st).ok());
-    EXPECT_EQ(out, std::vector<int32_t>(plain.begin(), plain.begin() + n)) << n;
+  EXPECT_EQ(out.rows[0].tokens, std::vector<int32_t>(plain.begin(), first + 1));
+  EXPECT_EQ(out.rows[0].finish, FinishReason::kStop);
+  for (int64_t n : {0, 1, 3, 5, 9}) {
+    out = Speculate(*s, *d, kGenPrompt, 4, n);
+    EXPECT_EQ(out.rows[0].tokens, std::vector<int32_t>(plain.begin(), plain.begin() + n)) << n;
   }
+  // max_context 20 holds the 10 prompt tokens and 10 more: the 11th new token has no room.
+  SessionOptions o;
+  o.max_context = 20;
+  o.max_chunk = 16;
+  o.verify_tokens = 5;
+  auto small = runtime::Session::Create(main_->model(), o, nullptr);
+  ASSERT_TRUE(small.ok());
+  GenerateOptions g;
+  g.max_new_tokens = 32;
+  GenerateOutput want;
+  ASSERT_TRUE(runtime::Generate(*small.value(), {TextPrompt(kGenPrompt)}, g, &want).ok());
+  out = Speculate(*small.value(), *d, kGenPrompt, 4, 32);
+  EXPECT_EQ(out.rows[0].tokens, want.rows[0].tokens);
+  EXPECT_EQ(out.rows[0].tokens, std::vector<int32_t>(plain.begin(), plain.begin() + 11));
+  EXPECT_EQ(out.rows[0].finish, FinishReason::kContext);
+  EXPECT_EQ(want.rows[0].finish, FinishReason::kContext);
+}
+
+TEST_F(Speculative, RefusesWhatItCannotDo) {
+  auto d = Drafter("gemma4_assistant_copy");
+  ASSERT_NE(d, nullptr);
+  auto s = NewSession(main_->model(), 3);
+  GenerateOptions o;
+  o.draft_tokens = 3;  // needs verify_tokens 4
+  GenerateOutput out;
+  Status r = runtime::GenerateSpeculative(*s, *d, {TextPrompt(kGenPrompt)}, o, &out);
+  EXPECT_NE(r.message().find("verify_tokens"), std::string::npos) << r.message();
+  o.draft_tokens = 2;
+  o.sampling.temperature = 0.7f;
+  r = runtime::GenerateSpeculative(*s, *d, {TextPrompt(kGenPrompt)}, o, &out);
+  EXPECT_EQ(r.code(), StatusCode::kUnimplemented) << r.message();
+}
+
+// The public API: Model::Load with a drafter, Session::Generate with draft_tokens.
+TEST(SpeculativeApi, GenerateWithDraft) {
+  LoadOptions lo;
+  lo.threads = 2;
+  lo.draft = kModels + "gemma4_assistant_copy";
+  auto m = Model::Load(kModels + "gemma4_text", lo);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_TRUE(m.value()->info().draft);
+  SessionOptions so;
+  so.max_context = 64;
+  so.max_chunk = 16;
+  so.verify_tokens = 5;
+  auto s = m.value()->NewSession(so);
+  ASSERT_TRUE(s.ok());
+  GenerateOptions g;
+  g.max_new_tokens = 32;
+  GenerateOutput plain, spec;
+  ASSERT_TRUE(s.value()->Generate({TextPrompt(kGenPrompt)}, g, &plain).ok());
+  g.draft_tokens = 4;
+  std::vector<int32_t> streamed;
+  g.on_token = [&](int64_t, int32_t t) { return streamed.push_back(t), true; };
+  ASSERT_TRUE(s.value()->Generate({TextPrompt(kGenPrompt)}, g, &spec).ok());
+  EXPECT_EQ(spec.rows[0].tokens, plain.rows[0].tokens);
+  EXPECT_EQ(streamed, plain.rows[0].tokens);
+  EXPECT_GT(spec.stats.accepted_tokens, 0);
+  EXPECT_LT(spec.stats.decode_steps, plain.stats.decode_steps);
+
+  LoadOptions none;
+  none.threads = 1;
+  auto bare = Model::Load(kModels + "gemma4_text", none);
+  ASSERT_TRUE(bare.ok());
+  auto bs = bare.value()->NewSession(so);
+  ASSERT_TRUE(bs.ok());
+  Status r = bs.value()->Generate({TextPrompt(kGenPrompt)}, g, &spec);
+  EXPECT_NE(r.message().find("drafter"), std::string::npos) << r.message();
+  LoadOptions bad = none;
+  bad.draft = kModels + "gemma3_text";  // not a gemma4_assistant
+  auto refused = Model::Load(kModels + "gemma4_text", bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("gemma4_assistant"), std::string::npos) << refused.status().message();
 }
 
 TEST(DrafterConfig, RefusesWhatItDoesNotImplement) {

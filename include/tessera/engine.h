@@ -25,6 +25,7 @@
 namespace tessera {
 
 namespace model {
+class Drafter;
 class LoadedModel;
 }
 namespace runtime {
@@ -83,6 +84,10 @@ struct LoadOptions {
   // Quantize a checkpoint directory's matrices at load, as `tessera quantize` would store them
   // (docs/quantizing.md); empty: as stored. Not for a GGUF, whose types are the file's.
   std::optional<QuantizeFileType> quantize;
+  // A Gemma 4 assistant checkpoint directory (model_type gemma4_assistant) to load beside the
+  // model as its drafter for speculative decoding (GenerateOptions::draft_tokens,
+  // docs/speculative.md); empty: none.
+  std::string draft;
 };
 
 // What a caller needs to know of a model without its internals.
@@ -105,6 +110,7 @@ struct ModelInfo {
   std::optional<int32_t> bos_token_id, pad_token_id, image_token_id, boi_token_id, eoi_token_id, video_token_id,
       audio_token_id, boa_token_id, eoa_token_id;
   bool repacked = false;  // the Linear weights were repacked at load (LoadOptions::repack_for)
+  bool draft = false;     // a drafter was loaded beside the model (LoadOptions::draft)
   float attention_scale = 1.0f;   // scores scale (Gemma 3: query_pre_attn_scalar^-1/2; Gemma 4: 1)
   float final_softcap = 0.0f;     // final logit soft cap (0: none)
   bool gguf = false;              // loaded from a GGUF file
@@ -132,6 +138,11 @@ struct GenerateOptions {
   TokenCallback on_token;            // optional streaming
   // Optional; set from any thread to stop every row at the next step (or prefill chunk) boundary.
   const std::atomic<bool>* cancel = nullptr;
+  // Speculative decoding (docs/speculative.md): the model's drafter proposes this many tokens per
+  // step and the model verifies them in one step; the tokens are those of plain greedy decoding.
+  // Needs a drafter (LoadOptions::draft), greedy sampling, one prompt and a session with
+  // verify_tokens >= draft_tokens + 1. 0: plain decoding.
+  int64_t draft_tokens = 0;
 };
 
 struct GenerateStats {
@@ -139,6 +150,8 @@ struct GenerateStats {
   int64_t generated_tokens = 0;  // summed over rows
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;      // forward passes after the prefill
+  // Speculative decoding only: tokens the drafter proposed, and how many the model accepted.
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
 };
 
 struct RowOutput {
@@ -224,6 +237,7 @@ class Model {
   Model() = default;
   struct Vision;  // the processor and the encoders, made on first use (runtime/engine_vision.cc)
   std::unique_ptr<model::LoadedModel> loaded_;
+  std::unique_ptr<model::Drafter> drafter_;  // LoadOptions::draft; null: none
   std::unique_ptr<Vision> vision_;
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
@@ -259,8 +273,9 @@ class Session {
 
  private:
   friend class Model;
-  explicit Session(std::unique_ptr<runtime::Session> impl);
+  Session(std::unique_ptr<runtime::Session> impl, const model::Drafter* drafter);
   std::unique_ptr<runtime::Session> impl_;
+  const model::Drafter* drafter_ = nullptr;  // the model's, for GenerateOptions::draft_tokens
 };
 
 }  // namespace tessera

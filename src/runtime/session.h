@@ -98,6 +98,7 @@ class Session {
 
   int64_t batch() const { return batch_; }
   const model::GemmaModel& model() const { return model_; }
+  ThreadPool* pool() const { return pool_; }
   int64_t position(int64_t b) const { return next_pos_[b]; }
   int64_t max_batch() const { return opt_.max_batch; }
   const kv::KvCache& cache() const { return *cache_; }

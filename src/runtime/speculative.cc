@@ -1,83 +1,138 @@
 #include "runtime/speculative.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
+
+#include "runtime/generator.h"
 
 namespace tessera::runtime {
 namespace {
 
-// The first index of the largest value: what greedy decoding and torch's argmax pick.
-int32_t Argmax(const float* x, int64_t n) {
-  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The first index of the largest value: greedy sampling's choice (lowest id on ties).
+int32_t Argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max_element(x, x + n) - x); }
+
+Status CheckOptions(const Session& s, const std::vector<Prompt>& prompts, const GenerateOptions& o) {
+  TESSERA_RETURN_IF_ERROR(ValidateGenerateOptions(o));
+  const int64_t k = o.draft_tokens;
+  if (k < 1 || k + 1 > s.options().verify_tokens)
+    return InvalidArgument("Generate: draft_tokens " + std::to_string(k) +
+                           " needs 1 <= draft_tokens < the session's verify_tokens " +
+                           std::to_string(s.options().verify_tokens));
+  if (o.sampling.temperature != 0.0f)
+    return Unimplemented("Generate: speculative decoding (draft_tokens) is greedy only; temperature is " +
+                         std::to_string(o.sampling.temperature));
+  if (prompts.size() != 1 || s.options().max_batch != 1 || s.options().mode != Mode::kUnified)
+    return InvalidArgument("Generate: speculative decoding (draft_tokens) takes one prompt in a one-row unified "
+                           "session, got " + std::to_string(prompts.size()) + " prompts, max_batch " +
+                           std::to_string(s.options().max_batch));
+  return Status::Ok();
 }
 
-// The generation's buffers, sized once before the first round.
-struct Buffers {
-  std::vector<float> logits, verify_logits, verify_hidden, state, draft_logits;
-  std::vector<int32_t> step;  // [k + 1] the last seen token and the drafts
+// One generation's state: its buffers (sized once) and the row's output so far.
+class Run {
+ public:
+  Run(Session& s, const model::Drafter& d, const GenerateOptions& o, GenerateOutput* out)
+      : s_(s), d_(d), o_(o), out_(out), V_(s.model().arch().vocab), H_(s.model().arch().hidden) {
+    logits_.resize((o.draft_tokens + 1) * V_);
+    hidden_.resize((o.draft_tokens + 1) * H_);
+    state_.resize(H_);
+    step_.resize(o.draft_tokens + 1);
+  }
+
+  Status Prefill(const Prompt& p) {
+    TESSERA_RETURN_IF_ERROR(s_.ClearRow(0));
+    s_.set_cancel(o_.cancel);
+    const Status st = s_.Prefill({p}, logits_.data());
+    s_.set_cancel(nullptr);
+    if (st.code() == StatusCode::kCancelled) return Finish(FinishReason::kCancelled), Status::Ok();
+    TESSERA_RETURN_IF_ERROR(st);
+    std::memcpy(state_.data(), s_.last_hidden(0), H_ * sizeof(float));
+    if (o_.max_new_tokens == 0) return Finish(FinishReason::kLength), Status::Ok();
+    Emit(Argmax(logits_.data(), V_), s_.position(0));
+    return Status::Ok();
+  }
+
+  // One round: k drafts from the last seen token, one verification step, rewind.
+  Status Round(model::DrafterScratch& scratch) {
+    if (o_.cancel && o_.cancel->load()) return Finish(FinishReason::kCancelled), Status::Ok();
+    const int64_t s = s_.position(0);  // the last seen token's position: its K/V is not cached yet
+    const int64_t room = s_.options().max_context - s - 1;  // >= 0: Emit finished the row otherwise
+    const int64_t left = o_.max_new_tokens - static_cast<int64_t>(row().tokens.size());
+    const int64_t k = std::min({o_.draft_tokens, left - 1, room});  // a round emits up to k + 1
+    step_[0] = row().tokens.back();
+    for (int64_t j = 0; j < k; ++j) {  // state_ carries each step's projected output to the next
+      TESSERA_RETURN_IF_ERROR(d_.Step(s_.cache(), 0, step_[j], static_cast<int32_t>(s), state_.data(), logits_.data(),
+                                      state_.data(), scratch, s_.pool()));
+      step_[j + 1] = Argmax(logits_.data(), V_);
+    }
+    TESSERA_RETURN_IF_ERROR(s_.Verify(step_.data(), k + 1, logits_.data(), hidden_.data()));
+    ++out_->stats.decode_steps;
+    int64_t n = 0;  // drafts accepted: each is the model's own argmax after the tokens before it
+    while (n < k && Argmax(logits_.data() + n * V_, V_) == step_[n + 1]) ++n;
+    out_->stats.drafted_tokens += k;
+    out_->stats.accepted_tokens += n;
+    for (int64_t j = 1; j <= n && !done_; ++j) Emit(step_[j], s + j);
+    if (done_) return Status::Ok();
+    Emit(Argmax(logits_.data() + n * V_, V_), s + n + 1);  // the correction, or the bonus token
+    if (done_) return Status::Ok();
+    // Keep the K/V of positions s .. s + n; the new last seen token's comes next round.
+    if (k > n) TESSERA_RETURN_IF_ERROR(s_.RewindRow(0, k - n));
+    std::memcpy(state_.data(), hidden_.data() + n * H_, H_ * sizeof(float));
+    return Status::Ok();
+  }
+
+  bool done() const { return done_; }
+  RowOutput& row() { return row_; }
+
+ private:
+  // Records and streams token t, which stands at position pos; finishes the row as
+  // TokenStream::Next would (cancelled, stop, length, then no room to decode it).
+  void Emit(int32_t t, int64_t pos) {
+    row_.tokens.push_back(t);
+    const std::vector<int32_t>& stop = o_.stop_tokens;
+    if (o_.on_token && !o_.on_token(0, t)) Finish(FinishReason::kCancelled);
+    else if (std::find(stop.begin(), stop.end(), t) != stop.end()) Finish(FinishReason::kStop);
+    else if (static_cast<int64_t>(row_.tokens.size()) >= o_.max_new_tokens) Finish(FinishReason::kLength);
+    else if (pos + 1 > s_.options().max_context) Finish(FinishReason::kContext);
+  }
+  void Finish(FinishReason r) { done_ = true, row_.finish = r; }
+
+  Session& s_;
+  const model::Drafter& d_;
+  const GenerateOptions& o_;
+  GenerateOutput* out_;
+  const int64_t V_, H_;
+  std::vector<float> logits_, hidden_, state_;  // [k + 1, vocab], [k + 1, hidden], [hidden]
+  std::vector<int32_t> step_;                   // [k + 1] the last seen token, then the drafts
+  RowOutput row_;
+  bool done_ = false;
 };
 
 }  // namespace
 
-Status SpeculativeGenerate(Session& session, const model::Drafter& drafter, const Prompt& prompt,
-                           const SpeculativeOptions& o, ThreadPool* pool, std::vector<int32_t>* out,
-                           SpeculativeStats* stats) {
-  const int64_t V = session.model().arch().vocab, H = session.model().arch().hidden, k = o.draft_tokens;
-  if (k < 1 || k + 1 > session.options().verify_tokens)
-    return InvalidArgument("SpeculativeGenerate: draft_tokens " + std::to_string(k) +
-                           " needs 1 <= k and k + 1 <= the session's verify_tokens " +
-                           std::to_string(session.options().verify_tokens));
-  if (session.options().max_batch != 1)
-    return InvalidArgument("SpeculativeGenerate: needs a one-row session (max_batch 1)");
-  out->clear();
-  *stats = SpeculativeStats{};
-  if (o.max_new_tokens <= 0) return Status::Ok();
-  StatusOr<std::unique_ptr<model::DrafterScratch>> scratch = drafter.NewScratch(session.cache(), pool);
+Status GenerateSpeculative(Session& session, const model::Drafter& drafter, const std::vector<Prompt>& prompts,
+                           const GenerateOptions& o, GenerateOutput* out) {
+  TESSERA_RETURN_IF_ERROR(CheckOptions(session, prompts, o));
+  StatusOr<std::unique_ptr<model::DrafterScratch>> scratch = drafter.NewScratch(session.cache(), session.pool());
   if (!scratch.ok()) return scratch.status();
-  Buffers b;
-  b.logits.resize(V);
-  b.verify_logits.resize((k + 1) * V);
-  b.verify_hidden.resize((k + 1) * H);
-  b.state.resize(H);
-  b.draft_logits.resize(V);
-  b.step.resize(k + 1);
-  TESSERA_RETURN_IF_ERROR(session.ClearRow(0));
-  TESSERA_RETURN_IF_ERROR(session.Prefill({prompt}, b.logits.data()));
-  std::memcpy(b.state.data(), session.last_hidden(0), H * sizeof(float));
-  auto stop = [&](int32_t t) { return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end(); };
-  int32_t last = Argmax(b.logits.data(), V);  // the last seen token: its K/V is not cached yet
-  out->push_back(last);
-  const int64_t max_context = session.options().max_context;
-  while (static_cast<int64_t>(out->size()) < o.max_new_tokens && !stop(last)) {
-    const int64_t s = session.position(0);  // the last seen token's position
-    // A round emits up to kr + 1 tokens, and needs kr + 1 cache slots.
-    const int64_t kr = std::min({k, o.max_new_tokens - static_cast<int64_t>(out->size()) - 1, max_context - s - 1});
-    if (kr < 0)
-      return OutOfRange("SpeculativeGenerate: row 0 is at max_context " + std::to_string(max_context));
-    b.step[0] = last;
-    int32_t token = last;
-    for (int64_t j = 0; j < kr; ++j) {  // the state carries each step's projected output on
-      TESSERA_RETURN_IF_ERROR(drafter.Step(session.cache(), 0, token, static_cast<int32_t>(s), b.state.data(),
-                                           b.draft_logits.data(), b.state.data(), *scratch.value(), pool));
-      token = Argmax(b.draft_logits.data(), V);
-      b.step[j + 1] = token;
-    }
-    TESSERA_RETURN_IF_ERROR(session.Verify(b.step.data(), kr + 1, b.verify_logits.data(), b.verify_hidden.data()));
-    int64_t n = 0;  // drafts accepted: each equals the main model's argmax after the tokens before it
-    while (n < kr && Argmax(b.verify_logits.data() + n * V, V) == b.step[n + 1]) ++n;
-    ++stats->rounds;
-    stats->drafted += kr;
-    stats->accepted += n;
-    for (int64_t j = 1; j <= n && !stop(out->back()); ++j) out->push_back(b.step[j]);
-    if (stop(out->back())) break;
-    last = Argmax(b.verify_logits.data() + n * V, V);  // the correction, or the bonus token
-    out->push_back(last);
-    // Keep the K/V of positions s .. s + n; the last seen token's is computed next round.
-    if (kr > n) TESSERA_RETURN_IF_ERROR(session.RewindRow(0, kr - n));
-    std::memcpy(b.state.data(), b.verify_hidden.data() + n * H, H * sizeof(float));
-  }
-  return Status::Ok();
+  *out = {};
+  out->stats.prompt_tokens = static_cast<int64_t>(prompts[0].tokens.size());
+  Run run(session, drafter, o, out);
+  const auto t0 = Clock::now();
+  const Status prefilled = run.Prefill(prompts[0]);
+  out->stats.prefill_seconds = Since(t0);
+  Status st = prefilled;
+  const auto t1 = Clock::now();
+  while (st.ok() && !run.done()) st = run.Round(*scratch.value());
+  out->stats.decode_seconds = Since(t1);
+  out->stats.generated_tokens = static_cast<int64_t>(run.row().tokens.size());
+  out->rows.push_back(std::move(run.row()));  // on an error too: the tokens streamed stay in *out
+  return st;
 }
 
 }  // namespace tessera::runtime

@@ -4,32 +4,18 @@
 // the cache is rewound over the rest. The tokens equal plain greedy decoding's, always.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include "model/drafter.h"
 #include "runtime/session.h"
+#include "tessera/engine.h"
 
 namespace tessera::runtime {
 
-struct SpeculativeOptions {
-  int64_t draft_tokens = 4;  // k per round (the session needs verify_tokens >= k + 1)
-  int64_t max_new_tokens = 64;
-  std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
-};
-
-struct SpeculativeStats {
-  int64_t rounds = 0;    // verification steps
-  int64_t drafted = 0;   // draft tokens proposed
-  int64_t accepted = 0;  // draft tokens the main model agreed with
-  double acceptance() const { return drafted ? static_cast<double>(accepted) / drafted : 0.0; }
-};
-
-// Prefills `prompt` into row 0 of `session` (a one-row unified session, emptied first) and
-// generates greedily; out: the new tokens (at most max_new_tokens, ending at a stop token if one
-// came).
-Status SpeculativeGenerate(Session& session, const model::Drafter& drafter, const Prompt& prompt,
-                           const SpeculativeOptions& options, ThreadPool* pool, std::vector<int32_t>* out,
-                           SpeculativeStats* stats);
+// Prefills the one prompt into row 0 of `session` (a one-row unified session with verify_tokens
+// >= o.draft_tokens + 1) and generates as runtime::Generate does -- max_new_tokens, stop tokens,
+// on_token, cancel, finish reasons -- proposing o.draft_tokens tokens per step. Greedy only
+// (o.sampling.temperature 0). out->stats adds drafted_tokens and accepted_tokens; decode_steps
+// counts verification steps.
+Status GenerateSpeculative(Session& session, const model::Drafter& drafter, const std::vector<Prompt>& prompts,
+                           const GenerateOptions& o, GenerateOutput* out);
 
 }  // namespace tessera::runtime
