@@ -139,8 +139,8 @@ struct GenerateOptions {
   // Optional; set from any thread to stop every row at the next step (or prefill chunk) boundary.
   const std::atomic<bool>* cancel = nullptr;
   // Speculative decoding (docs/speculative.md): the model's drafter proposes this many tokens per
-  // step and the model verifies them in one step; the tokens are those of plain greedy decoding.
-  // Needs a drafter (LoadOptions::draft), greedy sampling, one prompt and a session with
+  // step and the model verifies them in one step; greedy: the tokens of plain decoding; sampling:
+  // distributed as plain sampling's. Needs a drafter (LoadOptions::draft), one prompt and a session with
   // verify_tokens >= draft_tokens + 1. 0: plain decoding.
   int64_t draft_tokens = 0;
 };

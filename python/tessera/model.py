@@ -64,7 +64,8 @@ class Model(ImagesMixin):
         the blocks `tessera.quantize` would write to a GGUF (docs/quantizing.md); None: as stored.
         draft: a Gemma 4 assistant checkpoint directory (model_type gemma4_assistant) loaded beside
         the model: generate then decodes speculatively, draft_tokens proposals verified per step
-        (docs/speculative.md). Greedy only; the tokens are exactly those without it."""
+        (docs/speculative.md), one row at a time. Greedy: the tokens are exactly those without it;
+        sampling: distributed exactly as without it (the distribution-preserving acceptance rule)."""
         max_batch = int_arg("max_batch", max_batch, 1, INT64[1])
         max_context = int_arg("max_context", max_context, 1, INT64[1])
         max_chunk = min(256, max_context) if max_chunk is None else int_arg("max_chunk", max_chunk, 1, INT64[1])
@@ -188,7 +189,7 @@ class Model(ImagesMixin):
         pixel_values / image_position_ids: processed pixels (as in forward) instead of image_embeds.
         draft_tokens: proposals per speculative step with the drafter given to load (None: load's
         draft_tokens when it had a drafter, else plain decoding; 0: plain decoding). Speculative
-        decoding is greedy and takes one row."""
+        decoding takes one row."""
         input_ids = self._prompt_ids(input_ids, prompt)
         if pixel_values is not None:
             if image_embeds is not None:

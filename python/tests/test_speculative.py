@@ -54,9 +54,10 @@ def test_greedy_equals_plain_and_transformers(drafter):
 def test_refusals():
     spec = tessera.Model.load(MAIN, max_context=64, max_chunk=16,
                               draft=os.path.join(MODELS_DIR, "gemma4_assistant_copy"))
-    with pytest.raises(Exception, match="greedy only"):
-        spec.generate([[2, 5, 9]], max_new_tokens=4, temperature=0.8)
-    assert len(spec.generate([[2, 5, 9]], max_new_tokens=4, temperature=0.8, draft_tokens=0)[0]) == 4
+    with pytest.raises(Exception, match="one prompt"):
+        spec.generate([[2, 5, 9], [2, 7, 8]], max_new_tokens=4, stop_tokens=[])
+    assert len(spec.generate([[2, 5, 9]], max_new_tokens=4, temperature=0.8, stop_tokens=[])[0]) == 4
+    assert len(spec.generate([[2, 5, 9], [2, 7, 8]], max_new_tokens=4, stop_tokens=[], draft_tokens=0)) == 2
     with pytest.raises(Exception, match="drafter"):
         tessera.Model.load(MAIN, max_context=64).generate([[2, 5, 9]], max_new_tokens=4, draft_tokens=2)
     with pytest.raises(Exception, match="gemma4_assistant"):

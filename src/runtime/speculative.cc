@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/generator.h"
+#include "runtime/sampler.h"
 
 namespace tessera::runtime {
 namespace {
@@ -23,9 +24,6 @@ Status CheckOptions(const Session& s, const std::vector<Prompt>& prompts, const 
     return InvalidArgument("Generate: draft_tokens " + std::to_string(k) +
                            " needs 1 <= draft_tokens < the session's verify_tokens " +
                            std::to_string(s.options().verify_tokens));
-  if (o.sampling.temperature != 0.0f)
-    return Unimplemented("Generate: speculative decoding (draft_tokens) is greedy only; temperature is " +
-                         std::to_string(o.sampling.temperature));
   if (prompts.size() != 1 || s.options().max_batch != 1 || s.options().mode != Mode::kUnified)
     return InvalidArgument("Generate: speculative decoding (draft_tokens) takes one prompt in a one-row unified "
                            "session, got " + std::to_string(prompts.size()) + " prompts, max_batch " +
@@ -37,7 +35,8 @@ Status CheckOptions(const Session& s, const std::vector<Prompt>& prompts, const 
 class Run {
  public:
   Run(Session& s, const model::Drafter& d, const GenerateOptions& o, GenerateOutput* out)
-      : s_(s), d_(d), o_(o), out_(out), V_(s.model().arch().vocab), H_(s.model().arch().hidden) {
+      : s_(s), d_(d), o_(o), out_(out), V_(s.model().arch().vocab), H_(s.model().arch().hidden),
+        sampler_(o.sampling, V_) {
     logits_.resize((o.draft_tokens + 1) * V_);
     hidden_.resize((o.draft_tokens + 1) * H_);
     state_.resize(H_);
@@ -53,7 +52,9 @@ class Run {
     TESSERA_RETURN_IF_ERROR(st);
     std::memcpy(state_.data(), s_.last_hidden(0), H_ * sizeof(float));
     if (o_.max_new_tokens == 0) return Finish(FinishReason::kLength), Status::Ok();
-    Emit(Argmax(logits_.data(), V_), s_.position(0));
+    int32_t first = 0;
+    TESSERA_RETURN_IF_ERROR(sampler_.Sample(logits_.data(), &first));
+    Emit(first, s_.position(0));
     return Status::Ok();
   }
 
@@ -72,13 +73,25 @@ class Run {
     }
     TESSERA_RETURN_IF_ERROR(s_.Verify(step_.data(), k + 1, logits_.data(), hidden_.data()));
     ++out_->stats.decode_steps;
-    int64_t n = 0;  // drafts accepted: each is the model's own argmax after the tokens before it
-    while (n < k && Argmax(logits_.data() + n * V_, V_) == step_[n + 1]) ++n;
+    // Drafts accepted (greedy: each is the model's own argmax after the tokens before it; sampling:
+    // the distribution-preserving rule, Sampler::Verify), then the token after them: the
+    // correction at the first rejection, else the bonus token drawn from the last row.
+    int64_t n = 0;
+    int32_t next = 0;
+    for (;; ++n) {
+      if (n == k) {
+        TESSERA_RETURN_IF_ERROR(sampler_.Sample(logits_.data() + k * V_, &next));
+        break;
+      }
+      bool accepted = false;
+      TESSERA_RETURN_IF_ERROR(sampler_.Verify(logits_.data() + n * V_, step_[n + 1], &accepted, &next));
+      if (!accepted) break;
+    }
     out_->stats.drafted_tokens += k;
     out_->stats.accepted_tokens += n;
     for (int64_t j = 1; j <= n && !done_; ++j) Emit(step_[j], s + j);
     if (done_) return Status::Ok();
-    Emit(Argmax(logits_.data() + n * V_, V_), s + n + 1);  // the correction, or the bonus token
+    Emit(next, s + n + 1);
     if (done_) return Status::Ok();
     // Keep the K/V of positions s .. s + n; the new last seen token's comes next round.
     if (k > n) TESSERA_RETURN_IF_ERROR(s_.RewindRow(0, k - n));
@@ -109,6 +122,7 @@ class Run {
   const int64_t V_, H_;
   std::vector<float> logits_, hidden_, state_;  // [k + 1, vocab], [k + 1, hidden], [hidden]
   std::vector<int32_t> step_;                   // [k + 1] the last seen token, then the drafts
+  Sampler sampler_;                             // the row's, seeded by o.sampling.seed
   RowOutput row_;
   bool done_ = false;
 };
