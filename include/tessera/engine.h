@@ -259,6 +259,12 @@ class Session {
                  float* hidden_after_layer = nullptr);
   // One token per row (rows with active[b] == 0 append nothing; null: all rows); logits [B, vocab].
   Status Decode(const int32_t* tokens, const uint8_t* active, float* logits);
+  // Speculative verification (docs/speculative.md): appends n tokens to row 0 of a one-row session
+  // in one step (n <= SessionOptions::verify_tokens); logits [n, vocab] at each of them.
+  Status Verify(const int32_t* tokens, int64_t n, float* logits);
+  // Drops the last n tokens of row b (refused, changing nothing, where a sliding layer's ring no
+  // longer holds what the shorter row needs).
+  Status Rewind(int64_t b, int64_t n);
   // Prefill, then sample up to max_new_tokens per row until a stop token, streaming through
   // options.on_token. The one generation loop of the engine (runtime/generator.h).
   Status Generate(const std::vector<Prompt>& prompts, const GenerateOptions& options, GenerateOutput* out);

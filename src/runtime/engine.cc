@@ -200,6 +200,15 @@ Status Session::Generate(const std::vector<Prompt>& prompts, const GenerateOptio
   return runtime::Generate(*impl_, prompts, options, out);
 }
 
+Status Session::Verify(const int32_t* tokens, int64_t n, float* logits) {
+  return impl_->Verify(tokens, n, logits, nullptr);
+}
+Status Session::Rewind(int64_t b, int64_t n) {
+  if (b < 0 || b >= impl_->max_batch() || n < 0 || n > impl_->position(b))
+    return InvalidArgument("Session::Rewind: row " + std::to_string(b) + ", " + std::to_string(n) + " tokens");
+  return impl_->RewindRow(b, n);
+}
+
 void Session::set_progress(std::function<void(int64_t, int64_t)> fn) { impl_->set_progress(std::move(fn)); }
 int64_t Session::batch() const { return impl_->batch(); }
 int64_t Session::position(int64_t b) const { return impl_->position(b); }
