@@ -6,7 +6,7 @@
 // close to one decode step; the roofline is the weight bytes over the measured read bandwidth.
 //
 //   build/release/tessera_bench_speculative --model DIR [--draft DIR] [--context 512] [--threads N]
-//                                           [--reps 9]
+//                                           [--reps 9] [--precision bf16]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -40,12 +40,13 @@ double BreakEven(double round_ms, double decode_ms, int k) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const int rc = bench::CheckArgs(argc, argv, " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9]\n");
+  if (const int rc = bench::CheckArgs(argc, argv, " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9] [--precision bf16]\n");
       rc >= 0)
     return rc;
   std::string dir, draft;
   int64_t context = 512, reps = 9;
   int threads = DefaultThreadCount();
+  bool bf16 = false;  // --precision bf16: bf16 matmuls, KV and attention (a bf16 checkpoint)
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") dir = argv[i + 1];
@@ -53,11 +54,13 @@ int main(int argc, char** argv) {
     else if (a == "--context") context = std::atoll(argv[i + 1]);
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoll(argv[i + 1]);
+    else if (a == "--precision") bf16 = std::string(argv[i + 1]) == "bf16";
   }
   if (dir.empty()) return std::fprintf(stderr, "--model DIR is required\n"), 2;
   LoadOptions lo;
   lo.threads = threads;
   lo.draft = draft;
+  if (bf16) lo.repack_for = ops::MatmulPrecision::kBf16;
   auto model = Model::Load(dir, lo);
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().message().c_str()), 1;
   const ModelInfo& info = model.value()->info();
@@ -65,6 +68,11 @@ int main(int argc, char** argv) {
   so.max_context = context + 64;
   so.max_chunk = 16;
   so.verify_tokens = 9;
+  if (bf16) {
+    so.matmul_precision = ops::MatmulPrecision::kBf16;
+    so.kv_dtype = DType::kBF16;
+    so.attention_precision = AttentionPrecision::kBf16;
+  }
   auto session = model.value()->NewSession(so);
   if (!session.ok()) return std::fprintf(stderr, "%s\n", session.status().message().c_str()), 1;
   Session& s = *session.value();
@@ -88,8 +96,8 @@ int main(int argc, char** argv) {
     ok &= s.Rewind(0, 1).ok();
   });
   const double gbs = bench::ReadBandwidthGBs(threads);
-  std::printf("model %s, context %lld, %d threads; read bandwidth %.1f GB/s\n", info.model_type.c_str(),
-              static_cast<long long>(context), threads, gbs);
+  std::printf("model %s, context %lld, %d threads, precision %s; read bandwidth %.1f GB/s\n", info.model_type.c_str(),
+              static_cast<long long>(context), threads, bf16 ? "bf16" : "f32", gbs);
   std::printf("decode step: %.2f ms\n\n", decode);
   std::printf("| k | verify k+1 tokens (ms) | / decode step | break-even acceptance (drafter free) |\n");
   std::printf("| --- | --- | --- | --- |\n");
