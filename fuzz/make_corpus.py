@@ -129,6 +129,20 @@ def configs():
     put("model_config", "bad_type.json", json.dumps(dict(base, hidden_size="64")))
 
 
+def drafter_configs():
+    models = os.path.join(os.path.dirname(ROOT), "..", "tests", "testdata", "models")
+    for m in ("gemma4_assistant", "gemma4_assistant_copy"):
+        with open(os.path.join(models, m, "config.json"), "rb") as f:
+            data = f.read()
+        put("drafter_config", m + ".json", data)
+    cfg = json.loads(data)
+    put("drafter_config", "ordered.json", json.dumps(dict(cfg, use_ordered_embeddings=True)))
+    put("drafter_config", "no_text.json", json.dumps({"model_type": "gemma4_assistant"}))
+    put("drafter_config", "partly_shared.json", json.dumps(dict(cfg, text_config=dict(cfg["text_config"],
+                                                                                      num_kv_shared_layers=1))))
+    put("drafter_config", "main_type.json", json.dumps(dict(cfg["text_config"])))
+
+
 def images():
     """Tiny JPEG/PNG seeds for the image decoder (needs PIL): each colour type and JPEG mode once."""
     from PIL import Image
@@ -302,6 +316,7 @@ if __name__ == "__main__":
     st_header()
     st_index()
     configs()
+    drafter_configs()
     images()
     gguf()
     gguf_model()

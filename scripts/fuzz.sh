@@ -14,7 +14,7 @@ cd "$root"
 secs="${1:-${TESSERA_FUZZ_SECONDS:-30}}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(npy safetensors_header safetensors_index model_config tokenizer tokenizer_vocab tokenizer_json image_decode gguf
+((${#targets[@]})) || targets=(npy safetensors_header safetensors_index model_config drafter_config tokenizer tokenizer_vocab tokenizer_json image_decode gguf
   gguf_model quant quantize_vocab chat_template serve_request)
 
 # clang and its libFuzzer runtime come from Debian (scripts/setup.sh --fuzz installs them).

@@ -32,6 +32,17 @@ Status ParseOptions(const Args& a, SessionOptions* opt, LoadOptions* load, Gener
   for (const Status& s : {max_new.status(), top_k.status(), seed.status(), temp.status(), top_p.status()})
     TESSERA_RETURN_IF_ERROR(s);
   gen->max_new_tokens = max_new.value();
+  // --draft DIR: speculative decoding with a Gemma 4 assistant (docs/speculative.md).
+  StatusOr<int64_t> draft_tokens = a.Int("draft-tokens", a.Has("draft") ? 4 : 0);
+  TESSERA_RETURN_IF_ERROR(draft_tokens.status());
+  if (draft_tokens.value() < 0 || draft_tokens.value() > 64)
+    return InvalidArgument("--draft-tokens " + std::to_string(draft_tokens.value()) + " outside [0, 64]");
+  if (draft_tokens.value() > 0 && !a.Has("draft")) return InvalidArgument("--draft-tokens needs --draft DIR");
+  if (a.Has("draft")) {
+    load->draft = a.Get("draft");
+    gen->draft_tokens = draft_tokens.value();
+    opt->verify_tokens = std::min(draft_tokens.value() + 1, opt->max_chunk);
+  }
   gen->sampling = {static_cast<float>(temp.value()), top_k.value(), static_cast<float>(top_p.value()),
                    static_cast<uint64_t>(seed.value())};
   return ValidateSampling(gen->sampling);
@@ -139,7 +150,7 @@ int RunCommand(int argc, char** argv) {
                                       {"model", "ids", "prompt", "image-embeds", "token-types", "image-tokens",
                                        "max-new-tokens", "mode", "temperature", "top-k", "top-p", "seed",
                                        "max-context", "max-chunk", "threads", "kv-dtype", "attention-precision",
-                                       "matmul-precision", "dtype", "quantize"},
+                                       "matmul-precision", "dtype", "quantize", "draft", "draft-tokens"},
                                       kRunFlags, /*allow_positional=*/false, {"image"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
@@ -191,6 +202,11 @@ int RunCommand(int argc, char** argv) {
                ModeName(opt.mode), static_cast<long long>(g.prompt_tokens), g.prefill_seconds,
                g.prompt_tokens / g.prefill_seconds, static_cast<long long>(g.generated_tokens), g.decode_seconds,
                g.decode_steps > 0 ? g.decode_steps / g.decode_seconds : 0.0);
+  if (gen.draft_tokens > 0)
+    std::fprintf(stderr, "draft: %lld tokens proposed, %lld accepted (%.1f%%) in %lld verification steps; %.1f generated tok/s\n",
+                 static_cast<long long>(g.drafted_tokens), static_cast<long long>(g.accepted_tokens),
+                 g.drafted_tokens ? 100.0 * g.accepted_tokens / g.drafted_tokens : 0.0,
+                 static_cast<long long>(g.decode_steps), g.decode_seconds > 0 ? (g.generated_tokens - 1) / g.decode_seconds : 0.0);
   return 0;
 }
 

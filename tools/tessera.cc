@@ -33,6 +33,8 @@ const Command kCommands[] = {
      "      [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
      "      [--no-repack]   (read the weights as stored: faster load, slower prefill) [--no-stop]\n"
      "      [--quantize q8_0|q4_0|q4_k_m]   (a checkpoint's matrices quantized at load, as tessera quantize does)\n"
+     "      [--draft DIR [--draft-tokens K]]   (speculative decoding with a Gemma 4 assistant drafter,\n"
+     "      K proposals per step, default 4; the same tokens as without, or with sampling the same distribution)\n"
      "      --ids prints the generated ids (no tokenizer is read); --prompt needs DIR/tokenizer.model\n"
      "      or DIR/tokenizer.json (a GGUF carries its own) and prints text. --image (JPEG/PNG, repeatable) goes through the\n"
      "      checkpoint's processor and vision encoder; each image marker in the prompt (Gemma 3\n"

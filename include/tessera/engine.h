@@ -25,6 +25,7 @@
 namespace tessera {
 
 namespace model {
+class Drafter;
 class LoadedModel;
 }
 namespace runtime {
@@ -56,6 +57,9 @@ struct SessionOptions {
   Mode mode = Mode::kUnified;  // kBias / kSplit need prompts of equal length (one concat length)
   bool all_logits = false;     // Prefill may return logits for every prompt token (sizes a
                                // [max_batch * max_chunk, vocab] buffer; off for generation)
+  // Speculative decoding (docs/speculative.md): a verification step of row 0 returns logits for
+  // up to this many tokens (draft tokens + 1; sizes a [verify_tokens, vocab] buffer). 0: none.
+  int64_t verify_tokens = 0;
 };
 
 // One row's prompt. Token types (HF token_type_ids / mm_token_type_ids) mark image tokens; each
@@ -80,6 +84,10 @@ struct LoadOptions {
   // Quantize a checkpoint directory's matrices at load, as `tessera quantize` would store them
   // (docs/quantizing.md); empty: as stored. Not for a GGUF, whose types are the file's.
   std::optional<QuantizeFileType> quantize;
+  // A Gemma 4 assistant checkpoint directory (model_type gemma4_assistant) to load beside the
+  // model as its drafter for speculative decoding (GenerateOptions::draft_tokens,
+  // docs/speculative.md); empty: none.
+  std::string draft;
 };
 
 // What a caller needs to know of a model without its internals.
@@ -102,6 +110,7 @@ struct ModelInfo {
   std::optional<int32_t> bos_token_id, pad_token_id, image_token_id, boi_token_id, eoi_token_id, video_token_id,
       audio_token_id, boa_token_id, eoa_token_id;
   bool repacked = false;  // the Linear weights were repacked at load (LoadOptions::repack_for)
+  bool draft = false;     // a drafter was loaded beside the model (LoadOptions::draft)
   float attention_scale = 1.0f;   // scores scale (Gemma 3: query_pre_attn_scalar^-1/2; Gemma 4: 1)
   float final_softcap = 0.0f;     // final logit soft cap (0: none)
   bool gguf = false;              // loaded from a GGUF file
@@ -129,6 +138,11 @@ struct GenerateOptions {
   TokenCallback on_token;            // optional streaming
   // Optional; set from any thread to stop every row at the next step (or prefill chunk) boundary.
   const std::atomic<bool>* cancel = nullptr;
+  // Speculative decoding (docs/speculative.md): the model's drafter proposes this many tokens per
+  // step and the model verifies them in one step; greedy: the tokens of plain decoding; sampling:
+  // distributed as plain sampling's. Needs a drafter (LoadOptions::draft), one prompt and a session with
+  // verify_tokens >= draft_tokens + 1. 0: plain decoding.
+  int64_t draft_tokens = 0;
 };
 
 struct GenerateStats {
@@ -136,6 +150,8 @@ struct GenerateStats {
   int64_t generated_tokens = 0;  // summed over rows
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;      // forward passes after the prefill
+  // Speculative decoding only: tokens the drafter proposed, and how many the model accepted.
+  int64_t drafted_tokens = 0, accepted_tokens = 0;
 };
 
 struct RowOutput {
@@ -221,6 +237,7 @@ class Model {
   Model() = default;
   struct Vision;  // the processor and the encoders, made on first use (runtime/engine_vision.cc)
   std::unique_ptr<model::LoadedModel> loaded_;
+  std::unique_ptr<model::Drafter> drafter_;  // LoadOptions::draft; null: none
   std::unique_ptr<Vision> vision_;
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool* pool_ = nullptr;
@@ -242,6 +259,12 @@ class Session {
                  float* hidden_after_layer = nullptr);
   // One token per row (rows with active[b] == 0 append nothing; null: all rows); logits [B, vocab].
   Status Decode(const int32_t* tokens, const uint8_t* active, float* logits);
+  // Speculative verification (docs/speculative.md): appends n tokens to row 0 of a one-row session
+  // in one step (n <= SessionOptions::verify_tokens); logits [n, vocab] at each of them.
+  Status Verify(const int32_t* tokens, int64_t n, float* logits);
+  // Drops the last n tokens of row b (refused, changing nothing, where a sliding layer's ring no
+  // longer holds what the shorter row needs).
+  Status Rewind(int64_t b, int64_t n);
   // Prefill, then sample up to max_new_tokens per row until a stop token, streaming through
   // options.on_token. The one generation loop of the engine (runtime/generator.h).
   Status Generate(const std::vector<Prompt>& prompts, const GenerateOptions& options, GenerateOutput* out);
@@ -256,8 +279,9 @@ class Session {
 
  private:
   friend class Model;
-  explicit Session(std::unique_ptr<runtime::Session> impl);
+  Session(std::unique_ptr<runtime::Session> impl, const model::Drafter* drafter);
   std::unique_ptr<runtime::Session> impl_;
+  const model::Drafter* drafter_ = nullptr;  // the model's, for GenerateOptions::draft_tokens
 };
 
 }  // namespace tessera

@@ -22,6 +22,7 @@ namespace {
 struct PyModel {
   std::unique_ptr<Model> model;  // immutable once loaded: shared by every call
   SessionOptions options;
+  int64_t draft_tokens = 0;  // generate's default: the load's draft_tokens with a drafter, else 0
 };
 
 // The tokenizer a GGUF carries (Model.tokenizer for a .gguf path): encode / decode as _Tokenizer.
@@ -74,9 +75,18 @@ void CheckHidden(const PyModel& m, const std::vector<F32Array>& embeds) {
 std::unique_ptr<PyModel> MakeModel(const std::string& path, const std::string& dtype, int64_t max_batch,
                                    int64_t max_context, int64_t max_chunk, const std::string& kv_dtype, int threads,
                                    const std::string& mode, const std::string& attention_precision,
-                                   const std::string& matmul_precision, bool repack, const std::string& quantize) {
+                                   const std::string& matmul_precision, bool repack, const std::string& quantize,
+                                   const std::string& draft, int64_t draft_tokens) {
   auto pm = std::make_unique<PyModel>();
   LoadOptions lo;
+  lo.draft = draft;
+  if (!draft.empty()) {
+    if (draft_tokens < 1 || draft_tokens + 1 > max_chunk)
+      throw py::value_error("draft_tokens " + std::to_string(draft_tokens) + " outside [1, max_chunk - 1 = " +
+                            std::to_string(max_chunk - 1) + "]");
+    pm->draft_tokens = draft_tokens;
+    pm->options.verify_tokens = draft_tokens + 1;
+  }
   if (!quantize.empty()) {
     QuantizeFileType q;
     if (!ParseQuantizeFileType(quantize, &q))
@@ -173,7 +183,8 @@ py::array_t<float> HiddenStates(const PyModel& m, const std::vector<int32_t>& to
 py::tuple Generate(const PyModel& m, const std::vector<std::vector<int32_t>>& tokens,
                    const std::vector<std::vector<int32_t>>& types, const std::vector<F32Array>& embeds,
                    int64_t max_new, float temperature, int64_t top_k, float top_p, uint64_t seed,
-                   const std::vector<int32_t>& stop, const py::object& on_token, PyCancel* cancel) {
+                   const std::vector<int32_t>& stop, int64_t draft_tokens, const py::object& on_token,
+                   PyCancel* cancel) {
   CheckHidden(m, embeds);
   const std::vector<Prompt> prompts = Prompts(tokens, types, embeds);
   SessionOptions o = m.options;
@@ -182,6 +193,8 @@ py::tuple Generate(const PyModel& m, const std::vector<std::vector<int32_t>>& to
   g.max_new_tokens = max_new;
   g.sampling = {temperature, top_k, top_p, seed};
   g.stop_tokens = stop;
+  g.draft_tokens = draft_tokens < 0 ? m.draft_tokens : draft_tokens;
+  if (g.draft_tokens > 0) o.verify_tokens = std::max(o.verify_tokens, std::min(g.draft_tokens + 1, o.max_chunk));
   PyCancel own;
   PyCancel* flag = cancel ? cancel : &own;
   g.cancel = &flag->flag;
@@ -336,6 +349,7 @@ void BindModel(py::module_& m) {
       .def_property_readonly("vocab_size", [](const PyModel& m) { return m.model->info().vocab; })
       .def_property_readonly("hidden_size", [](const PyModel& m) { return m.model->info().hidden; })
       .def_property_readonly("repacked", [](const PyModel& m) { return m.model->info().repacked; })
+      .def_property_readonly("has_draft", [](const PyModel& m) { return m.model->info().draft; })
       .def_property_readonly("model_type", [](const PyModel& m) { return m.model->info().model_type; })
       .def_property_readonly("num_layers", [](const PyModel& m) { return m.model->info().layers.size(); })
       .def_property_readonly("eos_token_ids", [](const PyModel& m) { return m.model->info().eos_token_ids; })
@@ -354,7 +368,7 @@ void BindModel(py::module_& m) {
       .def("_hidden_states", &HiddenStates)
       .def("_generate", &Generate, py::arg("tokens"), py::arg("types"), py::arg("embeds"), py::arg("max_new"),
            py::arg("temperature"), py::arg("top_k"), py::arg("top_p"), py::arg("seed"), py::arg("stop"),
-           py::arg("on_token") = py::none(), py::arg("cancel") = nullptr);
+           py::arg("draft_tokens") = -1, py::arg("on_token") = py::none(), py::arg("cancel") = nullptr);
 }
 
 }  // namespace tessera::py_bind

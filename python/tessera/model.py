@@ -38,7 +38,7 @@ class Model(ImagesMixin):
     @classmethod
     def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
              num_threads=0, mode="unified", attention_precision="float32", matmul_precision="float32",
-             repack=True, quantize=None):
+             repack=True, quantize=None, draft=None, draft_tokens=4):
         """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
         A GGUF's block-quantized matrices (q8_0, q4_k, ...) are kept as stored whatever dtype says;
         its f32/f16/bf16 ones convert like a checkpoint's.
@@ -61,18 +61,24 @@ class Model(ImagesMixin):
         A weight holding NaN or inf (or overflowing the dtype it is converted to) raises ValueError
         naming the tensor and element.
         quantize: "q8_0", "q4_0" or "q4_k_m" quantizes a checkpoint directory's matrices at load into
-        the blocks `tessera.quantize` would write to a GGUF (docs/quantizing.md); None: as stored."""
+        the blocks `tessera.quantize` would write to a GGUF (docs/quantizing.md); None: as stored.
+        draft: a Gemma 4 assistant checkpoint directory (model_type gemma4_assistant) loaded beside
+        the model: generate then decodes speculatively, draft_tokens proposals verified per step
+        (docs/speculative.md), one row at a time. Greedy: the tokens are exactly those without it;
+        sampling: distributed exactly as without it (the distribution-preserving acceptance rule)."""
         max_batch = int_arg("max_batch", max_batch, 1, INT64[1])
         max_context = int_arg("max_context", max_context, 1, INT64[1])
         max_chunk = min(256, max_context) if max_chunk is None else int_arg("max_chunk", max_chunk, 1, INT64[1])
         if max_chunk > max_context:
             raise ValueError(f"need max_chunk <= max_context, got max_chunk={max_chunk}, max_context={max_context}")
         num_threads = int_arg("num_threads", num_threads, *THREADS)
+        draft_tokens = int_arg("draft_tokens", draft_tokens, 1, INT64[1])
         return cls(_tessera._Model(str(path), str(dtype), max_batch, max_context, max_chunk,
                                    str(kv_dtype), num_threads, str(mode),
                                    _PRECISIONS.get(attention_precision, str(attention_precision)),
                                    _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack),
-                                   "" if quantize is None else str(quantize)), path)
+                                   "" if quantize is None else str(quantize),
+                                   "" if draft is None else os.fspath(draft), draft_tokens), path)
 
     @property
     def tokenizer(self):
@@ -89,6 +95,8 @@ class Model(ImagesMixin):
     model_type = property(lambda self: self._impl.model_type)
     # Whether the Linear weights were repacked at load into the GEMM's panels (see load's repack).
     repacked = property(lambda self: self._impl.repacked)
+    # Whether a drafter was loaded beside the model (load's draft).
+    has_draft = property(lambda self: self._impl.has_draft)
 
     def _rows(self, input_ids, attention_mask, token_types, image_embeds):
         ids = np.asarray(input_ids)
@@ -159,7 +167,7 @@ class Model(ImagesMixin):
     def generate(self, input_ids=None, max_new_tokens=32, attention_mask=None, token_type_ids=None,
                  mm_token_type_ids=None, image_embeds=None, temperature=0.0, top_k=0, top_p=1.0, seed=0,
                  stop_tokens=None, on_token=None, stream=False, return_finish_reasons=False, prompt=None,
-                 images=None, image_tokens=0, pixel_values=None, image_position_ids=None):
+                 images=None, image_tokens=0, pixel_values=None, image_position_ids=None, draft_tokens=None):
         """Generates up to max_new_tokens per row (greedy when temperature == 0); stops after an
         end-of-sequence token (the config's eos ids unless stop_tokens is given). Returns a list of
         token-id lists, one per row (with return_finish_reasons, also a list of "stop", "length",
@@ -178,7 +186,10 @@ class Model(ImagesMixin):
         processor and vision encoder; each image marker in the row (Gemma 3: <start_of_image>;
         Gemma 4: <|image|>) takes one image in order, and without markers the images go first.
         image_tokens: the Gemma 4 soft-token budget per image (70 ... 1120; 0: the config's).
-        pixel_values / image_position_ids: processed pixels (as in forward) instead of image_embeds."""
+        pixel_values / image_position_ids: processed pixels (as in forward) instead of image_embeds.
+        draft_tokens: proposals per speculative step with the drafter given to load (None: load's
+        draft_tokens when it had a drafter, else plain decoding; 0: plain decoding). Speculative
+        decoding takes one row."""
         input_ids = self._prompt_ids(input_ids, prompt)
         if pixel_values is not None:
             if image_embeds is not None:
@@ -199,7 +210,9 @@ class Model(ImagesMixin):
         _, tokens, type_rows, embeds = self._rows(input_ids, attention_mask, types, image_embeds)
         if images is not None:
             tokens, type_rows, embeds = self._with_images(tokens, images, image_tokens)
-        args = (tokens, type_rows, embeds, max_new_tokens, float(temperature), top_k, float(top_p), seed, stop)
+        draft_tokens = -1 if draft_tokens is None else int_arg("draft_tokens", draft_tokens, 0, INT64[1])
+        args = (tokens, type_rows, embeds, max_new_tokens, float(temperature), top_k, float(top_p), seed, stop,
+                draft_tokens)
         if stream:
             return self._stream(args)
         rows, reasons = self._impl._generate(*args, on_token=on_token)

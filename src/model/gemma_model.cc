@@ -82,9 +82,26 @@ Status GemmaModel::CheckBlocksNotSplit(const ForwardBatch& in, const kv::KvCache
   return Status::Ok();
 }
 
+void GemmaModel::EmbedToken(int32_t t, float* row) const {
+  const int64_t H = arch_.hidden;
+  const int32_t tok = arch_.LookupId(t);
+  // A tied embedding packed as the LM head: its mapped rows were released.
+  if (weights_.embed.pairs) {
+    ops::PairPanelRowToF32(weights_.embed.pairs, H, tok, row);
+  } else if (weights_.embed.panels) {
+    ops::F32PanelRowToF32(weights_.embed.panels, H, tok, row);
+  } else if (weights_.embed.quant != QuantType::kNone) {
+    const int64_t row_bytes = QuantRowBytes(weights_.embed.quant, H);
+    DequantizeRow(weights_.embed.quant, static_cast<const char*>(weights_.embed.data) + tok * row_bytes, row, H);
+  } else {
+    const size_t es = DTypeSize(weights_.embed.dtype);
+    DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + tok * H * es, row, H);
+  }
+  for (int64_t i = 0; i < H; ++i) row[i] *= weights_.embed_scale;
+}
+
 void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
   const int64_t H = arch_.hidden, n = in.batch * in.seq;
-  const size_t es = DTypeSize(weights_.embed.dtype);
   float* h = F(act.h);
   for (int64_t t = 0; t < n; ++t) {
     float* row = h + t * H;
@@ -92,19 +109,7 @@ void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
       std::memcpy(row, in.embeds + t * H, H * sizeof(float));  // soft tokens are not scaled
       continue;
     }
-    const int32_t tok = arch_.LookupId(in.tokens[t]);
-    // A tied embedding packed as the LM head: its mapped rows were released.
-    if (weights_.embed.pairs) {
-      ops::PairPanelRowToF32(weights_.embed.pairs, H, tok, row);
-    } else if (weights_.embed.panels) {
-      ops::F32PanelRowToF32(weights_.embed.panels, H, tok, row);
-    } else if (weights_.embed.quant != QuantType::kNone) {
-      const int64_t row_bytes = QuantRowBytes(weights_.embed.quant, H);
-      DequantizeRow(weights_.embed.quant, static_cast<const char*>(weights_.embed.data) + tok * row_bytes, row, H);
-    } else {
-      DecodeToF32(weights_.embed.dtype, static_cast<const char*>(weights_.embed.data) + tok * H * es, row, H);
-    }
-    for (int64_t i = 0; i < H; ++i) row[i] *= weights_.embed_scale;
+    EmbedToken(in.tokens[t], row);
   }
 }
 

@@ -75,6 +75,9 @@ class GemmaModel {
   // check of every step builds no string.
   bool TokenOk(int32_t t, bool embedded) const;
   Status TokenError(int32_t t, const std::string& who, const std::string& at) const;
+  // The scaled input embedding of token id t (TokenOk(t, false)) into row [hidden]: what the
+  // forward pass feeds layer 0 for a text token (a drafter's input, docs/speculative.md).
+  void EmbedToken(int32_t t, float* row) const;
 
   // Runs one step. `logits`: [B, S, vocab] or [B, vocab] f32 per in.all_logits (not written where
   // in.skip_unread and !in.logits_read).

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "model/drafter.h"
 #include "model/gguf_config.h"
 #include "model/gguf_vocab.h"
 #include "model/loaded_model.h"
@@ -12,6 +13,7 @@
 #include "runtime/model_vision.h"
 #include "runtime/session.h"
 #include "runtime/session_plan.h"
+#include "runtime/speculative.h"
 
 namespace tessera {
 namespace {
@@ -120,6 +122,12 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   if (!loaded.ok()) return loaded.status();
   m->loaded_ = std::move(loaded.value());
   m->info_ = Describe(*m->loaded_);
+  if (!options.draft.empty()) {
+    StatusOr<std::unique_ptr<model::Drafter>> d = model::Drafter::Load(options.draft, m->loaded_->model());
+    if (!d.ok()) return Status(d.status().code(), "draft (--draft): " + d.status().message());
+    m->drafter_ = std::move(d.value());
+    m->info_.draft = true;
+  }
   return m;
 }
 
@@ -138,7 +146,7 @@ Status Model::CheckSession(const SessionOptions& options) const {
 StatusOr<std::unique_ptr<Session>> Model::NewSession(const SessionOptions& options, ThreadPool* pool) const {
   StatusOr<std::unique_ptr<runtime::Session>> s = runtime::Session::Create(loaded_->model(), options, pool ? pool : pool_);
   if (!s.ok()) return s.status();
-  return std::unique_ptr<Session>(new Session(std::move(s.value())));
+  return std::unique_ptr<Session>(new Session(std::move(s.value()), drafter_.get()));
 }
 
 StatusOr<size_t> Model::KvCacheBytes(const SessionOptions& options) const {
@@ -168,7 +176,8 @@ StatusOr<std::vector<TileCensus>> Model::PrefillTiles(const Prompt& prompt) cons
   return out;
 }
 
-Session::Session(std::unique_ptr<runtime::Session> impl) : impl_(std::move(impl)) {}
+Session::Session(std::unique_ptr<runtime::Session> impl, const model::Drafter* drafter)
+    : impl_(std::move(impl)), drafter_(drafter) {}
 Session::~Session() = default;
 
 Status Session::Prefill(const std::vector<Prompt>& prompts, float* last_logits, float* all_logits,
@@ -182,7 +191,22 @@ Status Session::Decode(const int32_t* tokens, const uint8_t* active, float* logi
 }
 
 Status Session::Generate(const std::vector<Prompt>& prompts, const GenerateOptions& options, GenerateOutput* out) {
+  if (options.draft_tokens != 0) {
+    if (!drafter_)
+      return InvalidArgument("Generate: draft_tokens " + std::to_string(options.draft_tokens) +
+                             " needs a drafter loaded beside the model (LoadOptions::draft, --draft)");
+    return runtime::GenerateSpeculative(*impl_, *drafter_, prompts, options, out);
+  }
   return runtime::Generate(*impl_, prompts, options, out);
+}
+
+Status Session::Verify(const int32_t* tokens, int64_t n, float* logits) {
+  return impl_->Verify(tokens, n, logits, nullptr);
+}
+Status Session::Rewind(int64_t b, int64_t n) {
+  if (b < 0 || b >= impl_->max_batch() || n < 0 || n > impl_->position(b))
+    return InvalidArgument("Session::Rewind: row " + std::to_string(b) + ", " + std::to_string(n) + " tokens");
+  return impl_->RewindRow(b, n);
 }
 
 void Session::set_progress(std::function<void(int64_t, int64_t)> fn) { impl_->set_progress(std::move(fn)); }

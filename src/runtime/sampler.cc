@@ -38,14 +38,8 @@ Status Sampler::Sample(const float* logits, int32_t* token) {
   return Status::Ok();
 }
 
-int32_t Sampler::Pick(const float* logits) {
+int64_t Sampler::Distribution(const float* logits) {
   const int64_t V = vocab_;
-  if (p_.temperature == 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
-  }
   std::iota(order_.begin(), order_.end(), 0);
   const int64_t k = p_.top_k > 0 ? std::min(p_.top_k, V) : V;
   auto by_logit = [logits](int32_t a, int32_t b) { return logits[a] != logits[b] ? logits[a] > logits[b] : a < b; };
@@ -64,6 +58,18 @@ int32_t Sampler::Pick(const float* logits) {
       }
     }
   }
+  return keep;
+}
+
+int32_t Sampler::Pick(const float* logits) {
+  const int64_t V = vocab_;
+  if (p_.temperature == 0.0f) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
+  const int64_t keep = Distribution(logits);
   double kept = 0;
   for (int64_t i = 0; i < keep; ++i) kept += probs_[i];
   double u = std::uniform_real_distribution<double>(0.0, kept)(rng_);
@@ -72,6 +78,43 @@ int32_t Sampler::Pick(const float* logits) {
     if (u < 0) return order_[i];
   }
   return order_[keep - 1];
+}
+
+Status Sampler::Verify(const float* logits, int32_t draft, bool* accepted, int32_t* token) {
+  const int64_t V = vocab_;
+  const int64_t bad = FirstNonFinite(DType::kF32, logits, V);
+  if (bad >= 0)
+    return InvalidArgument("Sampler: logit of token " + std::to_string(bad) + " is " +
+                           (std::isnan(logits[bad]) ? "nan" : logits[bad] > 0 ? "inf" : "-inf") +
+                           " (the model produced non-finite logits)");
+  if (p_.temperature == 0.0f) {
+    *token = Pick(logits);
+    *accepted = *token == draft;
+    return Status::Ok();
+  }
+  const int64_t keep = Distribution(logits);
+  double kept = 0, p_draft = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    kept += probs_[i];
+    if (order_[i] == draft) p_draft = probs_[i];
+  }
+  // Accept with probability p(draft); else the residual max(0, p - onehot(draft)) renormalized,
+  // which is p with the draft removed.
+  *accepted = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * kept < p_draft;
+  if (*accepted) {
+    *token = draft;
+    return Status::Ok();
+  }
+  double u = std::uniform_real_distribution<double>(0.0, kept - p_draft)(rng_);
+  int32_t last = -1;
+  for (int64_t i = 0; i < keep; ++i) {
+    if (order_[i] == draft) continue;
+    last = order_[i];
+    u -= probs_[i];
+    if (u < 0) break;
+  }
+  *token = last;  // p(draft) < 1 here, so another kept token exists
+  return Status::Ok();
 }
 
 }  // namespace tessera::runtime

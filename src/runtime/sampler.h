@@ -22,9 +22,17 @@ class Sampler {
   // infinity are an error naming the first such id: the model has failed, and no token is a fair
   // answer (docs/reliability.md).
   Status Sample(const float* logits, int32_t* token);
+  // Speculative verification of a deterministic (greedy) draft `draft` against this row's logits
+  // (docs/speculative.md): accepts it with probability p(draft) under the same processed
+  // distribution p that Sample draws from, else draws *token from p without `draft`; so *token
+  // (draft when *accepted) is distributed exactly as Sample's. Greedy params: accepted iff draft
+  // is the argmax, *token the argmax.
+  Status Verify(const float* logits, int32_t draft, bool* accepted, int32_t* token);
 
  private:
   int32_t Pick(const float* logits);
+  // The processed distribution: order_[0, keep) with unnormalized weights probs_[0, keep).
+  int64_t Distribution(const float* logits);
 
   SamplingParams p_;
   std::mt19937_64 rng_;

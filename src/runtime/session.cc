@@ -124,7 +124,7 @@ Status Session::Allocate(const SessionMemoryPlan& plan) {
   live_ = cache_.get();
   if (o.mode != Mode::kUnified) baseline_ = std::make_unique<BaselineMode>(o.mode, KvCacheConfigFor(a, o));
   const int64_t n = o.max_batch * o.max_chunk;
-  act_.Allocate(a, n, o.all_logits ? n : o.max_batch);
+  act_.Allocate(a, n, o.all_logits ? n : std::max(o.max_batch, o.verify_tokens));
   attn_scratch_.Reserve(plan.scratch_bytes);
   next_pos_.assign(o.max_batch, 0);
   tokens_.resize(n);
@@ -343,6 +343,25 @@ Status Session::Step(const RowChunk* chunks, int64_t rows, float* last_logits) {
   for (int64_t b = 0; b < B; ++b) read |= chunks[b].count > 0 && chunks[b].logits;
   TESSERA_RETURN_IF_ERROR(RunStep(B, S, false, read, nullptr));
   std::memcpy(last_logits, act_.logits.as<float>(), B * model_.arch().vocab * sizeof(float));
+  return Status::Ok();
+}
+
+Status Session::Verify(const int32_t* tokens, int64_t n, float* logits, float* hidden) {
+  if (opt_.mode != Mode::kUnified || batch_ != 1)
+    return InvalidArgument("Session::Verify: needs mode unified and one prefilled row, got " + std::to_string(batch_) +
+                           " rows");
+  if (n < 1 || n > opt_.verify_tokens)
+    return InvalidArgument("Session::Verify: " + std::to_string(n) + " tokens; the session verifies 1 to " +
+                           std::to_string(opt_.verify_tokens) + " (SessionOptions::verify_tokens)");
+  if (next_pos_[0] + n > opt_.max_context)
+    return OutOfRange("Session::Verify: row 0 holds " + std::to_string(next_pos_[0]) + " tokens; " +
+                      std::to_string(n) + " more exceed max_context " + std::to_string(opt_.max_context));
+  chunks_[0] = {tokens, nullptr, nullptr, n};
+  const int64_t S = Stage(chunks_.data(), 1, 1);
+  TESSERA_RETURN_IF_ERROR(RunStep(1, S, /*all_logits=*/true, true, nullptr));
+  const int64_t V = model_.arch().vocab, H = model_.arch().hidden;
+  std::memcpy(logits, act_.logits.as<float>(), n * V * sizeof(float));
+  if (hidden) std::memcpy(hidden, act_.x.as<float>(), n * H * sizeof(float));
   return Status::Ok();
 }
 

@@ -74,6 +74,13 @@ class Session {
   // Empties row b (a request left its slot), or drops its last n tokens (prefix reuse: refused,
   // changing nothing, where a ring no longer holds what the shorter row needs).
   Status ClearRow(int64_t b);
+  // Speculative verification (docs/speculative.md): appends `n` tokens (<= verify_tokens) to row 0
+  // of a one-row session in one step; logits: [n, vocab] at every one of them; hidden (optional):
+  // [n, hidden] the final-normed hidden states (the LM head's input) there.
+  Status Verify(const int32_t* tokens, int64_t n, float* logits, float* hidden);
+  // The final-normed hidden state (LM head input) of row b's last token of the last Prefill or
+  // Decode step: [hidden]. What a drafter reads after the prompt.
+  const float* last_hidden(int64_t b) const { return act_.x.as<float>() + b * model_.arch().hidden; }
   Status RewindRow(int64_t b, int64_t n);
 
   // Whether steps whose caller reads only last-token logits skip what nothing reads
@@ -91,6 +98,7 @@ class Session {
 
   int64_t batch() const { return batch_; }
   const model::GemmaModel& model() const { return model_; }
+  ThreadPool* pool() const { return pool_; }
   int64_t position(int64_t b) const { return next_pos_[b]; }
   int64_t max_batch() const { return opt_.max_batch; }
   const kv::KvCache& cache() const { return *cache_; }

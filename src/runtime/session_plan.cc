@@ -18,6 +18,9 @@ Status ValidateOptions(const model::GemmaModel& model, const SessionOptions& o) 
   if (o.max_batch > (int64_t{1} << 16) || o.max_context > (int64_t{1} << 30))
     return InvalidArgument("Session: max_batch " + std::to_string(o.max_batch) + " or max_context " +
                            std::to_string(o.max_context) + " is beyond the supported range (2^16 rows, 2^30 tokens)");
+  if (o.verify_tokens < 0 || o.verify_tokens > o.max_chunk)
+    return InvalidArgument("Session: verify_tokens " + std::to_string(o.verify_tokens) + " outside [0, max_chunk " +
+                           std::to_string(o.max_chunk) + "]");
   if (o.attention_precision == AttentionPrecision::kBf16 && o.kv_dtype != DType::kBF16)
     return InvalidArgument(std::string("Session: attention precision bf16 needs a bf16 KV cache, got kv_dtype ") +
                            DTypeName(o.kv_dtype));
@@ -59,7 +62,7 @@ StatusOr<SessionMemoryPlan> PlanSession(const model::GemmaModel& model, const Se
   SessionMemoryPlan plan;
   plan.kv_bytes = kv.value().total_bytes;
   const int64_t n = o.max_batch * o.max_chunk;
-  plan.activation_bytes = model::Activations::PlannedBytes(a, n, o.all_logits ? n : o.max_batch);
+  plan.activation_bytes = model::Activations::PlannedBytes(a, n, o.all_logits ? n : std::max(o.max_batch, o.verify_tokens));
   plan.scratch_bytes = ScratchBytes(a, o, kv.value(), std::max(1, threads));
   plan.staging_bytes = static_cast<size_t>(n) * (4 * sizeof(int32_t) + 1 + sizeof(float) * a.hidden) +
                        static_cast<size_t>(o.max_batch) * (sizeof(int64_t) + sizeof(int32_t));

@@ -1,0 +1,125 @@
+// Speculative decoding's cost model (docs/speculative.md): one verification step of n = k + 1
+// tokens against one decode step, at a given context, on the main model; the drafter's step when
+// --draft is given; and from those the tokens/s a drafter with per-token acceptance a would give
+// (expected tokens per round (1 - a^(k+1)) / (1 - a)) and the acceptance needed to break even.
+// Memory-bound decode reads every weight once per step whatever n is, so verification should cost
+// close to one decode step; the roofline is the weight bytes over the measured read bandwidth.
+//
+//   build/release/tessera_bench_speculative --model DIR [--draft DIR] [--context 512] [--threads N]
+//                                           [--reps 9] [--precision bf16]
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_args.h"
+#include "roofline.h"
+#include "tessera/engine.h"
+
+using namespace tessera;
+
+namespace {
+
+// Expected tokens per round with k drafts, each accepted with probability a independently.
+double TokensPerRound(double a, int k) { return a >= 1 ? k + 1 : (1 - std::pow(a, k + 1)) / (1 - a); }
+
+// The smallest acceptance at which a round of k drafts beats plain decoding (bisection).
+double BreakEven(double round_ms, double decode_ms, int k) {
+  double lo = 0, hi = 1;
+  if (TokensPerRound(1, k) * decode_ms < round_ms) return NAN;
+  for (int i = 0; i < 50; ++i) {
+    const double mid = (lo + hi) / 2;
+    (TokensPerRound(mid, k) * decode_ms >= round_ms ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (const int rc = bench::CheckArgs(argc, argv, " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9] [--precision bf16]\n");
+      rc >= 0)
+    return rc;
+  std::string dir, draft;
+  int64_t context = 512, reps = 9;
+  int threads = DefaultThreadCount();
+  bool bf16 = false;  // --precision bf16: bf16 matmuls, KV and attention (a bf16 checkpoint)
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--model") dir = argv[i + 1];
+    else if (a == "--draft") draft = argv[i + 1];
+    else if (a == "--context") context = std::atoll(argv[i + 1]);
+    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
+    else if (a == "--reps") reps = std::atoll(argv[i + 1]);
+    else if (a == "--precision") bf16 = std::string(argv[i + 1]) == "bf16";
+  }
+  if (dir.empty()) return std::fprintf(stderr, "--model DIR is required\n"), 2;
+  LoadOptions lo;
+  lo.threads = threads;
+  lo.draft = draft;
+  if (bf16) lo.repack_for = ops::MatmulPrecision::kBf16;
+  auto model = Model::Load(dir, lo);
+  if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().message().c_str()), 1;
+  const ModelInfo& info = model.value()->info();
+  SessionOptions so;
+  so.max_context = context + 64;
+  so.max_chunk = 16;
+  so.verify_tokens = 9;
+  if (bf16) {
+    so.matmul_precision = ops::MatmulPrecision::kBf16;
+    so.kv_dtype = DType::kBF16;
+    so.attention_precision = AttentionPrecision::kBf16;
+  }
+  auto session = model.value()->NewSession(so);
+  if (!session.ok()) return std::fprintf(stderr, "%s\n", session.status().message().c_str()), 1;
+  Session& s = *session.value();
+  Prompt p;
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int32_t> text(16, static_cast<int32_t>(info.vocab - 1));
+  for (int64_t i = 0; i < context; ++i) p.tokens.push_back(text(rng));
+  std::vector<float> logits(9 * info.vocab);
+  if (Status st = s.Prefill({p}, logits.data()); !st.ok()) return std::fprintf(stderr, "%s\n", st.message().c_str()), 1;
+  std::vector<int32_t> step(9);
+  for (int32_t& t : step) t = text(rng);
+  bool ok = true;
+  auto verify_ms = [&](int64_t n) {
+    return bench::MedianMs(static_cast<int>(reps), [&] {
+      ok &= s.Verify(step.data(), n, logits.data()).ok();
+      ok &= s.Rewind(0, n).ok();
+    });
+  };
+  const double decode = bench::MedianMs(static_cast<int>(reps), [&] {
+    ok &= s.Decode(step.data(), nullptr, logits.data()).ok();
+    ok &= s.Rewind(0, 1).ok();
+  });
+  const double gbs = bench::ReadBandwidthGBs(threads);
+  std::printf("model %s, context %lld, %d threads, precision %s; read bandwidth %.1f GB/s\n", info.model_type.c_str(),
+              static_cast<long long>(context), threads, bf16 ? "bf16" : "f32", gbs);
+  std::printf("decode step: %.2f ms\n\n", decode);
+  std::printf("| k | verify k+1 tokens (ms) | / decode step | break-even acceptance (drafter free) |\n");
+  std::printf("| --- | --- | --- | --- |\n");
+  for (int k = 1; k <= 8; ++k) {
+    const double v = verify_ms(k + 1);
+    std::printf("| %d | %.2f | %.2f | %.2f |\n", k, v, v / decode, BreakEven(v, decode, k));
+  }
+  if (!draft.empty()) {
+    std::printf("\n| k | generated tok/s with the drafter | plain tok/s | acceptance |\n| --- | --- | --- | --- |\n");
+    for (int k : {0, 2, 4, 8}) {
+      GenerateOptions g;
+      g.max_new_tokens = 48;
+      g.draft_tokens = k;
+      GenerateOutput out;
+      p.tokens.resize(std::min<int64_t>(context, 256));
+      ok &= s.Generate({p}, g, &out).ok();
+      const GenerateStats& st = out.stats;
+      const double tps = st.decode_seconds > 0 ? (st.generated_tokens - 1) / st.decode_seconds : 0;
+      std::printf("| %d | %.1f | %s | %.2f |\n", k, tps, k == 0 ? "(this row)" : "",
+                  st.drafted_tokens ? double(st.accepted_tokens) / st.drafted_tokens : 0.0);
+    }
+  }
+  if (!ok) return std::fprintf(stderr, "a step failed\n"), 1;
+  return 0;
+}
