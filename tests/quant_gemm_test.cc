@@ -1,17 +1,18 @@
-// The int8 prefill GEMM on block-quantized weights (ops/quant_gemm.h) against its plain reference
-// (QuantGemmReference: activations quantized per 32 values, weights by DequantizeRow, products
-// summed in double), on random blocks of every GGUF type, random shapes (rows that are no multiple
-// of the 32-row tile, 1..40 tokens: partial token tiles), 1 and 2 threads; each token's result
-// the same whatever the batch; Linear routes to it with the scratch; non-finite activations give NaN.
+// The int8 prefill GEMM on block-quantized weights (ops/quant_gemm.h) against the plain reference
+// LinearReference (each row dequantized by DequantizeRow, products with the f32 x summed in
+// double), on random blocks of every GGUF type, random shapes (rows that are no multiple of the
+// 32-row tile, 1..40 tokens: partial token tiles), 1 and 2 threads; each token's result the same
+// whatever the batch; Linear routes to it with the scratch; non-finite activations give NaN.
 //
-// The bound (u = 2^-24): the kernel forms exact integer sums per sub-block g (|sum| < 2^24, so the
-// conversion is exact), then adds (a_g xd) isum_g + b_g xs_g into one f32 chain per output: a
-// rounding for a_g xd, for its product, for xs (d times the exact code sum) and for each of the two
-// adds, over G = in / sub sub-blocks. Each term is bounded by S = sum_i M_i |x^_i|, with x^ the
-// quantized activation and M_i = |w_i| plus the format's offset counted twice (its part of the
-// decomposition w = a code + b; as the row-dot test bounds it). So
-// |y - ref| <= (G + 10) u S + u |ref| (the reference's own rounding to f32 and the K-quant weights'
-// f32 rounding in DequantizeRow are the last terms).
+// The bound (u = 2^-24). Activations: per 32-value block b with d_b = amax_b / 127, the GEMM's
+// two-byte value x^ = d_b q_hi + d_b / 256 q_lo is within d_b / 256 of x (q_lo is the residual
+// rounded to nearest, or clamped at +-127 where it would be 128), plus the f32 rounding of the
+// residual x - d_b q_hi (2 u |x|). Weights: the kernel's decomposition w = a code + b holds with
+// a and b the f32 values DequantizeRow forms. Sums: exact integers per sub-block (|isum| < 2^31,
+// one rounding to f32), then (a xd) isum + b xs added into one f32 chain per output: a handful of
+// roundings per term, over G = in / sub terms, each bounded by S = sum_i M_i |x^_i| with M_i =
+// |w_i| plus the format's offset counted twice (its part of w = a code + b). So
+//   |y - ref| <= sum_i |w_i| (d_b / 256 + 2 u |x_i|) + (G + 10) u S + u |ref|.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "ops/quant_act.h"
 #include "ops/quant_gemm.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
@@ -116,14 +116,17 @@ std::vector<float> RunQuantGemm(const Problem& p, int64_t n, int64_t t0, ThreadP
   return y;
 }
 
-// The quantized activations x^ of token t (QuantizeActivations, 32 values per block), in double.
-std::vector<double> Quantized(const Problem& p, int64_t t) {
-  std::vector<char> act(ops::ActRowBytes(QuantType::kQ8_0, p.in));
-  ops::QuantizeActivations(QuantType::kQ8_0, p.x.data() + t * p.xs, p.in, act.data());
-  const auto* blocks = reinterpret_cast<const ops::ActBlock32*>(act.data());
-  std::vector<double> xq(p.in);
-  for (int64_t i = 0; i < p.in; ++i) xq[i] = double(blocks[i / 32].d) * blocks[i / 32].q[i % 32];
-  return xq;
+// Per value of token t: the activation error bound d_b / 256 + 2 u |x_i| of the header comment
+// (d_b = amax_b / 127 of its 32-value block, computed here from x).
+std::vector<double> ActError(const Problem& p, int64_t t) {
+  std::vector<double> e(p.in);
+  const float* x = p.x.data() + t * p.xs;
+  for (int64_t b = 0; b < p.in / 32; ++b) {
+    double amax = 0;
+    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) e[i] = (amax / 127 / 256) * (1 + 1e-6) + 2 * kU * std::fabs(x[i]);
+  }
+  return e;
 }
 
 TEST(QuantGemm, MatchesReferenceOnRandomShapes) {
@@ -139,15 +142,22 @@ TEST(QuantGemm, MatchesReferenceOnRandomShapes) {
                      " n=" + std::to_string(n));
         const Problem p = MakeProblem(rng, t, n, in, out);
         std::vector<float> ref(n * p.ys);
-        ops::QuantGemmReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+        ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
         std::vector<double> tol(n * p.ys);
+        std::vector<std::vector<double>> err(n);
+        for (int64_t i = 0; i < n; ++i) err[i] = ActError(p, i);
         for (int64_t o = 0; o < out; ++o) {
-          const std::vector<double> m = Magnitudes(t, p.w.data() + o * QuantRowBytes(t, in), in);
+          const uint8_t* row = p.w.data() + o * QuantRowBytes(t, in);
+          const std::vector<double> m = Magnitudes(t, row, in);
+          std::vector<float> w(in);
+          DequantizeRow(t, row, w.data(), in);
           for (int64_t i = 0; i < n; ++i) {
-            const std::vector<double> xq = Quantized(p, i);
-            double s = 0;
-            for (int64_t k = 0; k < in; ++k) s += m[k] * std::fabs(xq[k]);
-            tol[i * p.ys + o] = (in / sub + 10) * kU * s + kU * std::fabs(ref[i * p.ys + o]);
+            double s = 0, act = 0;
+            for (int64_t k = 0; k < in; ++k) {
+              const double xk = std::fabs(double(p.x[i * p.xs + k]));
+              s += m[k] * (xk + err[i][k]), act += std::fabs(w[k]) * err[i][k];
+            }
+            tol[i * p.ys + o] = act + (in / sub + 10) * kU * s + kU * std::fabs(ref[i * p.ys + o]);
           }
         }
         for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -16,7 +15,7 @@
 namespace tessera::ops {
 namespace {
 
-constexpr int64_t kMr = 6;      // tokens per micro-tile
+constexpr int64_t kMr = 4;      // tokens per micro-tile
 constexpr int64_t kNcQ = 64;    // output rows per work item (two panel pairs)
 constexpr int64_t kKcQ = 2048;  // values per k block at most: 64 x 2048 code bytes, L2-resident
 constexpr int64_t kMaxSub = kKcQ / 16;
@@ -100,28 +99,36 @@ void UnpackQ6K(const uint8_t* blk, uint8_t* c, float* a, float* b) {
   for (int g = 0; g < 16; ++g) a[g] = d * static_cast<float>(sc[g]), b[g] = -32.0f * a[g];
 }
 
-// Bytes of a token row in the scratch: codes[in], then xd[in / sub], xs[in / sub].
-int64_t ActRowStride(int64_t in) { return GemmScratchWords(1, in) * 4; }
-
-// Quantizes token row x into the scratch row: per 32 values as QuantizeActivations (the decode
-// kernels' bytes), xs per sub-block = d * (sum of its codes).
+// Quantizes token row x into its scratch row (layout in quant_gemm.h): q_hi per 32 values as
+// QuantizeActivations (the decode kernels' bytes, d = amax / 127), then the residual x - d q_hi
+// rounded to q_lo in steps of d / 256 (to nearest, ties to even, clamped to +-127), so that
+// |x - d q_hi - d / 256 q_lo| <= d / 256. xs per sub-block = (d / 256) (256 sum(q_hi) + sum(q_lo)).
 void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t sub, char* row) {
   constexpr int64_t kChunk = 1024;
   alignas(64) char tmp[kChunk / 32 * (sizeof(ActBlock32) + 8)];
-  int8_t* q = reinterpret_cast<int8_t*>(row);
-  float* xd = reinterpret_cast<float*>(row + in);
-  float* xs = xd + in / sub;
+  int8_t* hi = reinterpret_cast<int8_t*>(row);
+  int8_t* lo = hi + in;
+  float* xd = reinterpret_cast<float*>(row + 2 * in);
+  float* xs = xd + in / 32;
   for (int64_t k0 = 0; k0 < in; k0 += kChunk) {
     const int64_t kc = std::min(kChunk, in - k0), nb = kc / 32;
     dq.quantize_act(QuantType::kQ8_0, x + k0, kc, tmp);
     const auto* blocks = reinterpret_cast<const ActBlock32*>(tmp);
     for (int64_t j = 0; j < nb; ++j) {
-      std::memcpy(q + k0 + 32 * j, blocks[j].q, 32);
-      for (int64_t s = 0; s < 32; s += sub) {
+      const int64_t i0 = k0 + 32 * j;
+      const float d = blocks[j].d, dl = d * (1.0f / 256);
+      std::memcpy(hi + i0, blocks[j].q, 32);
+      for (int64_t l = 0; l < 32; ++l) {
+        // Round to nearest even by the 1.5 * 2^23 trick (|v| <= 128.5 here); zero and NaN scales give 0.
+        const float v = dl > 0 ? (x[i0 + l] - d * static_cast<float>(blocks[j].q[l])) / dl : 0.0f;
+        const float r = (v + 12582912.0f) - 12582912.0f;
+        lo[i0 + l] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, r)));
+      }
+      xd[i0 / 32] = dl;
+      for (int64_t s0 = 0; s0 < 32; s0 += sub) {
         int32_t sum = 0;
-        for (int64_t l = 0; l < sub; ++l) sum += blocks[j].q[s + l];
-        const int64_t g = (k0 + 32 * j + s) / sub;
-        xd[g] = blocks[j].d, xs[g] = blocks[j].d * static_cast<float>(sum);
+        for (int64_t l = s0; l < s0 + sub; ++l) sum += 256 * blocks[j].q[l] + lo[i0 + l];
+        xs[(i0 + s0) / sub] = dl * static_cast<float>(sum);
       }
     }
   }
@@ -166,9 +173,10 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
       QuantTile tile;
       for (int r = 0; r < mr; ++r) {
         const char* row = xq + (t + r) * stride;
-        tile.x[r] = reinterpret_cast<const int8_t*>(row) + k0;
-        tile.xd[r] = reinterpret_cast<const float*>(row + w.in) + k0 / sub;
-        tile.xs[r] = tile.xd[r] + w.in / sub;
+        tile.hi[r] = reinterpret_cast<const int8_t*>(row) + k0;
+        tile.lo[r] = tile.hi[r] + w.in;
+        tile.xd[r] = reinterpret_cast<const float*>(row + 2 * w.in) + k0 / 32;
+        tile.xs[r] = reinterpret_cast<const float*>(row + 2 * w.in) + w.in / 32 + k0 / sub;
       }
       for (int64_t j = 0; j < it.nc; j += 32) {
         const int64_t p = j / 16;
@@ -183,6 +191,8 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
 }  // namespace
 
 int64_t QuantGemmSubBlock(QuantType t) { return t == QuantType::kQ6_K ? 16 : 32; }
+
+int64_t QuantGemmRowBytes(int64_t in) { return (2 * in + 4 * (in / 32) + 4 * (in / 16) + 63) / 64 * 64; }
 
 bool QuantGemmAvailable(QuantType t) {
   static const bool cpu = CpuHasKernel();
@@ -212,8 +222,7 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
                ThreadPool* pool, uint32_t* scratch) {
   TESSERA_CHECK(QuantGemmAvailable(w.quant), "QuantGemm: no int8 GEMM kernel for this CPU or type");
   TESSERA_CHECK(w.in % QuantBlockElems(w.quant) == 0, "QuantGemm: quantized weight rows must be whole blocks");
-  const int64_t sub = QuantGemmSubBlock(w.quant), stride = ActRowStride(w.in);
-  TESSERA_CHECK(w.in + 8 * (w.in / sub) <= stride, "QuantGemm: scratch row too small");
+  const int64_t sub = QuantGemmSubBlock(w.quant), stride = QuantGemmRowBytes(w.in);
   char* xq = reinterpret_cast<char*>(scratch);
   const QuantDotKernels& dq = QuantDot();
   auto quantize = [&](int64_t t, int) { QuantizeRow(dq, x + t * x_stride, w.in, sub, xq + t * stride); };
@@ -233,27 +242,6 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
   } else {
     for (int64_t t = 0; t < n; ++t) quantize(t, 0);
     for (int64_t i = 0; i < col_blocks * row_blocks; ++i) run(i, 0);
-  }
-}
-
-void QuantGemmReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y,
-                        int64_t y_stride) {
-  const int64_t nb = w.in / 32;
-  std::vector<char> act(ActRowBytes(QuantType::kQ8_0, w.in));
-  std::vector<double> xr(n * w.in);
-  std::vector<float> row(w.in);
-  for (int64_t t = 0; t < n; ++t) {
-    QuantizeActivations(QuantType::kQ8_0, x + t * x_stride, w.in, act.data());
-    const auto* blocks = reinterpret_cast<const ActBlock32*>(act.data());
-    for (int64_t i = 0; i < nb * 32; ++i) xr[t * w.in + i] = static_cast<double>(blocks[i / 32].d) * blocks[i / 32].q[i % 32];
-  }
-  for (int64_t o = 0; o < w.out; ++o) {
-    DequantizeRow(w.quant, static_cast<const char*>(w.data) + o * QuantRowBytes(w.quant, w.in), row.data(), w.in);
-    for (int64_t t = 0; t < n; ++t) {
-      double s = 0;
-      for (int64_t i = 0; i < w.in; ++i) s += static_cast<double>(row[i]) * xr[t * w.in + i];
-      y[t * y_stride + o] = static_cast<float>(s);
-    }
   }
 }
 

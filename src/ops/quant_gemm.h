@@ -1,11 +1,15 @@
-// The prefill GEMM on block-quantized weights with int8 activations: each token row is quantized
-// per 32 values to int8 (as the decode row-dot quantizes it), each weight k block is unpacked once
-// per call into panels of unsigned codes (16 rows x 4 bytes per k step, the layout vpdpbusd reads)
-// with one scale a and one offset b per row and sub-block (w = a * code + b), and the micro-tile
-// sums exact integer products per sub-block, then scales them in f32:
+// The prefill GEMM on block-quantized weights with two-byte int8 activations: each token row is
+// quantized per 32 values to int8 (q_hi, as the decode row-dot quantizes it, scale d) and its
+// residual again to int8 (q_lo, scale d / 256), so x ~ d / 256 (256 q_hi + q_lo) within d / 256:
+// 2^-15 of the block's largest magnitude, near f32 (one int8 would be 2^-8 of it; that changes
+// logits well past the bf16 rounding's effect, docs/quantization.md). Each weight k block is
+// unpacked once per call into panels of unsigned codes (16 rows x 4 bytes per k step, the layout
+// vpdpbusd reads) with a scale a and an offset b per row and sub-block (w = a * code + b); the
+// micro-tile sums exact integer products per sub-block, isum = 256 codes.q_hi + codes.q_lo, then
+// scales them in f32:
 //   y[t][o] = sum over sub-blocks g of (a[o][g] * xd[t][g]) * isum[t][o][g] + b[o][g] * xs[t][g]
-// where xd is the activation block's scale and xs = xd * (sum of the sub-block's activation codes).
-// Sub-blocks are 32 values (16 for Q6_K, whose scales are per 16).
+// where xd = d / 256 and xs = xd * (256 sum(q_hi) + sum(q_lo)) over the sub-block. Sub-blocks are
+// 32 values (16 for Q6_K, whose scales are per 16).
 #pragma once
 
 #include <cstdint>
@@ -31,26 +35,25 @@ void EnableQuantGemm(bool on);
 // rounded to f32 as DequantizeRow rounds the format's d * sc and its offset).
 void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes, float* a, float* b);
 
+// Bytes of one token row of the activations in the scratch: q_hi[in], q_lo[in], xd[in / 32],
+// xs[in / sub] (room for sub = 16), in 64-byte lines. GemmScratchWords(1, in) covers it.
+int64_t QuantGemmRowBytes(int64_t in);
+
 // y[t * y_stride + o] = x[t] . W[o] for t < n, o < w.out, as the header comment describes.
-// scratch: at least n * GemmScratchWords(1, w.in) u32 words (the model's x_pairs scratch), 64-byte
-// aligned; w.in whole blocks. Every token's result is the same whatever n and its position.
+// scratch: GemmScratchWords(n, w.in) u32 words (the model's x_pairs scratch), 64-byte aligned;
+// w.in whole blocks. Every token's result is the same whatever n and its position.
 void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool, uint32_t* scratch);
 
-// The plain reference: each token quantized per 32 values by QuantizeActivations (as QuantGemm),
-// the weights dequantized by DequantizeRow, the products of dequantized weights and quantized
-// activations summed in double.
-void QuantGemmReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y,
-                        int64_t y_stride);
-
-// The micro-tile (quant_gemm_avx512.cc): mr <= 6 tokens by two 16-row panels over kc values.
-// codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; x[r]: token r's codes
-// at this block, xd[r], xs[r] its per-sub-block scale and offset term; y[r * y_stride + c] for
-// c < nr, added to when accumulate.
+// The micro-tile (quant_gemm_avx512.cc): mr <= 4 tokens by two 16-row panels over kc values.
+// codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; hi[r], lo[r]: token
+// r's codes at this block, xd[r] its per-32 scales d / 256, xs[r] its per-sub-block offset terms;
+// y[r * y_stride + c] for c < nr, added to when accumulate.
 struct QuantTile {
-  const int8_t* x[6];
-  const float* xd[6];
-  const float* xs[6];
+  const int8_t* hi[4];
+  const int8_t* lo[4];
+  const float* xd[4];
+  const float* xs[4];
 };
 void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
                          int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);

@@ -1,6 +1,7 @@
 // The int8 GEMM's micro-tile (ops/quant_gemm.h) on AVX-512 VNNI: vpdpbusd adds four unsigned code x
 // signed activation byte products into each of 16 lanes (one lane per weight row), so a k step of 4
-// is one instruction per token and panel with the token's 4 bytes broadcast. Compiled with AVX-512
+// is one instruction per token, panel and activation byte (q_hi, q_lo) with the token's 4 bytes
+// broadcast. Compiled with AVX-512
 // F/BW/VL/VNNI; called only on CPUs with them.
 #include <immintrin.h>
 
@@ -31,22 +32,29 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
   const uint8_t* c1 = codes + kc * 16;
   const int64_t groups = kc / sub;
   for (int64_t g = 0; g < groups; ++g) {
-    __m512i s0[MR], s1[MR];
-    for (int r = 0; r < MR; ++r) s0[r] = _mm512_setzero_si512(), s1[r] = _mm512_setzero_si512();
+    // Exact sums: |256 sum(code q_hi) + sum(code q_lo)| <= 257 * 32 * 255 * 127 < 2^31.
+    __m512i h0[MR], h1[MR], l0[MR], l1[MR];
+    for (int r = 0; r < MR; ++r) {
+      h0[r] = h1[r] = l0[r] = l1[r] = _mm512_setzero_si512();
+    }
     for (int64_t k = g * sub; k < (g + 1) * sub; k += 4) {
       const __m512i w0 = _mm512_load_si512(c0 + k * 16), w1 = _mm512_load_si512(c1 + k * 16);
       for (int r = 0; r < MR; ++r) {
-        const __m512i xb = Bcast4(tile.x[r] + k);
-        s0[r] = _mm512_dpbusd_epi32(s0[r], w0, xb);
-        s1[r] = _mm512_dpbusd_epi32(s1[r], w1, xb);
+        const __m512i xh = Bcast4(tile.hi[r] + k), xl = Bcast4(tile.lo[r] + k);
+        h0[r] = _mm512_dpbusd_epi32(h0[r], w0, xh);
+        h1[r] = _mm512_dpbusd_epi32(h1[r], w1, xh);
+        l0[r] = _mm512_dpbusd_epi32(l0[r], w0, xl);
+        l1[r] = _mm512_dpbusd_epi32(l1[r], w1, xl);
       }
     }
     const __m512 a0 = _mm512_load_ps(a + g * 16), a1 = _mm512_load_ps(a + groups * 16 + g * 16);
     const __m512 b0 = _mm512_load_ps(b + g * 16), b1 = _mm512_load_ps(b + groups * 16 + g * 16);
     for (int r = 0; r < MR; ++r) {
-      const __m512 xd = _mm512_set1_ps(tile.xd[r][g]), xs = _mm512_set1_ps(tile.xs[r][g]);
-      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[r]), _mm512_mul_ps(a0, xd), acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[r]), _mm512_mul_ps(a1, xd), acc1[r]);
+      const __m512 xd = _mm512_set1_ps(tile.xd[r][g * sub / 32]), xs = _mm512_set1_ps(tile.xs[r][g]);
+      const __m512i s0 = _mm512_add_epi32(_mm512_slli_epi32(h0[r], 8), l0[r]);
+      const __m512i s1 = _mm512_add_epi32(_mm512_slli_epi32(h1[r], 8), l1[r]);
+      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(a0, xd), acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(a1, xd), acc1[r]);
       acc0[r] = _mm512_fmadd_ps(b0, xs, acc0[r]);
       acc1[r] = _mm512_fmadd_ps(b1, xs, acc1[r]);
     }
@@ -65,9 +73,7 @@ void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, co
     case 1: return Tile<1>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
     case 2: return Tile<2>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
     case 3: return Tile<3>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 4: return Tile<4>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 5: return Tile<5>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    default: return Tile<6>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    default: return Tile<4>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
   }
 }
 
