@@ -1,7 +1,6 @@
 #include "ops/quant_gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -10,7 +9,6 @@
 #include "ops/quant_linear.h"
 #include "tessera/check.h"
 #include "tessera/dtype.h"
-#include "tessera/gemm.h"
 
 namespace tessera::ops {
 namespace {
@@ -19,8 +17,6 @@ constexpr int64_t kMr = 4;      // tokens per micro-tile
 constexpr int64_t kNcQ = 64;    // output rows per work item (two panel pairs)
 constexpr int64_t kKcQ = 2048;  // values per k block at most: 64 x 2048 code bytes, L2-resident
 constexpr int64_t kMaxSub = kKcQ / 16;
-
-std::atomic<bool> enabled{true};
 
 bool CpuHasKernel() {
   const char* want = std::getenv("TESSERA_SIMD");
@@ -196,10 +192,8 @@ int64_t QuantGemmRowBytes(int64_t in) { return (2 * in + 4 * (in / 32) + 4 * (in
 
 bool QuantGemmAvailable(QuantType t) {
   static const bool cpu = CpuHasKernel();
-  return cpu && enabled.load(std::memory_order_relaxed) && t != QuantType::kNone;
+  return cpu && t != QuantType::kNone;
 }
-
-void EnableQuantGemm(bool on) { enabled.store(on, std::memory_order_relaxed); }
 
 void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes, float* a, float* b) {
   const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t), sub = QuantGemmSubBlock(t);

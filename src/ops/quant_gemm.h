@@ -27,9 +27,6 @@ int64_t QuantGemmSubBlock(QuantType t);
 // weights of type t; otherwise Linear keeps the GEMM on dequantized f32 panels.
 bool QuantGemmAvailable(QuantType t);
 
-// For tests and benchmarks: false makes QuantGemmAvailable return false (true: back to the CPU's choice).
-void EnableQuantGemm(bool on);
-
 // Unpacks row `row` (type t, whole blocks k0 .. k0 + kc) into codes[kc] (unsigned, < 256) and,
 // per sub-block g, a[g], b[g] with w = a * code + b for every value of the sub-block (a and b
 // rounded to f32 as DequantizeRow rounds the format's d * sc and its offset).
