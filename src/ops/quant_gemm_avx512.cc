@@ -32,29 +32,29 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
   const uint8_t* c1 = codes + kc * 16;
   const int64_t groups = kc / sub;
   for (int64_t g = 0; g < groups; ++g) {
-    // Exact sums: |256 sum(code q_hi) + sum(code q_lo)| <= 257 * 32 * 255 * 127 < 2^31.
-    __m512i h0[MR], h1[MR], l0[MR], l1[MR];
-    for (int r = 0; r < MR; ++r) {
-      h0[r] = h1[r] = l0[r] = l1[r] = _mm512_setzero_si512();
-    }
-    for (int64_t k = g * sub; k < (g + 1) * sub; k += 4) {
-      const __m512i w0 = _mm512_load_si512(c0 + k * 16), w1 = _mm512_load_si512(c1 + k * 16);
-      for (int r = 0; r < MR; ++r) {
-        const __m512i xh = Bcast4(tile.hi[r] + k), xl = Bcast4(tile.lo[r] + k);
-        h0[r] = _mm512_dpbusd_epi32(h0[r], w0, xh);
-        h1[r] = _mm512_dpbusd_epi32(h1[r], w1, xh);
-        l0[r] = _mm512_dpbusd_epi32(l0[r], w0, xl);
-        l1[r] = _mm512_dpbusd_epi32(l1[r], w1, xl);
+    // Exact sums, the q_hi pass shifted up 8 bits before the q_lo pass adds into the same lanes
+    // (one accumulator per token and panel leaves registers for the f32 sums):
+    // |256 sum(code q_hi) + sum(code q_lo)| <= 257 * 32 * 255 * 127 < 2^31.
+    __m512i s0[MR], s1[MR];
+    for (int r = 0; r < MR; ++r) s0[r] = s1[r] = _mm512_setzero_si512();
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int64_t k = g * sub; k < (g + 1) * sub; k += 4) {
+        const __m512i w0 = _mm512_load_si512(c0 + k * 16), w1 = _mm512_load_si512(c1 + k * 16);
+        for (int r = 0; r < MR; ++r) {
+          const __m512i xb = Bcast4((pass == 0 ? tile.hi[r] : tile.lo[r]) + k);
+          s0[r] = _mm512_dpbusd_epi32(s0[r], w0, xb);
+          s1[r] = _mm512_dpbusd_epi32(s1[r], w1, xb);
+        }
       }
+      if (pass == 0)
+        for (int r = 0; r < MR; ++r) s0[r] = _mm512_slli_epi32(s0[r], 8), s1[r] = _mm512_slli_epi32(s1[r], 8);
     }
     const __m512 a0 = _mm512_load_ps(a + g * 16), a1 = _mm512_load_ps(a + groups * 16 + g * 16);
     const __m512 b0 = _mm512_load_ps(b + g * 16), b1 = _mm512_load_ps(b + groups * 16 + g * 16);
     for (int r = 0; r < MR; ++r) {
       const __m512 xd = _mm512_set1_ps(tile.xd[r][g * sub / 32]), xs = _mm512_set1_ps(tile.xs[r][g]);
-      const __m512i s0 = _mm512_add_epi32(_mm512_slli_epi32(h0[r], 8), l0[r]);
-      const __m512i s1 = _mm512_add_epi32(_mm512_slli_epi32(h1[r], 8), l1[r]);
-      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(a0, xd), acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(a1, xd), acc1[r]);
+      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[r]), _mm512_mul_ps(a0, xd), acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[r]), _mm512_mul_ps(a1, xd), acc1[r]);
       acc0[r] = _mm512_fmadd_ps(b0, xs, acc0[r]);
       acc1[r] = _mm512_fmadd_ps(b1, xs, acc1[r]);
     }
