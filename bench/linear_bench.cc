@@ -10,7 +10,7 @@
 // the read bandwidth, prefill (the GEMM on dequantized panels) as GFLOP/s against the FMA peak.
 // TESSERA_SIMD=avx2|generic picks the quantized dot kernels as it does the f32 ones.
 //
-//   build/release/tessera_bench_linear [--threads N] [--reps R] [--section all|dense|quant|quant-compute]
+//   build/release/tessera_bench_linear [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -123,10 +123,49 @@ bool ParseArgs(int argc, char** argv, int* threads, int* reps, std::string* sect
   return true;
 }
 
+// Prefill on quantized weights: the GEMM on dequantized f32 panels (Linear without the x_pairs
+// scratch) against the int8 GEMM (Linear with it, as the model calls it, on CPUs with AVX-512 VNNI) at n tokens, timed alternately call by call (A, B, A, B, ...) so that a
+// loaded machine hurts both alike; medians, GFLOP/s and the ratio.
+void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
+                          {"gemma3-1b mlp up", 6912, 1152}, {"gemma3-1b mlp down", 1152, 6912}};
+  const QuantType types[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K,
+                             QuantType::kQ5_0, QuantType::kQ5_K};
+  std::printf("\nprefill, n = %lld tokens (f32 FMA peak %.1f GFLOP/s)\n%-24s %-5s %12s %10s %12s %10s %8s\n",
+              (long long)n, peak, "quantized weight", "type", "f32 panel ms", "GFLOP/s", "int8 gemm ms", "GFLOP/s",
+              "speedup");
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Shape& s : shapes)
+    for (QuantType t : types) {
+      if (s.in % QuantBlockElems(t) != 0) continue;
+      const std::vector<uint8_t> w = RandomQuantWeight(rng, t, s.out, s.in);
+      ops::WeightView wv{w.data(), DType::kF32, s.out, s.in};
+      wv.quant = t;
+      std::vector<float> x(n * s.in), y(n * s.out);
+      for (float& v : x) v = nd(rng);
+      AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);
+      std::vector<double> f32_ms, int8_ms;
+      auto f32 = [&] { ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool); };
+      auto int8 = [&] {
+        ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kF32, scratch.as<uint32_t>());
+      };
+      for (int r = 0; r < reps; ++r) f32_ms.push_back(bench::MedianMs(1, f32)), int8_ms.push_back(bench::MedianMs(1, int8));
+      std::sort(f32_ms.begin(), f32_ms.end()), std::sort(int8_ms.begin(), int8_ms.end());
+      const double a = f32_ms[reps / 2], b = int8_ms[reps / 2], flops = 2.0 * n * s.out * s.in;
+      std::printf("%-24s %-5s %12.2f %10.1f %12.2f %10.1f %8.2f\n", s.name, QuantTypeName(t), a, flops / a / 1e6, b,
+                  flops / b / 1e6, a / b);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const int rc = bench::CheckArgs(argc, argv, " [--threads N] [--reps R] [--section all|dense|quant|quant-compute]\n");
+  if (const int rc = bench::CheckArgs(argc, argv, " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
@@ -139,6 +178,7 @@ int main(int argc, char** argv) {
               bw1, bwn, threads, peak, dot_peak, dot_peak > 0 ? "" : " (no AVX-512-BF16: precision bf16 runs the f32 kernels)");
   ThreadPool pool(threads);
   if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
+  if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;
   struct Shape {
     const char* name;

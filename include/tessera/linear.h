@@ -51,11 +51,14 @@ struct WeightView {
 // the blocked GEMM (tessera/gemm.h) for more (prefill: compute-bound).
 // precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked), or quantized weights.
 // Quantized weights (w.quant): a few tokens take the int8 row-dot path (x quantized per block,
-// in <= kMaxQuantRowDotIn, checked; either precision), more the GEMM on dequantized panels (at
-// precision bf16 both x and the dequantized weights rounded to bf16, see tessera/gemm.h).
-// x_pairs: optional scratch for the GEMM at precision bf16 (tessera/gemm.h: GemmScratchWords(n, in)
-// words; x rounded into it once per call instead of once per block of output columns); needed
-// for w.pairs to be used. At precision f32, w.panels (where set) serve every n.
+// in <= kMaxQuantRowDotIn, checked; either precision), more the int8 GEMM where the CPU has
+// AVX-512 VNNI and x_pairs is given (x as two int8 bytes per value, near f32; either precision;
+// docs/quantization.md), else the GEMM on dequantized panels (at precision bf16 both x and the
+// dequantized weights rounded to bf16, see tessera/gemm.h).
+// x_pairs: optional scratch for the GEMM at precision bf16 and the quantized int8 GEMM
+// (tessera/gemm.h: GemmScratchWords(n, in) words; x rounded into it once per call instead of once
+// per block of output columns); needed for w.pairs to be used. At precision f32, w.panels (where
+// set) serve every n.
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr);
 

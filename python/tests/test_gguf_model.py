@@ -274,10 +274,12 @@ def test_q8_0_gguf_prefill_logits(work, name):
     _, got = logits(q8)
     _, deq = logits(dequantized_checkpoint(hf, q8, os.path.join(work, f"{name}_q8_deq")))
     # The weights are exactly gguf-py's dequantization of the file. A prefill of 16 tokens takes the
-    # quantized Linear's GEMM on dequantized blocks in f32, so only the summation order differs; the bound
-    # allows more: one 8-bit step (1/127) of the largest logit. (Decode's row-dot rounds each
-    # Linear input to int8 per block, an effect that compounds over the layers: compared with
-    # llama.cpp's, which rounds the same way, in test_llama_cpp_q8_0.)
+    # quantized Linear's GEMM: on dequantized blocks in f32 (only the summation order differs), or on
+    # CPUs with AVX-512 VNNI the int8 GEMM, whose inputs are two int8 bytes per value (within 2^-15
+    # of each 32-value block's largest magnitude, docs/quantization.md); the bound allows more: one
+    # 8-bit step (1/127) of the largest logit. (Decode's row-dot rounds each Linear input to one
+    # int8 per block, an effect that compounds over the layers: compared with llama.cpp's, which
+    # rounds the same way, in test_llama_cpp_q8_0.)
     bound = np.abs(deq).max() / 127
     assert np.abs(got - deq).max() <= bound
     # Top-1 agrees with the model the file encodes wherever its margin exceeds twice the bound.
@@ -368,8 +370,9 @@ def test_llama_cpp_same_greedy_tokens(work, name):
 @pytest.mark.parametrize("name", ["gemma3_text", "gemma3", "gemma4_unified"])
 def test_llama_cpp_q8_0(work, name):
     """The same q8_0 file in both engines (KL divergence over the positions). Prefill: Tessera's
-    GEMM multiplies the dequantized blocks in f32, so it is at least as close to the f32 model as
-    llama.cpp, which also rounds the activations. Few-token steps (the decode path): both round
+    GEMM multiplies the dequantized blocks by f32 inputs (or by inputs rounded to two int8 bytes
+    per value, the int8 GEMM), so it is at least as close to the f32 model as llama.cpp, which
+    rounds the activations to one byte. Few-token steps (the decode path): both round
     the activations to int8 blocks, and agree with each other more than with the model the file
     encodes (its weights dequantized by gguf-py)."""
     hf = make_hf(work, name)

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "ops/bf16_dot.h"
+#include "ops/quant_gemm.h"
 #include "ops/quant_linear.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
@@ -144,8 +145,9 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
   }
 }
 
-// Words per row of the rounded-x scratch: in / 2 pairs, padded to 64 bytes.
-int64_t PairsStride(int64_t in) { return ((in + 1) / 2 + 15) / 16 * 16; }
+// Words per row of the rounded-x scratch: in / 2 pairs, padded to 64 bytes, or the int8 GEMM's
+// two-byte activations (ops/quant_gemm.h) where those are wider: one scratch serves both.
+int64_t PairsStride(int64_t in) { return std::max(((in + 1) / 2 + 15) / 16 * 16, QuantGemmRowBytes(in) / 4); }
 
 // Pairs per k block on prepacked panels: all of them up to 2048 (4096 features), else the fewest
 // equal blocks of at most that many, in whole 64-byte lines: the x tile then streams from L2, but

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/bf16_dot.h"
+#include "ops/quant_gemm.h"
 #include "ops/quant_linear.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
@@ -79,6 +80,10 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
   if (w.quant != QuantType::kNone) {
+    // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
+    // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).
+    if (n >= kGemmMinTokensQuant && x_pairs && QuantGemmAvailable(w.quant))
+      return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
     if (n >= kGemmMinTokensQuant) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
     return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
   }

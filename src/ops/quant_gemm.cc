@@ -1,0 +1,242 @@
+#include "ops/quant_gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "ops/quant_act.h"
+#include "ops/quant_dot.h"
+#include "ops/quant_linear.h"
+#include "tessera/check.h"
+#include "tessera/dtype.h"
+
+namespace tessera::ops {
+namespace {
+
+constexpr int64_t kMr = 4;      // tokens per micro-tile
+constexpr int64_t kNcQ = 64;    // output rows per work item (two panel pairs)
+constexpr int64_t kKcQ = 2048;  // values per k block at most: 64 x 2048 code bytes, L2-resident
+constexpr int64_t kMaxSub = kKcQ / 16;
+
+bool CpuHasKernel() {
+  const char* want = std::getenv("TESSERA_SIMD");
+  if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return false;
+  return QuantDotAvx512() != nullptr;
+}
+
+uint16_t Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+// Q4_K / Q5_K sub-block j's 6-bit scale and minimum from the 12 packed bytes (see quant_k.cc).
+void ScaleMin(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63, *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+void Unpack32(QuantType t, const uint8_t* blk, uint8_t* c, float* a, float* b) {
+  const float d = F16ToF32(Half(blk));
+  if (t == QuantType::kQ8_0) {
+    for (int l = 0; l < 32; ++l) c[l] = static_cast<uint8_t>(static_cast<int8_t>(blk[2 + l]) + 128);
+    *a = d, *b = -128.0f * d;
+    return;
+  }
+  const uint8_t* qs = blk + (t == QuantType::kQ5_0 ? 6 : 2);
+  uint32_t qh = 0;
+  if (t == QuantType::kQ5_0) std::memcpy(&qh, blk + 2, 4);
+  for (int l = 0; l < 16; ++l) {
+    c[l] = static_cast<uint8_t>((qs[l] & 15) | (((qh >> l) & 1) << 4));
+    c[l + 16] = static_cast<uint8_t>((qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4));
+  }
+  const float off = t == QuantType::kQ5_0 ? 16.0f : 8.0f;
+  *a = d, *b = -off * d;
+}
+
+// A Q4_K / Q5_K super-block: 8 sub-blocks of 32 (chunk c: low nibbles then high nibbles of qs[32c..]).
+void UnpackK45(QuantType t, const uint8_t* blk, uint8_t* c, float* a, float* b) {
+  const float d = F16ToF32(Half(blk)), dmin = F16ToF32(Half(blk + 2));
+  const uint8_t* scales = blk + 4;
+  const bool five = t == QuantType::kQ5_K;
+  const uint8_t* qh = blk + 16;
+  const uint8_t* qs = blk + (five ? 48 : 16);
+  for (int ch = 0; ch < 4; ++ch) {
+    for (int h = 0; h < 2; ++h) {
+      const int j = 2 * ch + h;
+      int sc, m;
+      ScaleMin(j, scales, &sc, &m);
+      a[j] = d * static_cast<float>(sc), b[j] = -(dmin * static_cast<float>(m));
+      for (int l = 0; l < 32; ++l) {
+        const int lo = h ? qs[32 * ch + l] >> 4 : qs[32 * ch + l] & 15;
+        c[32 * j + l] = static_cast<uint8_t>(lo | ((five && ((qh[l] >> j) & 1)) ? 16 : 0));
+      }
+    }
+  }
+}
+
+// A Q6_K super-block: 16 sub-blocks of 16, codes 0..63 with offset 32.
+void UnpackQ6K(const uint8_t* blk, uint8_t* c, float* a, float* b) {
+  const uint8_t* ql = blk;
+  const uint8_t* qh = blk + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+  const float d = F16ToF32(Half(blk + 208));
+  for (int half = 0; half < 2; ++half, ql += 64, qh += 32, c += 128) {
+    for (int l = 0; l < 32; ++l) {
+      c[l] = static_cast<uint8_t>((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4));
+      c[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4));
+      c[l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      c[l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+  for (int g = 0; g < 16; ++g) a[g] = d * static_cast<float>(sc[g]), b[g] = -32.0f * a[g];
+}
+
+// Quantizes token row x into its scratch row (layout in quant_gemm.h): q_hi per 32 values as
+// QuantizeActivations (the decode kernels' bytes, d = amax / 127), then the residual x - d q_hi
+// rounded to q_lo in steps of d / 256 (to nearest, ties to even, clamped to +-127), so that
+// |x - d q_hi - d / 256 q_lo| <= d / 256. xs per sub-block = (d / 256) (256 sum(q_hi) + sum(q_lo)).
+void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t sub, char* row) {
+  constexpr int64_t kChunk = 1024;
+  alignas(64) char tmp[kChunk / 32 * (sizeof(ActBlock32) + 8)];
+  int8_t* hi = reinterpret_cast<int8_t*>(row);
+  int8_t* lo = hi + in;
+  float* xd = reinterpret_cast<float*>(row + 2 * in);
+  float* xs = xd + in / 32;
+  for (int64_t k0 = 0; k0 < in; k0 += kChunk) {
+    const int64_t kc = std::min(kChunk, in - k0), nb = kc / 32;
+    dq.quantize_act(QuantType::kQ8_0, x + k0, kc, tmp);
+    const auto* blocks = reinterpret_cast<const ActBlock32*>(tmp);
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t i0 = k0 + 32 * j;
+      const float d = blocks[j].d, dl = d * (1.0f / 256);
+      std::memcpy(hi + i0, blocks[j].q, 32);
+      for (int64_t l = 0; l < 32; ++l) {
+        // Round to nearest even by the 1.5 * 2^23 trick (|v| <= 128.5 here); zero and NaN scales give 0.
+        const float v = dl > 0 ? (x[i0 + l] - d * static_cast<float>(blocks[j].q[l])) / dl : 0.0f;
+        const float r = (v + 12582912.0f) - 12582912.0f;
+        lo[i0 + l] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, r)));
+      }
+      xd[i0 / 32] = dl;
+      for (int64_t s0 = 0; s0 < 32; s0 += sub) {
+        int32_t sum = 0;
+        for (int64_t l = s0; l < s0 + sub; ++l) sum += 256 * blocks[j].q[l] + lo[i0 + l];
+        xs[(i0 + s0) / sub] = dl * static_cast<float>(sum);
+      }
+    }
+  }
+}
+
+struct Item {
+  int64_t o0, nc, t_begin, t_end;
+};
+
+// Packs rows [o0, o0 + nc) of k block [k0, k0 + kc) into panels: codes [P][kc / 4][16][4], a and b
+// [P][kc / sub][16], P = nc rounded up to 32, / 16 (rows past nc are zero).
+void PackPanels(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc, int64_t sub, uint8_t* codes,
+                float* a, float* b) {
+  alignas(64) uint8_t row[kKcQ];
+  float ra[kMaxSub], rb[kMaxSub];
+  const int64_t panels = (nc + 31) / 32 * 2, groups = kc / sub, row_bytes = QuantRowBytes(w.quant, w.in);
+  for (int64_t p = 0; p < panels; ++p) {
+    for (int r = 0; r < 16; ++r) {
+      const int64_t o = p * 16 + r;
+      if (o < nc) {
+        UnpackQuantCodes(w.quant, static_cast<const char*>(w.data) + (o0 + o) * row_bytes, k0, kc, row, ra, rb);
+      } else {
+        std::memset(row, 0, kc), std::fill(ra, ra + groups, 0.0f), std::fill(rb, rb + groups, 0.0f);
+      }
+      uint8_t* dst = codes + p * kc * 16 + r * 4;
+      for (int64_t k4 = 0; k4 < kc / 4; ++k4) std::memcpy(dst + k4 * 64, row + 4 * k4, 4);
+      for (int64_t g = 0; g < groups; ++g) a[(p * groups + g) * 16 + r] = ra[g], b[(p * groups + g) * 16 + r] = rb[g];
+    }
+  }
+}
+
+void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, float* y, int64_t y_stride,
+             const Item& it) {
+  alignas(64) uint8_t codes[kNcQ * kKcQ];
+  alignas(64) float a[kNcQ * kMaxSub], b[kNcQ * kMaxSub];
+  const int64_t depth = std::min<int64_t>(QuantBlockDepth(w.quant, w.in, kKcQ), kKcQ);
+  for (int64_t k0 = 0; k0 < w.in; k0 += depth) {
+    const int64_t kc = std::min(depth, w.in - k0), groups = kc / sub;
+    PackPanels(w, it.o0, it.nc, k0, kc, sub, codes, a, b);
+    for (int64_t t = it.t_begin; t < it.t_end; t += kMr) {
+      const int mr = static_cast<int>(std::min(kMr, it.t_end - t));
+      QuantTile tile;
+      for (int r = 0; r < mr; ++r) {
+        const char* row = xq + (t + r) * stride;
+        tile.hi[r] = reinterpret_cast<const int8_t*>(row) + k0;
+        tile.lo[r] = tile.hi[r] + w.in;
+        tile.xd[r] = reinterpret_cast<const float*>(row + 2 * w.in) + k0 / 32;
+        tile.xs[r] = reinterpret_cast<const float*>(row + 2 * w.in) + w.in / 32 + k0 / sub;
+      }
+      for (int64_t j = 0; j < it.nc; j += 32) {
+        const int64_t p = j / 16;
+        QuantGemmTileAvx512(tile, mr, codes + p * kc * 16, a + p * groups * 16, b + p * groups * 16, kc, sub,
+                            y + t * y_stride + it.o0 + j, y_stride, static_cast<int>(std::min<int64_t>(32, it.nc - j)),
+                            k0 > 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int64_t QuantGemmSubBlock(QuantType t) { return t == QuantType::kQ6_K ? 16 : 32; }
+
+int64_t QuantGemmRowBytes(int64_t in) { return (2 * in + 4 * (in / 32) + 4 * (in / 16) + 63) / 64 * 64; }
+
+bool QuantGemmAvailable(QuantType t) {
+  static const bool cpu = CpuHasKernel();
+  return cpu && t != QuantType::kNone;
+}
+
+void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes, float* a, float* b) {
+  const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t), sub = QuantGemmSubBlock(t);
+  TESSERA_CHECK(k0 % be == 0 && kc % be == 0, "UnpackQuantCodes: k range must be whole blocks");
+  const uint8_t* blk = static_cast<const uint8_t*>(row) + k0 / be * bb;
+  for (int64_t i = 0; i < kc / be; ++i, blk += bb, codes += be, a += be / sub, b += be / sub) {
+    switch (t) {
+      case QuantType::kQ4_0:
+      case QuantType::kQ5_0:
+      case QuantType::kQ8_0: Unpack32(t, blk, codes, a, b); break;
+      case QuantType::kQ4_K:
+      case QuantType::kQ5_K: UnpackK45(t, blk, codes, a, b); break;
+      case QuantType::kQ6_K: UnpackQ6K(blk, codes, a, b); break;
+      default: TESSERA_CHECK(false, "UnpackQuantCodes: not a block-quantized type"); break;
+    }
+  }
+}
+
+void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+               ThreadPool* pool, uint32_t* scratch) {
+  TESSERA_CHECK(QuantGemmAvailable(w.quant), "QuantGemm: no int8 GEMM kernel for this CPU or type");
+  TESSERA_CHECK(w.in % QuantBlockElems(w.quant) == 0, "QuantGemm: quantized weight rows must be whole blocks");
+  const int64_t sub = QuantGemmSubBlock(w.quant), stride = QuantGemmRowBytes(w.in);
+  char* xq = reinterpret_cast<char*>(scratch);
+  const QuantDotKernels& dq = QuantDot();
+  auto quantize = [&](int64_t t, int) { QuantizeRow(dq, x + t * x_stride, w.in, sub, xq + t * stride); };
+  const int threads = pool ? pool->num_threads() : 1;
+  const int64_t col_blocks = (w.out + kNcQ - 1) / kNcQ, tiles = (n + kMr - 1) / kMr;
+  const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
+  const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
+  auto run = [&](int64_t item, int) {
+    const int64_t cb = item % col_blocks, rb = item / col_blocks;
+    const int64_t o0 = cb * kNcQ, t_begin = rb * tiles_per_block * kMr;
+    RunItem(w, xq, stride, sub, y, y_stride,
+            Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)});
+  };
+  if (pool) {
+    pool->ParallelFor(n, quantize);
+    pool->ParallelFor(col_blocks * row_blocks, run);
+  } else {
+    for (int64_t t = 0; t < n; ++t) quantize(t, 0);
+    for (int64_t i = 0; i < col_blocks * row_blocks; ++i) run(i, 0);
+  }
+}
+
+}  // namespace tessera::ops

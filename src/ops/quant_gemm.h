@@ -1,0 +1,58 @@
+// The prefill GEMM on block-quantized weights with two-byte int8 activations: each token row is
+// quantized per 32 values to int8 (q_hi, as the decode row-dot quantizes it, scale d) and its
+// residual again to int8 (q_lo, scale d / 256), so x ~ d / 256 (256 q_hi + q_lo) within d / 256:
+// 2^-15 of the block's largest magnitude, near f32 (one int8 would be 2^-8 of it; that changes
+// logits well past the bf16 rounding's effect, docs/quantization.md). Each weight k block is
+// unpacked once per call into panels of unsigned codes (16 rows x 4 bytes per k step, the layout
+// vpdpbusd reads) with a scale a and an offset b per row and sub-block (w = a * code + b); the
+// micro-tile sums exact integer products per sub-block, isum = 256 codes.q_hi + codes.q_lo, then
+// scales them in f32:
+//   y[t][o] = sum over sub-blocks g of (a[o][g] * xd[t][g]) * isum[t][o][g] + b[o][g] * xs[t][g]
+// where xd = d / 256 and xs = xd * (256 sum(q_hi) + sum(q_lo)) over the sub-block. Sub-blocks are
+// 32 values (16 for Q6_K, whose scales are per 16).
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/linear.h"
+#include "tessera/quant.h"
+#include "tessera/thread_pool.h"
+
+namespace tessera::ops {
+
+// Values per sub-block of type t (one a and b each): 16 for Q6_K, 32 for the others.
+int64_t QuantGemmSubBlock(QuantType t);
+
+// Whether QuantGemm runs on this CPU (AVX-512 VNNI; TESSERA_SIMD=avx2|generic turns it off) for
+// weights of type t; otherwise Linear keeps the GEMM on dequantized f32 panels.
+bool QuantGemmAvailable(QuantType t);
+
+// Unpacks row `row` (type t, whole blocks k0 .. k0 + kc) into codes[kc] (unsigned, < 256) and,
+// per sub-block g, a[g], b[g] with w = a * code + b for every value of the sub-block (a and b
+// rounded to f32 as DequantizeRow rounds the format's d * sc and its offset).
+void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes, float* a, float* b);
+
+// Bytes of one token row of the activations in the scratch: q_hi[in], q_lo[in], xd[in / 32],
+// xs[in / sub] (room for sub = 16), in 64-byte lines. GemmScratchWords(1, in) covers it.
+int64_t QuantGemmRowBytes(int64_t in);
+
+// y[t * y_stride + o] = x[t] . W[o] for t < n, o < w.out, as the header comment describes.
+// scratch: GemmScratchWords(n, w.in) u32 words (the model's x_pairs scratch), 64-byte aligned;
+// w.in whole blocks. Every token's result is the same whatever n and its position.
+void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+               ThreadPool* pool, uint32_t* scratch);
+
+// The micro-tile (quant_gemm_avx512.cc): mr <= 4 tokens by two 16-row panels over kc values.
+// codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; hi[r], lo[r]: token
+// r's codes at this block, xd[r] its per-32 scales d / 256, xs[r] its per-sub-block offset terms;
+// y[r * y_stride + c] for c < nr, added to when accumulate.
+struct QuantTile {
+  const int8_t* hi[4];
+  const int8_t* lo[4];
+  const float* xd[4];
+  const float* xs[4];
+};
+void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
+                         int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);
+
+}  // namespace tessera::ops

@@ -1,0 +1,240 @@
+// The int8 prefill GEMM on block-quantized weights (ops/quant_gemm.h) against the plain reference
+// LinearReference (each row dequantized by DequantizeRow, products with the f32 x summed in
+// double), on random blocks of every GGUF type, random shapes (rows that are no multiple of the
+// 32-row tile, 1..40 tokens: partial token tiles), 1 and 2 threads; each token's result the same
+// whatever the batch; Linear routes to it with the scratch; non-finite activations give NaN.
+//
+// The bound (u = 2^-24). Activations: per 32-value block b with d_b = amax_b / 127, the GEMM's
+// two-byte value x^ = d_b q_hi + d_b / 256 q_lo is within d_b / 256 of x (q_lo is the residual
+// rounded to nearest, or clamped at +-127 where it would be 128), plus the f32 rounding of the
+// residual x - d_b q_hi (2 u |x|). Weights: the kernel's decomposition w = a code + b holds with
+// a and b the f32 values DequantizeRow forms. Sums: exact integers per sub-block (|isum| < 2^31,
+// one rounding to f32), then (a xd) isum + b xs added into one f32 chain per output: a handful of
+// roundings per term, over G = in / sub terms, each bounded by S = sum_i M_i |x^_i| with M_i =
+// |w_i| plus the format's offset counted twice (its part of w = a code + b). So
+//   |y - ref| <= sum_i |w_i| (d_b / 256 + 2 u |x_i|) + (G + 10) u S + u |ref|.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/quant_gemm.h"
+#include "tessera/aligned_buffer.h"
+#include "tessera/dtype.h"
+#include "tessera/gemm.h"
+#include "tessera/linear.h"
+#include "tessera/quant.h"
+
+namespace tessera {
+namespace {
+
+constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
+                                QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+constexpr double kU = 1.0 / (1 << 24);
+constexpr float kUnwritten = -12345.0f;
+
+uint16_t RandomScale(std::mt19937& rng, double lo, double hi) {
+  const double mag = std::exp2(std::uniform_real_distribution<double>(lo, hi)(rng));
+  return F32ToF16(static_cast<float>((rng() & 1) ? -mag : mag));
+}
+
+// Random blocks: every code byte random, f16 scales random in a sane range (either sign).
+std::vector<uint8_t> RandomBlocks(std::mt19937& rng, QuantType t, int64_t rows, int64_t in) {
+  const int64_t bb = QuantBlockBytes(t), nblocks = rows * (in / QuantBlockElems(t));
+  std::vector<uint8_t> data(nblocks * bb);
+  for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
+  for (int64_t i = 0; i < nblocks; ++i) {
+    uint8_t* blk = data.data() + i * bb;
+    const uint16_t d = RandomScale(rng, -12, -5), dmin = RandomScale(rng, -13, -6);
+    if (t == QuantType::kQ6_K) {
+      std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
+    } else {
+      std::memcpy(blk, &d, 2);
+      if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) std::memcpy(blk + 2, &dmin, 2);
+    }
+  }
+  return data;
+}
+
+// M_i of the header comment for every weight of one row.
+std::vector<double> Magnitudes(QuantType t, const uint8_t* row, int64_t in) {
+  std::vector<float> w(in);
+  DequantizeRow(t, row, w.data(), in);
+  std::vector<double> m(in);
+  const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t);
+  for (int64_t i = 0; i < in; ++i) {
+    const uint8_t* blk = row + i / be * bb;
+    uint16_t h;
+    double extra = 0;
+    switch (t) {
+      case QuantType::kQ4_0: std::memcpy(&h, blk, 2), extra = 16 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ5_0: std::memcpy(&h, blk, 2), extra = 32 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ8_0: std::memcpy(&h, blk, 2), extra = 256 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ4_K:
+      case QuantType::kQ5_K: std::memcpy(&h, blk + 2, 2), extra = 2 * 63 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ6_K: {
+        const auto* b = reinterpret_cast<const BlockQ6_K*>(blk);
+        extra = 64 * std::fabs(F16ToF32(b->d) * b->scales[i % 256 / 16]);
+        break;
+      }
+      default: break;
+    }
+    m[i] = std::fabs(w[i]) + extra;
+  }
+  return m;
+}
+
+struct Problem {
+  QuantType t;
+  int64_t n, in, out, xs, ys;
+  std::vector<uint8_t> w;
+  std::vector<float> x;
+  ops::WeightView View() const {
+    ops::WeightView v{w.data(), DType::kF32, out, in};
+    v.quant = t;
+    return v;
+  }
+};
+
+Problem MakeProblem(std::mt19937& rng, QuantType t, int64_t n, int64_t in, int64_t out) {
+  Problem p{t, n, in, out, in + 3, out + 2, RandomBlocks(rng, t, out, in), std::vector<float>(n * (in + 3))};
+  std::normal_distribution<float> nd;
+  for (float& v : p.x) v = nd(rng);
+  for (int64_t i = 0; i < n * p.xs; i += 97) p.x[i] *= 50.0f;  // some blocks far larger than the rest
+  if (in >= 64) std::fill(p.x.begin() + 32, p.x.begin() + 64, 0.0f);  // an all-zero block
+  return p;
+}
+
+std::vector<float> RunQuantGemm(const Problem& p, int64_t n, int64_t t0, ThreadPool* pool) {
+  std::vector<float> y(n * p.ys, kUnwritten);
+  AlignedBuffer scratch(ops::GemmScratchWords(n, p.in) * 4);
+  ops::QuantGemm(p.View(), p.x.data() + t0 * p.xs, n, p.xs, y.data(), p.ys, pool, scratch.as<uint32_t>());
+  return y;
+}
+
+// Per value of token t: the activation error bound d_b / 256 + 2 u |x_i| of the header comment
+// (d_b = amax_b / 127 of its 32-value block, computed here from x).
+std::vector<double> ActError(const Problem& p, int64_t t) {
+  std::vector<double> e(p.in);
+  const float* x = p.x.data() + t * p.xs;
+  for (int64_t b = 0; b < p.in / 32; ++b) {
+    double amax = 0;
+    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    for (int64_t i = 32 * b; i < 32 * b + 32; ++i) e[i] = (amax / 127 / 256) * (1 + 1e-6) + 2 * kU * std::fabs(x[i]);
+  }
+  return e;
+}
+
+TEST(QuantGemm, MatchesReferenceOnRandomShapes) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t), sub = ops::QuantGemmSubBlock(t);
+    for (int64_t blocks : {int64_t{1}, int64_t{3}, be == 32 ? int64_t{70} : int64_t{9}}) {
+      for (int64_t out : {3, 33, 70, 129}) {
+        const int64_t n = 1 + rng() % 40, in = blocks * be;
+        SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
+                     " n=" + std::to_string(n));
+        const Problem p = MakeProblem(rng, t, n, in, out);
+        std::vector<float> ref(n * p.ys);
+        ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+        std::vector<double> tol(n * p.ys);
+        std::vector<std::vector<double>> err(n);
+        for (int64_t i = 0; i < n; ++i) err[i] = ActError(p, i);
+        for (int64_t o = 0; o < out; ++o) {
+          const uint8_t* row = p.w.data() + o * QuantRowBytes(t, in);
+          const std::vector<double> m = Magnitudes(t, row, in);
+          std::vector<float> w(in);
+          DequantizeRow(t, row, w.data(), in);
+          for (int64_t i = 0; i < n; ++i) {
+            double s = 0, act = 0;
+            for (int64_t k = 0; k < in; ++k) {
+              const double xk = std::fabs(double(p.x[i * p.xs + k]));
+              s += m[k] * (xk + err[i][k]), act += std::fabs(w[k]) * err[i][k];
+            }
+            tol[i * p.ys + o] = act + (in / sub + 10) * kU * s + kU * std::fabs(ref[i * p.ys + o]);
+          }
+        }
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          const std::vector<float> y = RunQuantGemm(p, n, 0, tp);
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t o = 0; o < p.ys; ++o) {
+              const size_t k = i * p.ys + o;
+              if (o >= out) {
+                ASSERT_EQ(y[k], kUnwritten) << "wrote past the row at t=" << i;
+              } else {
+                ASSERT_LE(std::fabs(double(y[k]) - ref[k]), tol[k]) << "t=" << i << " o=" << o << ": " << y[k]
+                                                                    << " vs " << ref[k];
+              }
+            }
+          // The last token alone and the last min(n, 7) as their own batch: the same bits.
+          const int64_t tail_n = std::min<int64_t>(n, 7);
+          const std::vector<float> tail = RunQuantGemm(p, tail_n, n - tail_n, tp);
+          for (int64_t i = 0; i < tail_n; ++i)
+            for (int64_t o = 0; o < out; ++o) ASSERT_EQ(tail[i * p.ys + o], y[(n - tail_n + i) * p.ys + o]);
+        }
+      }
+    }
+  }
+}
+
+// Linear sends 12 tokens or more to the int8 GEMM when given the scratch (as the model gives it),
+// and to the f32 panels without it.
+TEST(QuantGemm, LinearRoutesPrefillWithScratch) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  const Problem p = MakeProblem(rng, QuantType::kQ4_K, 20, 512, 48);
+  const std::vector<float> int8 = RunQuantGemm(p, 20, 0, &pool);
+  std::vector<float> y(20 * p.ys, kUnwritten), f32(20 * p.ys, kUnwritten);
+  AlignedBuffer scratch(ops::GemmScratchWords(20, p.in) * 4);
+  ops::Linear(p.View(), p.x.data(), 20, p.xs, y.data(), p.ys, &pool, ops::MatmulPrecision::kF32,
+              scratch.as<uint32_t>());
+  EXPECT_EQ(y, int8);
+  ops::Linear(p.View(), p.x.data(), 20, p.xs, f32.data(), p.ys, &pool, ops::MatmulPrecision::kF32);
+  EXPECT_NE(f32, int8);  // the f32 panels round differently: a different path
+}
+
+// The codes and (a, b) reproduce DequantizeRow: a * code + b equals the dequantized weight to
+// within the f32 rounding of one multiply-add (both round d * sc the same way).
+TEST(QuantGemm, UnpackedCodesReproduceDequantizedWeights) {
+  std::mt19937 rng(13);
+  for (QuantType t : kTypes) {
+    const int64_t in = 2 * 256, sub = ops::QuantGemmSubBlock(t);
+    const std::vector<uint8_t> w = RandomBlocks(rng, t, 1, in);
+    std::vector<float> ref(in), a(in / sub), b(in / sub);
+    std::vector<uint8_t> codes(in);
+    DequantizeRow(t, w.data(), ref.data(), in);
+    ops::UnpackQuantCodes(t, w.data(), 0, in, codes.data(), a.data(), b.data());
+    for (int64_t i = 0; i < in; ++i) {
+      const double v = double(a[i / sub]) * codes[i] + b[i / sub];
+      EXPECT_LE(std::fabs(v - ref[i]), 2 * kU * (std::fabs(double(a[i / sub]) * codes[i]) + std::fabs(b[i / sub])))
+          << QuantTypeName(t) << " i=" << i;
+    }
+  }
+}
+
+TEST(QuantGemm, NonFiniteActivationsGiveNaN) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(14);
+  for (QuantType t : kTypes) {
+    Problem p = MakeProblem(rng, t, 3, 2 * QuantBlockElems(t), 40);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      p.x[p.xs + 5] = bad;
+      const std::vector<float> y = RunQuantGemm(p, 3, 0, nullptr);
+      for (int64_t o = 0; o < p.out; ++o) {
+        EXPECT_TRUE(std::isfinite(y[o])) << QuantTypeName(t);
+        EXPECT_TRUE(std::isnan(y[p.ys + o])) << QuantTypeName(t);
+        EXPECT_TRUE(std::isfinite(y[2 * p.ys + o])) << QuantTypeName(t);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
