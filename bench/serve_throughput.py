@@ -302,6 +302,11 @@ def main():
     log(f"{tag}: models {list(models)}, engines {eng}, streams {streams}, threads {args.threads}, "
         f"prompt {args.prompt_tokens} + decode {args.decode_tokens} tokens, tree {rev}")
     results = []
+    raw = os.path.join(args.work, f"serve-{'quick' if args.quick else 'full'}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+
+    def save():  # after every cell, so a run cut short keeps what it measured
+        with open(raw, "w") as f:
+            json.dump({"tag": tag, "tree": rev, "args": vars(args), "results": results}, f, indent=1)
     for mname, path in models.items():
         for n in streams:
             for e in eng:  # the engines alternate at each N (see the docstring)
@@ -317,13 +322,11 @@ def main():
                     cell = {"model": mname, "engine": e, "streams": n, "lock_waited": lk.waited, **median_of(runs),
                             "all_runs": runs, "warm_error": warm.get("error")}
                 results.append(cell)
+                save()
                 log(f"{mname} {e} N={n}: " + ("ERROR " + str(cell.get("error")) if "error" in cell else
                     f"agg decode {fmt(cell['agg_decode'])} tok/s, overall {fmt(cell['overall'])} tok/s, "
                     f"ttft p50 {fmt(cell['ttft_p50'], 2)} s, itl p50 {fmt(1e3 * cell['itl_p50'])} ms, "
                     f"other load {cell['foreign']:.2f} cores, tokens {cell['tokens']} (usage {cell['usage_tokens']})"))
-    raw = os.path.join(args.work, f"serve-{'quick' if args.quick else 'full'}-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    with open(raw, "w") as f:
-        json.dump({"tag": tag, "tree": rev, "args": vars(args), "results": results}, f, indent=1)
     table = render(tag, rev, args, results, streams)
     with open(args.out, "a") as f:
         f.write(table)
