@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/status.h"
@@ -72,6 +73,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   // "added_tokens" (Gemma 3 lists <image_soft_token> there, not in tokenizer.model):
   // EncodeWithSpecialTokens finds them in text as it finds the model's control pieces.
   Status AddTokensBeyondModel(const std::string& tokenizer_json_path);
+  // The same from the file's text (`name` starts every error message). For tests and fuzzing.
+  Status AddTokensBeyondModelFromText(std::string_view json_text, const std::string& name);
 
  private:
   SentencePieceTokenizer();

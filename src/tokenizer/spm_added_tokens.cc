@@ -17,8 +17,12 @@ namespace tessera::tokenizer {
 Status SentencePieceTokenizer::AddTokensBeyondModel(const std::string& path) {
   StatusOr<std::string> text = io::ReadInputFile(path, "tokenizer.json", kMaxTokenizerJsonBytes);
   if (!text.ok()) return Status(text.status().code(), "SentencePieceTokenizer: " + text.status().message());
-  TESSERA_RETURN_IF_ERROR(io::CheckJsonNesting(text.value(), "tokenizer.json '" + path + "'"));
-  const nlohmann::json root = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
+  return AddTokensBeyondModelFromText(text.value(), path);
+}
+
+Status SentencePieceTokenizer::AddTokensBeyondModelFromText(std::string_view json_text, const std::string& path) {
+  TESSERA_RETURN_IF_ERROR(io::CheckJsonNesting(json_text, "tokenizer.json '" + path + "'"));
+  const nlohmann::json root = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (!root.is_object()) return InvalidArgument("tokenizer.json '" + path + "': not a JSON object");
   const auto added = root.find("added_tokens");
   if (added == root.end() || added->is_null()) return Status::Ok();
