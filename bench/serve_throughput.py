@@ -6,11 +6,14 @@ llama.cpp's `llama-server` on the same GGUF with as many slots.
                                     [--llama-server PATH] [--out bench/results/serve.md]
 
 Models (bench/e2e/checkpoint.py, cached under bench/.work/ as bench/e2e_peers.py names them): the
-Gemma-3-1B-shaped random checkpoint (f32, its synthetic tokenizer), and GGUFs that `tessera quantize`
-writes from it (q8_0, q4_0, q4_k_m); --quick: 2 layers, vocab 8192. llama-server (bench/setup_peers.sh
+Gemma-3-1B-shaped random checkpoint (f32, its synthetic tokenizer), the same shape written in bf16
+(bf16: served with --dtype bf16, bf16 KV and attention), and GGUFs that `tessera quantize` writes from
+the f32 one (q8_0, q4_0, q4_k_m); --quick: 2 layers, vocab 8192. llama-server (bench/setup_peers.sh
 --llama-server builds it from the llama.cpp the other benches use; or --llama-server PATH) runs the
 GGUF cells only. Each (engine, model, N) is its own server process with N slots (`--slots N` /
-`-np N`), the same threads, context per slot prompt + decode + 16, warmed up by one request.
+`-np N`), the same threads, context per slot prompt + decode + 16, warmed up by one request. The
+engines take turns at each N (Tessera N, llama-server N, Tessera next N, ...), so a change in the
+machine's other load falls on both sides of a pair rather than on one engine's whole series.
 
 One run of a cell: N streaming completions sent at once from N client threads (raw HTTP, SSE),
 each a different prompt of random ids (fresh per run, so no prefix cache helps), greedy,
@@ -42,9 +45,20 @@ import zlib
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
 from e2e import checkpoint, engines  # noqa: E402
-from tessera.serve_process import ServeProcess  # noqa: E402
+
+def _serve_process():
+    """tessera/serve_process.py by its path: it needs nothing of the package, whose __init__ loads
+    the compiled module (not built in a checkout that only builds the binary)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tessera_serve_process",
+                                                  os.path.join(ROOT, "python", "tessera", "serve_process.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.ServeProcess
+
+
+ServeProcess = _serve_process()
 
 T0 = time.time()
 QUANT = ("q8_0", "q4_0", "q4_k_m")
@@ -113,6 +127,8 @@ class LlamaServer:
 def start_server(engine, model, n, ctx, args):
     if engine == "tessera":
         extra = ["--kv-dtype", "bf16", "--attention-precision", "bf16"] if model.endswith(".gguf") else []
+        if model.rstrip("/").endswith("hf-bf16"):  # the bf16 checkpoint stays bf16 in memory
+            extra = ["--dtype", "bf16", "--kv-dtype", "bf16", "--attention-precision", "bf16"]
         return ServeProcess(model, "--slots", n, "--max-context", ctx, "--threads", args.threads, *extra,
                             binary=args.tessera, start_timeout=900)
     return LlamaServer(args.llama_server, model, n, ctx, args.threads)
@@ -228,11 +244,16 @@ def prepare(args):
     base = os.path.join(args.work, tag)
     hf = os.path.join(base, "hf")
     cfg = checkpoint.SHAPES["gemma3"](layers=layers, vocab=vocab)
-    info = checkpoint.make_checkpoint(hf, cfg, log=log)
+    info = checkpoint.make_checkpoint(hf, cfg, log=log) if "f32" in args.models or any(
+        m in QUANT for m in args.models) else None
     models = {}
     for m in args.models:
         if m == "f32":
             models[m] = hf
+            continue
+        if m == "bf16":
+            models[m] = os.path.join(base, "hf-bf16")
+            checkpoint.make_checkpoint(models[m], cfg, log=log, dtype="bf16")
             continue
         out = os.path.join(base, f"model.{m}.tessera.gguf")
         if not os.path.exists(out):
@@ -240,7 +261,7 @@ def prepare(args):
             subprocess.run([args.tessera, "quantize", "--model", hf, "--type", m, "--out", out + ".part"], check=True)
             os.replace(out + ".part", out)
         models[m] = out
-    with open(os.path.join(hf, "config.json")) as f:
+    with open(os.path.join(hf if info else models["bf16"], "config.json")) as f:
         avoid = checkpoint.special_ids(json.load(f))
     return tag, models, vocab, avoid, info
 
@@ -251,7 +272,7 @@ def main():
     ap.add_argument("--streams", default="1,4,8,16")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--models", default="f32,q4_0", help="f32 and/or GGUF types tessera quantize writes")
+    ap.add_argument("--models", default="f32,q4_0", help="f32, bf16 and/or GGUF types tessera quantize writes")
     ap.add_argument("--engines", default="tessera,llama")
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--decode-tokens", type=int, default=128)
@@ -265,8 +286,8 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.models = [m for m in args.models.split(",") if m]
     for m in args.models:
-        if m != "f32" and m not in QUANT:
-            sys.exit(f"--models: {m} is not f32 or one of {', '.join(QUANT)}")
+        if m not in ("f32", "bf16") and m not in QUANT:
+            sys.exit(f"--models: {m} is not f32, bf16 or one of {', '.join(QUANT)}")
     streams = [int(x) for x in args.streams.split(",")]
     eng = [e for e in args.engines.split(",") if e]
     if "llama" in eng and not os.access(args.llama_server, os.X_OK):
@@ -281,11 +302,16 @@ def main():
     log(f"{tag}: models {list(models)}, engines {eng}, streams {streams}, threads {args.threads}, "
         f"prompt {args.prompt_tokens} + decode {args.decode_tokens} tokens, tree {rev}")
     results = []
+    raw = os.path.join(args.work, f"serve-{'quick' if args.quick else 'full'}-{time.strftime('%Y%m%d-%H%M%S')}.json")
+
+    def save():  # after every cell, so a run cut short keeps what it measured
+        with open(raw, "w") as f:
+            json.dump({"tag": tag, "tree": rev, "args": vars(args), "results": results}, f, indent=1)
     for mname, path in models.items():
-        for e in eng:
-            if e == "llama" and not path.endswith(".gguf"):
-                continue  # llama-server runs GGUFs (the f32 checkpoint is Tessera's own format)
-            for n in streams:
+        for n in streams:
+            for e in eng:  # the engines alternate at each N (see the docstring)
+                if e == "llama" and not path.endswith(".gguf"):
+                    continue  # llama-server runs GGUFs (the checkpoints are Tessera's own format)
                 with engines.cpu_lock() as lk, start_server(e, path, n, ctx, args) as server:
                     warm = one_run(server, e, prompts_for(1, 8, vocab, avoid, seed=999), 4)
                     runs = []
@@ -296,13 +322,11 @@ def main():
                     cell = {"model": mname, "engine": e, "streams": n, "lock_waited": lk.waited, **median_of(runs),
                             "all_runs": runs, "warm_error": warm.get("error")}
                 results.append(cell)
+                save()
                 log(f"{mname} {e} N={n}: " + ("ERROR " + str(cell.get("error")) if "error" in cell else
                     f"agg decode {fmt(cell['agg_decode'])} tok/s, overall {fmt(cell['overall'])} tok/s, "
                     f"ttft p50 {fmt(cell['ttft_p50'], 2)} s, itl p50 {fmt(1e3 * cell['itl_p50'])} ms, "
                     f"other load {cell['foreign']:.2f} cores, tokens {cell['tokens']} (usage {cell['usage_tokens']})"))
-    raw = os.path.join(args.work, f"serve-{'quick' if args.quick else 'full'}-{time.strftime('%Y%m%d-%H%M%S')}.json")
-    with open(raw, "w") as f:
-        json.dump({"tag": tag, "tree": rev, "args": vars(args), "results": results}, f, indent=1)
     table = render(tag, rev, args, results, streams)
     with open(args.out, "a") as f:
         f.write(table)
@@ -320,7 +344,8 @@ def render(tag, rev, args, results, streams):
              f"{cpu}, {os.cpu_count()} cores, {args.threads} threads; prompt {args.prompt_tokens} tokens, "
              f"decode {args.decode_tokens} tokens per stream, greedy; medians of {args.repeat} runs. Command: "
              f"`python3 bench/serve_throughput.py{' --quick' if args.quick else ''} --streams {args.streams} "
-             f"--models {','.join(args.models)} --repeat {args.repeat}`\n",
+             f"--models {','.join(args.models)} --engines {args.engines} --repeat {args.repeat} "
+             f"--prompt-tokens {args.prompt_tokens} --decode-tokens {args.decode_tokens}`\n",
              "| model | engine | streams | agg. decode tok/s | × 1 stream | overall tok/s | TTFT p50 / p99 (s) "
              "| ITL p50 / p99 (ms) | other load (cores) |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -15,7 +15,7 @@ secs="${1:-${TESSERA_FUZZ_SECONDS:-30}}"
 shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(npy safetensors_header safetensors_index model_config drafter_config tokenizer tokenizer_vocab tokenizer_json image_decode gguf
-  gguf_model quant quantize_vocab chat_template serve_request)
+  gguf_model quant quantize_vocab chat_template serve_request spm_added_tokens)
 
 # clang and its libFuzzer runtime come from Debian (scripts/setup.sh --fuzz installs them).
 if ! command -v clang++ >/dev/null || [ ! -e "$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a)" ]; then

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "tessera/tokenizer.h"
+#include "temp_dir.h"
 
 #ifndef TESSERA_TESTDATA_DIR
 #define TESSERA_TESTDATA_DIR "tests/testdata"
@@ -50,6 +52,42 @@ TEST(SentencePieceTokenizer, SpecialTokensInText) {
   const std::vector<int32_t> plain = t.Encode("<start_of_turn>", false).value();
   EXPECT_TRUE(std::find(plain.begin(), plain.end(), 5) == plain.end());
   EXPECT_EQ(t.EncodeWithSpecialTokens("").value(), std::vector<int32_t>{});
+}
+
+// A checkpoint with tokenizer.model and tokenizer.json (Gemma 3 ships both): the SentencePiece model
+// wins, and the added tokens past its pieces come from tokenizer.json, as <image_soft_token> (id
+// 262144 beyond Gemma 3's 262144 pieces; here 512 beyond gemma_style.model's 512).
+TEST(SentencePieceTokenizer, CheckpointDirTakesAddedTokensPastTheModelFromTokenizerJson) {
+  testing::TempDir dir;
+  std::filesystem::copy_file(TESSERA_TESTDATA_DIR "/tokenizer/gemma_style.model", dir.File("tokenizer.model"));
+  auto model_only = Tokenizer::FromCheckpointDir(dir.path());
+  ASSERT_TRUE(model_only.ok()) << model_only.status().message();
+  ASSERT_EQ(model_only.value()->vocab_size(), 512);
+  const std::vector<int32_t> hi = model_only.value()->Encode(" hi", false).value();
+
+  testing::WriteText(dir.File("tokenizer.json"), R"({"model": {"type": "Unigram"}, "added_tokens": [
+      {"id": 7, "content": "<start_of_image>", "special": true},
+      {"id": 512, "content": "<image_soft_token>", "special": true},
+      {"id": 513, "content": "<extra>", "special": false}]})");
+  auto both = Tokenizer::FromCheckpointDir(dir.path());
+  ASSERT_TRUE(both.ok()) << both.status().message();
+  const Tokenizer& t = *both.value();
+  EXPECT_EQ(t.vocab_size(), 512);  // still the model's pieces
+  std::vector<int32_t> want = {7, 512, 512};
+  want.insert(want.end(), hi.begin(), hi.end());
+  want.insert(want.end(), {513, 8});
+  EXPECT_EQ(t.EncodeWithSpecialTokens("<start_of_image><image_soft_token><image_soft_token> hi<extra><end_of_image>").value(),
+            want);
+  EXPECT_EQ(t.Piece(512), "");  // no surface text: the placeholder never streams out
+
+  // A bad entry names the file and the field.
+  testing::WriteText(dir.File("tokenizer.json"), R"({"added_tokens": [{"id": 512, "content": "<a>"}, {"id": -4, "content": "<b>"}]})");
+  auto bad = Tokenizer::FromCheckpointDir(dir.path());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(dir.File("tokenizer.json")), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("added_tokens[1].id"), std::string::npos) << bad.status().message();
+  testing::WriteText(dir.File("tokenizer.json"), "[1, 2]");
+  EXPECT_FALSE(Tokenizer::FromCheckpointDir(dir.path()).ok());
 }
 
 TEST(SentencePieceTokenizer, BadInput) {

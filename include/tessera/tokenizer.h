@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/status.h"
@@ -27,8 +28,9 @@ class Tokenizer {
   // From a vocabulary as data (`name`, e.g. the GGUF path, is used in messages). "llama" gives a
   // SentencePieceTokenizer, "gemma4" a merges-ranked BPE tokenizer. Every field is validated.
   static StatusOr<std::unique_ptr<Tokenizer>> FromVocab(const TokenizerVocab& vocab, const std::string& name);
-  // A checkpoint directory's tokenizer: tokenizer.model (SentencePiece) where present, else
-  // tokenizer.json (the Hugging Face tokenizers format, which Gemma 4 checkpoints ship). A GGUF's
+  // A checkpoint directory's tokenizer: tokenizer.model (SentencePiece) where present, with the
+  // added tokens past its pieces that a tokenizer.json beside it lists; else tokenizer.json (the
+  // Hugging Face tokenizers format, which Gemma 4 checkpoints ship). A GGUF's
   // is FromVocab(Model::TokenizerVocab()).
   static StatusOr<std::unique_ptr<Tokenizer>> FromCheckpointDir(const std::string& dir);
 
@@ -66,6 +68,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   int32_t vocab_size() const override;
   int32_t bos_id() const override;
   int32_t eos_id() const override;
+
+  // Added tokens with ids past the model's pieces, read from a checkpoint's tokenizer.json
+  // "added_tokens" (Gemma 3 lists <image_soft_token> there, not in tokenizer.model):
+  // EncodeWithSpecialTokens finds them in text as it finds the model's control pieces.
+  Status AddTokensBeyondModel(const std::string& tokenizer_json_path);
+  // The same from the file's text (`name` starts every error message). For tests and fuzzing.
+  Status AddTokensBeyondModelFromText(std::string_view json_text, const std::string& name);
 
  private:
   SentencePieceTokenizer();

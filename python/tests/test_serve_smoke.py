@@ -346,6 +346,48 @@ def test_client_disconnect_cancels_the_request(model_dir, stream):
         assert generated < 2000, f"{generated} tokens generated for a client that had left"
 
 
+
+@pytest.fixture(scope="module")
+def overflowing_model(tmp_path_factory, model_dir):
+    """model_dir with every final-norm weight 3e38: the normed hidden state overflows to +-inf, so the
+    logits are NaN, which the engine reports when it samples the first token (after the prompt)."""
+    import struct
+    from helpers.models import read_safetensors
+    d = tmp_path_factory.mktemp("overflow") / "tiny-gemma3"
+    d.mkdir()
+    for name in ("config.json", "tokenizer.model"):
+        shutil.copyfile(os.path.join(model_dir, name), d / name)
+    header, base, data = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    data = bytearray(data)
+    norm = header["model.norm.weight"]
+    assert norm["dtype"] == "F32"
+    start, end = (base + o for o in norm["data_offsets"])
+    data[start:end] = struct.pack(f"<{(end - start) // 4}f", *[3e38] * ((end - start) // 4))
+    (d / "model.safetensors").write_bytes(bytes(data))
+    return str(d)
+
+
+def test_an_engine_error_after_admission_is_an_error_status(overflowing_model):
+    """The engine fails after the request was admitted (its first sampled token): a non-streaming
+    request gets 500 in the API's error shape (the status waits for the outcome); a stream, whose
+    200 is already sent, gets an error event and [DONE]."""
+    with serving(overflowing_model, "--slots", 1, "--max-context", CONTEXT) as url:
+        for path, body in (("/v1/completions", {"prompt": "hello world"}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+            status, headers, data = call(url, path, {**body, "max_tokens": 4}, key=None)
+            assert status == 500, (path, status, data)
+            assert headers["Content-Type"].startswith("application/json")
+            err = json.loads(data)["error"]
+            assert err["type"] == "server_error" and "non-finite logits" in err["message"], err
+            status, _, data = call(url, path, {**body, "max_tokens": 4, "stream": True}, key=None)
+            assert status == 200
+            events = sse_events(data)
+            assert events[-1]["error"]["type"] == "server_error", events
+            assert not any(e.get("choices") and e["choices"][0].get("finish_reason") for e in events), events
+        assert metric(url, "tessera_slots_busy", key=None) == 0
+        status, _, data = call(url, "/metrics", key=None)
+        assert 'tessera_requests_total{route="/v1/completions",status="500"} 1' in data.decode(), data.decode()
+
 # --- chat ------------------------------------------------------------------------------------------
 # gemma_style.model's control tokens, as HF tokenizers split rendered chat text on them.
 SPECIAL = {"<bos>": 2, "<start_of_turn>": 5, "<end_of_turn>": 6, "<start_of_image>": 7}

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "server/api_response.h"
+#include "server/client_socket.h"
 #include "server/text_stream.h"
 
 namespace tessera::server {
@@ -203,16 +204,21 @@ bool StreamEvents(Generation& g, httplib::DataSink& sink) {
   return true;
 }
 
-// One JSON body once the completion ends; meanwhile only the connection is watched.
-bool GatherBody(Generation& g, httplib::DataSink& sink) {
-  if (!g.Run([](std::string_view) { return true; }, [&] { return sink.is_writable(); })) return false;
+// One JSON body once the completion ends, written by the handler itself: the status follows the
+// outcome, so an engine error after the start is an error status, not a 200 with an error body.
+// Meanwhile the connection is watched; a client that left gets nothing (status 499, as nginx
+// counts a request its client closed, in /metrics only).
+void GatherBody(Generation& g, const ClientSocket& client, httplib::Response& res) {
+  if (!g.Run([](std::string_view) { return true; }, [&] { return client.Connected(); })) {
+    res.status = 499;
+    return;
+  }
+  if (!g.error().ok()) return ReplyError(g.error(), res);
   const std::optional<TokenIds> ids = g.Ids();
-  const std::string body = g.error().ok() ? CompletionJson(g.route(), g.id(), g.created(), g.model_id(), g.text(),
-                                                           g.finish_reason(), g.usage(), ids ? &*ids : nullptr)
-                                          : ErrorJson(g.error());
-  if (!sink.write(body.data(), body.size())) return false;
-  sink.done();
-  return true;
+  res.status = 200;
+  res.set_content(CompletionJson(g.route(), g.id(), g.created(), g.model_id(), g.text(), g.finish_reason(), g.usage(),
+                                 ids ? &*ids : nullptr),
+                  "application/json");
 }
 
 }  // namespace
@@ -223,7 +229,8 @@ void ReplyError(const ApiError& e, httplib::Response& res) {
   res.set_content(ErrorJson(e), "application/json");
 }
 
-void RunCompletion(const CompletionContext& ctx, const ApiRequest& r, httplib::Response& res) {
+void RunCompletion(const CompletionContext& ctx, const ApiRequest& r, const httplib::Request& req,
+                   httplib::Response& res) {
   if (!ctx.scheduler.HasRoom()) return ReplyError(QueueFull(), res);  // before tokenizing and encoding images
   PromptData prompt;
   if (ApiError e = BuildPrompt(ctx.model, r, ctx.prompt_limits, &prompt); !e.ok()) return ReplyError(e, res);
@@ -234,15 +241,11 @@ void RunCompletion(const CompletionContext& ctx, const ApiRequest& r, httplib::R
   if (!ctx.scheduler.Submit(job)) return ReplyError(QueueFull(), res);
   if (const Status st = job->WaitAdmitted(); !st.ok()) return ReplyError(AdmissionError(st), res);
   auto g = std::make_shared<Generation>(ctx, r, std::move(job), prompt_tokens);
+  if (!r.stream) return GatherBody(*g, ClientSocket::Find(req.remote_addr, req.remote_port, req.local_port), res);
   res.status = 200;
-  if (r.stream) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream",
-                                     [g](size_t, httplib::DataSink& sink) { return StreamEvents(*g, sink); });
-  } else {
-    res.set_chunked_content_provider("application/json",
-                                     [g](size_t, httplib::DataSink& sink) { return GatherBody(*g, sink); });
-  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider("text/event-stream",
+                                   [g](size_t, httplib::DataSink& sink) { return StreamEvents(*g, sink); });
 }
 
 }  // namespace tessera::server

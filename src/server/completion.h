@@ -1,8 +1,9 @@
 // One completion request from its parsed body to its response: the prompt and the context check,
 // the queue, then the tokens streamed (SSE) or gathered (one JSON body) as the engine makes them.
-// Both kinds of response are written from the handler thread through a chunked content provider,
-// which polls the connection while it waits: a client that goes away cancels its request, which
-// frees its slot at the engine's next step.
+// A stream is written through a chunked content provider (its status line goes out first, so a
+// later engine error is an SSE error event); a non-streaming response waits in the handler and
+// answers with the outcome's status. Both poll the connection while they wait: a client that goes
+// away cancels its request, which frees its slot at the engine's next step.
 #pragma once
 
 #include <httplib.h>
@@ -20,9 +21,10 @@ struct CompletionContext {
   PromptLimits prompt_limits;
 };
 
-// Answers `res` for the parsed request: an error status and body, or 200 with a content provider
-// that streams or gathers the completion.
-void RunCompletion(const CompletionContext& ctx, const ApiRequest& request, httplib::Response& res);
+// Answers `res` for the parsed request (`req` names the connection to watch): an error status and
+// body, the completion's body once it ends, or 200 with a content provider that streams it.
+void RunCompletion(const CompletionContext& ctx, const ApiRequest& request, const httplib::Request& req,
+                   httplib::Response& res);
 
 // The OpenAI error body and status on `res`.
 void ReplyError(const ApiError& e, httplib::Response& res);

@@ -104,7 +104,7 @@ void HttpApi::Completion(ApiRoute route, const httplib::Request& req, httplib::R
     return ReplyError(ApiError{404, "invalid_request_error", "model_not_found", "model",
                                "the model '" + r.model + "' does not exist; this server serves '" + ctx_.model.id + "'"},
                       res);
-  RunCompletion(ctx_, r, res);
+  RunCompletion(ctx_, r, req, res);
 }
 
 void HttpApi::Models(const httplib::Request& req, httplib::Response& res) const {

@@ -23,6 +23,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromCheckpointDir(const std::str
   if (present(model)) {
     StatusOr<std::unique_ptr<SentencePieceTokenizer>> t = SentencePieceTokenizer::Load(model);
     if (!t.ok()) return t.status();
+    if (present(json)) TESSERA_RETURN_IF_ERROR(t.value()->AddTokensBeyondModel(json));
     return std::unique_ptr<Tokenizer>(std::move(t.value()));
   }
   if (present(json)) {
