@@ -10,7 +10,13 @@
 // the read bandwidth, prefill (the GEMM on dequantized panels) as GFLOP/s against the FMA peak.
 // TESSERA_SIMD=avx2|generic picks the quantized dot kernels as it does the f32 ones.
 //
-//   build/release/tessera_bench_linear [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill]
+// The small-batch section: Linear as a model runs it for n = 1..16 token rows (speculative
+// verification, a serving batch), each weight kind on one Gemma-4-width shape, as the cost of n rows
+// over one row's and as weight GB/s against the read bandwidth: a kernel that streams the weights
+// once for all rows stays near 1x while memory-bound.
+//
+//   build/release/tessera_bench_linear [--threads N] [--reps R]
+//       [--section all|dense|quant|quant-compute|quant-prefill|small-batch]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,6 +112,61 @@ void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
     }
 }
 
+// Linear as a model runs it (bf16 on pair panels, f32 on f32 panels, quantized on the stored blocks)
+// for n = 1..16 on one [10240, 2560] weight.
+void RunSmallBatch(ThreadPool& pool, int reps, double bw) {
+  const int64_t out = 10240, in = 2560;
+  std::printf("small batch, weight [%lld, %lld]\n%-8s %4s %10s %10s %10s %10s\n", (long long)out, (long long)in, "kind",
+              "n", "ms", "x n=1", "W GB/s", "% read bw");
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  std::vector<float> wf(out * in);
+  for (float& v : wf) v = nd(rng);
+  struct Kind {
+    const char* name;
+    DType dt;
+    QuantType q;
+  };
+  const Kind kinds[] = {{"bf16", DType::kBF16, QuantType::kNone}, {"f32", DType::kF32, QuantType::kNone},
+                        {"Q4_0", DType::kF32, QuantType::kQ4_0},  {"Q8_0", DType::kF32, QuantType::kQ8_0},
+                        {"Q4_K", DType::kF32, QuantType::kQ4_K},  {"Q6_K", DType::kF32, QuantType::kQ6_K}};
+  for (const Kind& k : kinds) {
+    std::vector<uint8_t> w;
+    if (k.q != QuantType::kNone) {
+      w = RandomQuantWeight(rng, k.q, out, in);
+    } else {
+      w.resize(wf.size() * DTypeSize(k.dt));
+      EncodeFromF32(k.dt, wf.data(), w.data(), wf.size());
+    }
+    ops::WeightView wv{w.data(), k.dt, out, in};
+    wv.quant = k.q;
+    const bool bf16 = k.dt == DType::kBF16;
+    const auto precision = bf16 ? ops::MatmulPrecision::kBf16 : ops::MatmulPrecision::kF32;
+    AlignedBuffer panels(k.q != QuantType::kNone ? 64
+                         : bf16                  ? ops::PairPanelWords(out, in) * 4
+                                                 : ops::F32PanelFloats(out, in) * 4);
+    if (k.q == QuantType::kNone && !bf16) {
+      ops::PackF32Panels(wv, panels.as<float>());
+      wv.panels = panels.as<float>();
+    } else if (bf16 && ops::PackPairPanels(wv, panels.as<uint32_t>())) {
+      wv.pairs = panels.as<uint32_t>();
+    }
+    double one = 0;
+    for (int64_t n = 1; n <= 16; ++n) {
+      std::vector<float> x(n * in), y(n * out);
+      for (float& v : x) v = nd(rng);
+      AlignedBuffer x_pairs(ops::GemmScratchWords(n, in) * 4);
+      const double ms = bench::MedianMs(reps, [&] {
+        ops::Linear(wv, x.data(), n, in, y.data(), out, &pool, precision, x_pairs.as<uint32_t>());
+      });
+      if (n == 1) one = ms;
+      const double gbs = double(w.size()) / ms / 1e6;
+      std::printf("%-8s %4lld %10.3f %10.2f %10.1f %10.0f\n", k.name, (long long)n, ms, ms / one, gbs,
+                  bw > 0 ? 100 * gbs / bw : 0.0);
+    }
+  }
+}
+
 bool ParseArgs(int argc, char** argv, int* threads, int* reps, std::string* section) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -165,7 +226,8 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const int rc = bench::CheckArgs(argc, argv, " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill]\n");
+  if (const int rc = bench::CheckArgs(argc, argv,
+                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill|small-batch]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
@@ -177,6 +239,7 @@ int main(int argc, char** argv) {
               "bf16 dot peak %.1f GFLOP/s%s\n\n",
               bw1, bwn, threads, peak, dot_peak, dot_peak > 0 ? "" : " (no AVX-512-BF16: precision bf16 runs the f32 kernels)");
   ThreadPool pool(threads);
+  if (section == "small-batch") return RunSmallBatch(pool, reps, bwn), 0;
   if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
   if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;

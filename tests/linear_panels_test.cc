@@ -178,6 +178,30 @@ TEST(LinearPanels, TokenAloneOrInABatchIsBitIdentical) {
   }
 }
 
+// Every token count of a small batch (speculative verification, a serving batch): each tile height
+// 1-8 has its own strip shape, and a 9-17 token batch ends in a partial tile of any height. Each
+// token matches the reference and is bit for bit its decode (alone) result.
+TEST(LinearPanels, EverySmallBatchMatchesReferenceAndDecode) {
+  if (!HasDot()) GTEST_SKIP() << "no AVX-512-BF16 on this CPU";
+  std::mt19937 rng(25);
+  ThreadPool pool(2);
+  for (auto [in, out] : {std::pair<int64_t, int64_t>{37, 45}, {530, 200}, {2050, 81}}) {
+    for (int64_t n = 1; n <= 17; ++n) {
+      Problem p = MakeProblem(rng, n, in, out);
+      std::vector<float> ref(n * p.ys), y(n * p.ys, testing::kUnwritten), one(p.ys);
+      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys, MatmulPrecision::kBf16);
+      ops::Linear(p.View(), p.x.data(), n, p.xs, y.data(), p.ys, &pool, MatmulPrecision::kBf16, p.XPairs());
+      ASSERT_TRUE(testing::LinearRowsMatch(y, ref, n, p.ys, out, Tolerance(in))) << "n=" << n << " in=" << in;
+      for (int64_t t = 0; t < n; ++t) {
+        ops::Linear(p.View(), p.x.data() + t * p.xs, 1, p.xs, one.data(), p.ys, nullptr, MatmulPrecision::kBf16,
+                    p.XPairs());
+        for (int64_t o = 0; o < out; ++o)
+          ASSERT_EQ(one[o], y[t * p.ys + o]) << "n=" << n << " in=" << in << " token " << t << " out " << o;
+      }
+    }
+  }
+}
+
 // A bf16 copy of a test checkpoint (config and every tensor rounded to bf16) in a temporary
 // directory, removed with the object.
 class Bf16Checkpoint {

@@ -322,6 +322,52 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   }
 }
 
+// The row-dot for every small batch n = 1..17 (tokens go to the kernels kQuantDotTokens at a time,
+// the last group partial): each kernel matches the references, and each token alone gives its
+// result in the batch bit for bit.
+TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(12);
+  ThreadPool pool(2);
+  for (QuantType t : kTypes) {
+    const int64_t in = (t == QuantType::kQ4_0 || t == QuantType::kQ5_0 ? 37 : 3) * QuantBlockElems(t), out = 21;
+    for (int64_t n = 1; n <= 17; ++n) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
+      const Problem p = MakeProblem(rng, t, n, in, out);
+      std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
+      ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
+      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+      std::vector<double> tol_int8, tol_exact;
+      RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+      for (int k = 0; k < n_kernels; ++k) {
+        SCOPED_TRACE(kernels[k]->name);
+        ops::SetQuantDotForTesting(kernels[k]);
+        const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kF32, Path::kRowDot);
+        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
+        EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+        for (int64_t i = 0; i < n; ++i) {
+          const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
+          for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
+        }
+        if (kernels[k]->dot_rows_tokens == nullptr || n > ops::kQuantDotTokens) continue;
+        // The multi-token kernel is each token's dot_rows, bit for bit.
+        const int64_t ab = ops::ActRowBytes(t, in), nb = in / QuantBlockElems(t);
+        AlignedBuffer xq(n * ab);
+        for (int64_t i = 0; i < n; ++i) kernels[k]->quantize_act(t, p.x.data() + i * p.xs, in, xq.as<uint8_t>() + i * ab);
+        std::vector<float> multi(n * out), single(out);
+        kernels[k]->dot_rows_tokens(t, p.w.data(), QuantRowBytes(t, in), out, xq.as<uint8_t>(), ab,
+                                    static_cast<int>(n), nb, multi.data(), out);
+        for (int64_t i = 0; i < n; ++i) {
+          kernels[k]->dot_rows(t, p.w.data(), QuantRowBytes(t, in), out, xq.as<uint8_t>() + i * ab, nb, single.data());
+          for (int64_t o = 0; o < out; ++o) ASSERT_EQ(single[o], multi[i * out + o]) << "token " << i << " o=" << o;
+        }
+      }
+      ops::SetQuantDotForTesting(nullptr);
+    }
+  }
+}
+
 // The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions
 // (precision bf16 with and without the bf16 dot product's pair panels), 1 and 2 threads; a token's
 // result is the same in every batch.

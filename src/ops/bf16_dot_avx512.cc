@@ -196,21 +196,32 @@ void PvStrip(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_
   }
 }
 
-// Rows > 4: 8 x 2 panels; 3-4 rows: 4 x 4; 2: 2 x 8; 1: 1 x 8 (8 independent chains, which a decode
-// GEMV needs: one 8-row tile for a single token did 8x the dot products,
-// bench/results/kernel_choices.md, "Tile shapes of the bf16 P.V rows"). 16 accumulators at most.
+// A strip as tall as the tile's live rows: rows computed past mr are dot products thrown away, and
+// past 4 rows the dot-product unit, not memory, bounds the tile (an 8-row strip for 5 tokens cost
+// what 8 did; bench/results/small_batch.md). 8 rows: 8 x 2 panels; 5-7: R x 3; 3-4: R x 4; 2: 2 x 8;
+// 1: 1 x 8 (8 independent chains, which a decode GEMV needs: one 8-row tile for a single token did 8x
+// the dot products, bench/results/kernel_choices.md, "Tile shapes of the bf16 P.V rows"). At most 21
+// accumulators of the 32 registers.
+constexpr int PvStripPanels(int mr) { return mr > 7 ? 2 : mr > 4 ? 3 : mr > 2 ? 4 : 8; }
+
 template <bool kFeed>
 void PvTileRows(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
                 int mr, int nr, LineFeeder& pf) {
-  if (mr > 4) return PvStrip<8, 2, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
-  if (mr > 2) return PvStrip<4, 4, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
-  if (mr == 2) return PvStrip<2, 8, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
-  PvStrip<1, 8, kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  switch (mr) {
+    case 1: return PvStrip<1, PvStripPanels(1), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    case 2: return PvStrip<2, PvStripPanels(2), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    case 3: return PvStrip<3, PvStripPanels(3), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    case 4: return PvStrip<4, PvStripPanels(4), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    case 5: return PvStrip<5, PvStripPanels(5), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    case 6: return PvStrip<6, PvStripPanels(6), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    case 7: return PvStrip<7, PvStripPanels(7), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+    default: return PvStrip<8, PvStripPanels(8), kFeed>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
+  }
 }
 
 void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t vp_stride, float* c, int64_t cs,
             int mr, int nr, const PrefetchRows* ahead) {
-  const int strip = mr > 4 ? 32 : mr > 2 ? 64 : 128;  // columns per kernel call
+  const int strip = 16 * PvStripPanels(mr);  // columns per kernel call
   LineFeeder pf(ahead, (pairs + 3) / 4 * ((nr + strip - 1) / strip));
   if (pf.active()) return PvTileRows<true>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);
   PvTileRows<false>(w, vp, pairs, vp_stride, c, cs, mr, nr, pf);

@@ -16,7 +16,7 @@ namespace {
 
 constexpr int64_t kMr = 6;      // tokens per f32 micro-tile
 constexpr int64_t kNr = 16;     // output columns per f32 micro-tile (one packed panel)
-constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 register tiles, 1-4 rows wider)
+constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 register tiles, 1-7 rows wider)
 // An f32 block is deep and narrow: kKcF32 x kNcF32 f32 = 128 KiB, L2-resident. Each 6 x 16 tile
 // call then runs 1024 FMA steps instead of 256 (the call and its C tile loads and stores were the
 // overhead; bench/results/kernel_choices.md, "f32 block shape").

@@ -24,7 +24,7 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 }  // namespace
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
-  static const QuantDotKernels k{"avx2", DotRows, QuantizeAct, Dequantize};
+  static const QuantDotKernels k{"avx2", DotRows, nullptr, QuantizeAct, Dequantize};
   return k;
 }
 

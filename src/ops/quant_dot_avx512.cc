@@ -136,6 +136,52 @@ float Row16(const void* wp, const void* xp, int64_t nb) {
   return r + Row512<W, Pair, Block>(w + b, x + b, nb - b);  // the last blocks in pairs
 }
 
+// Row16 for T tokens at once: the gathered weight scales and each pair's codes serve all T; per
+// token every operation is Row16's, in its order, so each token's result is Row16's bit for bit.
+template <int T, typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
+          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
+void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
+  const W* w = static_cast<const W*>(wp);
+  const ActBlock32* x[T];
+  const float *xd[T], *xo[T];
+  for (int i = 0; i < T; ++i) {
+    const void* xi = static_cast<const char*>(xp) + i * x_stride;
+    x[i] = static_cast<const ActBlock32*>(xi), xd[i] = ActScales(xi, nb), xo[i] = ActOffsets(xi, nb);
+  }
+  const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm512_set1_epi32(int(sizeof(W))));
+  const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 a0[T], a1[T], off[T], s[T];
+#pragma GCC unroll 4
+  for (int i = 0; i < T; ++i) a0[i] = a1[i] = off[i] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 16 <= nb; b += 16) {
+    const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
+#pragma GCC unroll 4
+    for (int i = 0; i < T; ++i) {
+      s[i] = _mm512_mul_ps(dw, _mm512_loadu_ps(xd[i] + b));
+      if (kOffset) off[i] = _mm512_fmadd_ps(dw, _mm512_loadu_ps(xo[i] + b), off[i]);
+    }
+    for (int p = 0; p < 8; p += 2) {
+      const __m512i c0 = Codes(w + b + 2 * p), c1 = Codes(w + b + 2 * p + 2);
+      const __m512i i0 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p)), i1 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p + 2));
+#pragma GCC unroll 4
+      for (int i = 0; i < T; ++i) {
+        const ActBlock32* xb = x[i] + b + 2 * p;
+        const __m512i l0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, LoadPair(xb[0], xb[1]));
+        const __m512i l1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c1, LoadPair(xb[2], xb[3]));
+        a0[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, s[i]), _mm512_cvtepi32_ps(l0), a0[i]);
+        a1[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, s[i]), _mm512_cvtepi32_ps(l1), a1[i]);
+      }
+    }
+  }
+  for (int i = 0; i < T; ++i) {
+    const float r = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i])) - static_cast<float>(kOffset) * _mm512_reduce_add_ps(off[i]);
+    out[i * out_stride] = r + Row512<W, Pair, Block>(w + b, x[i] + b, nb - b);
+  }
+}
+
 // Q4_K / Q5_K a block per 512-bit pass: each 64 values (sub-blocks 2c and 2c + 1) are the low and
 // high nibbles of the same 32 bytes, so one broadcast load and a per-half shift give codes in the
 // activations' own order. vpmaddubsw + vpmaddwd fold each sub-block's 6-bit scale into the pair
@@ -263,10 +309,43 @@ void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, cons
   for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);
 }
 
+template <int T, typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
+          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
+void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb, float* out,
+           int64_t out_stride) {
+  for (int64_t r = 0; r < rows; ++r)
+    Row16T<T, W, Codes, kOffset, Pair, Block>(static_cast<const char*>(w) + r * w_stride, xq, xq_stride, nb, out + r,
+                                              out_stride);
+}
+
+template <typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
+          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
+void RowsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
+                int64_t nb, float* out, int64_t out_stride) {
+  switch (tokens) {
+    case 1: return RowsT<1, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    case 2: return RowsT<2, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    case 3: return RowsT<3, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    default: return RowsT<4, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+  }
+}
+
+// Q4_0 / Q5_0 share each block's unpacked codes between the tokens; the other types run DotRows512
+// per token over the rows (still in L1/L2 from the first token).
+void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
+                      int tokens, int64_t nb, float* out, int64_t out_stride) {
+  if (t == QuantType::kQ4_0)
+    return RowsTokens<BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+  if (t == QuantType::kQ5_0)
+    return RowsTokens<BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+  for (int i = 0; i < tokens; ++i)
+    DotRows512(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
+}
+
 }  // namespace
 
 const QuantDotKernels& QuantDotAvx512Kernels() {
-  static const QuantDotKernels k{"avx512-vnni", DotRows512, QuantizeAct, Dequantize};
+  static const QuantDotKernels k{"avx512-vnni", DotRows512, DotRowsTokens512, QuantizeAct, Dequantize};
   return k;
 }
 

@@ -47,6 +47,13 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
       const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
       for (int64_t o = item * rows_per_item; o < o1; o += chunk) {
         const int64_t rows = std::min(chunk, o1 - o);
+        if (k.dot_rows_tokens && g > 1) {  // one token: dot_rows, as decode always ran
+          for (int64_t i = 0; i < g; i += kQuantDotTokens)
+            k.dot_rows_tokens(t, base + o * row_bytes, row_bytes, rows, xq + i * act_bytes, act_bytes,
+                              static_cast<int>(std::min<int64_t>(kQuantDotTokens, g - i)), nb,
+                              y + (t0 + i) * y_stride + o, y_stride);
+          continue;
+        }
         for (int64_t i = 0; i < g; ++i)
           k.dot_rows(t, base + o * row_bytes, row_bytes, rows, xq + i * act_bytes, nb, y + (t0 + i) * y_stride + o);
       }
