@@ -60,10 +60,14 @@ def reference(work, hf, qtype):
     from safetensors.numpy import load_file, save_file  # noqa: PLC0415
     dense_gguf = os.path.join(work, f"dense.{qtype}.gguf")
     types = tessera.quantize(without_moe(hf, os.path.join(work, "dense")), qtype, dense_gguf)
-    assert types["blk.0.ffn_gate.weight"] == qtype  # rows of 64: no fallback from the file type
+    # The experts' rows (64 and 32 values) take the base type, or Q4_K's fallback Q5_0 as the dense
+    # matrices of these widths do.
+    expert_type = {"q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q5_0"}[qtype]
+    assert types["blk.0.ffn_gate.weight"] == expert_type
     dst = dequantized_checkpoint(hf, dense_gguf, os.path.join(work, f"deq_{qtype}"))
     w = load_file(os.path.join(dst, "model.safetensors"))
-    q = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0}[qtype]
+    q = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
+         "q5_0": gguf.GGMLQuantizationType.Q5_0}[expert_type]
     experts = 0
     for k in list(w):
         if k.endswith(("experts.gate_up_proj", "experts.down_proj")):
@@ -83,7 +87,7 @@ def load(path, **kw):
     return tessera.Model.load(path, dtype="auto", max_context=64, **kw)
 
 
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_0"])
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_k_m"])
 def test_moe_quantize_on_load_logits(work, qtype):
     from test_gguf_model import kl  # noqa: PLC0415
     hf = make_hf(work, "gemma4_moe")
