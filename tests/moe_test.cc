@@ -14,6 +14,7 @@
 #include "ops/bf16_dot.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/gemm.h"
+#include "tessera/quant.h"
 
 namespace tessera::model {
 namespace {
@@ -237,6 +238,60 @@ TEST(MoeForward, UnchosenExpertsAreNotRead) {
     MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, fast.data());
     for (int64_t i = 0; i < n * s.hidden; ++i)
       ASSERT_NEAR(fast[i], ref[i], 2e-4f * std::max(1.0f, std::abs(ref[i]))) << i;
+  }
+}
+
+// Quantize-on-load binds each expert's matrices as block-quantized views: the quantized Linears
+// (the int8 row-dot for these few tokens) then run per expert, and an expert no token chose is
+// still never read. Its blocks are replaced by ones with NaN scales; the output must be bit for
+// bit the output with the real blocks, and finite.
+TEST(MoeForward, QuantizedUnchosenExpertsAreNotRead) {
+  std::mt19937 rng(13);
+  MoeShape s{64, 16, 2, 32, 1e-6f, 0.0f};
+  for (QuantType q : {QuantType::kQ8_0, QuantType::kQ4_0}) {
+    Block b(rng, s, DType::kF32, false, false);
+    std::vector<std::vector<char>> blocks;
+    blocks.reserve(3 * s.experts);
+    auto quantize = [&](ops::WeightView* v) {
+      blocks.emplace_back(v->out * QuantRowBytes(q, v->in));
+      for (int64_t r = 0; r < v->out; ++r)
+        QuantizeRow(q, static_cast<const float*>(v->data) + r * v->in, blocks.back().data() + r * QuantRowBytes(q, v->in),
+                    v->in);
+      v->data = blocks.back().data();
+      v->quant = q;
+    };
+    for (int64_t e = 0; e < s.experts; ++e)
+      for (auto* v : {&b.w.expert_gate[e], &b.w.expert_up[e], &b.w.expert_down[e]}) quantize(v);
+    const int64_t n = 2;
+    std::normal_distribution<float> nd;
+    std::vector<float> h(n * s.hidden), full(n * s.hidden), fast(n * s.hidden), ref(n * s.hidden);
+    for (float& v : h) v = nd(rng);
+    std::vector<int32_t> choice(n * s.top_k);
+    std::vector<float> weight(n * s.top_k);
+    // (The reference's choices only: the row-dot rounds each expert's inputs to int8 blocks, which
+    // the reference does not; the model-level accuracy is python/tests/test_quantize_moe.py's.)
+    MoeReference(b.w, s, h.data(), n, MatmulPrecision::kF32, ref.data(), choice.data(), weight.data());
+    AlignedBuffer scratch(MoeScratch::Words(s, n) * 4);
+    MoeScratch sc = MoeScratch::Carve(s, n, scratch.as<float>());
+    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, full.data());
+    // Every block's leading f16 scale NaN (0x7e00), the rest zero.
+    std::vector<char> nan_blocks(s.hidden * QuantRowBytes(q, s.hidden), 0);
+    for (size_t at = 0; at < nan_blocks.size(); at += QuantBlockBytes(q)) {
+      nan_blocks[at] = 0x00;
+      nan_blocks[at + 1] = 0x7e;
+    }
+    int64_t removed = 0;
+    for (int64_t e = 0; e < s.experts; ++e) {
+      if (std::find(choice.begin(), choice.end(), e) != choice.end()) continue;
+      for (auto* v : {&b.w.expert_gate[e], &b.w.expert_up[e], &b.w.expert_down[e]}) v->data = nan_blocks.data();
+      ++removed;
+    }
+    ASSERT_GE(removed, s.experts - n * s.top_k);
+    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, fast.data());
+    for (int64_t i = 0; i < n * s.hidden; ++i) {
+      ASSERT_TRUE(std::isfinite(fast[i])) << QuantTypeName(q) << " " << i;
+      ASSERT_EQ(fast[i], full[i]) << QuantTypeName(q) << " " << i;
+    }
   }
 }
 

@@ -218,7 +218,8 @@ class Binder {
   }
 
   // Rows [row0, row0 + out) of each expert of a stacked [experts, rows, in] tensor, bound as a
-  // matrix of its own (converted, packed and checked as any other).
+  // matrix of its own (converted, packed and checked as any other; quantize-on-load rewrites each
+  // slice, passed with the stacked tensor's name, so the quantized Linears apply per expert).
   Status ExpertMatrices(const std::string& name, int64_t experts, int64_t rows, int64_t in, int64_t row0,
                         int64_t out, std::vector<ops::WeightView>* views) {
     StatusOr<StoredTensor> t = Tensor(name, {experts, rows, in});
@@ -236,6 +237,16 @@ class Binder {
       part.nbytes = static_cast<uint64_t>(out * in) * es;
       const std::string which = st.name + "[" + std::to_string(e) + ", " + std::to_string(row0) + ":" +
                                 std::to_string(row0 + out) + "]";
+      part.name = which;
+      if (opt_.rewrite_matrix) {
+        StatusOr<StoredTensor> q = opt_.rewrite_matrix(name, part, &w_.owned);
+        if (!q.ok()) return q.status();
+        if (q.value().quant != QuantType::kNone) {
+          TESSERA_RETURN_IF_ERROR(BindQuant(q.value(), out, in, &(*views)[e]));
+          continue;
+        }
+        part = q.value();
+      }
       TESSERA_RETURN_IF_ERROR(Bind(which, part, out, in, &(*views)[e], Use::kLinear));
     }
     return Status::Ok();

@@ -161,6 +161,31 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
 
 namespace {
 
+// The decoder-layer tensors of Gemma 4's MoE block (docs/moe.md), which have no GGUF names here yet.
+constexpr const char* kMoeSuffixes[] = {
+    "router.proj.weight", "router.scale", "router.per_expert_scale", "experts.gate_up_proj", "experts.down_proj",
+    "pre_feedforward_layernorm_2.weight", "post_feedforward_layernorm_1.weight", "post_feedforward_layernorm_2.weight"};
+
+// The part of "layers.N.rest" after the layer number, or "" for any other name.
+std::string LayerSuffix(const std::string& canonical) {
+  if (canonical.compare(0, 7, "layers.") != 0) return "";
+  const size_t dot = canonical.find('.', 7);
+  return dot == std::string::npos ? "" : canonical.substr(dot + 1);
+}
+
+bool IsMoeTensor(const std::string& canonical) {
+  const std::string rest = LayerSuffix(canonical);
+  for (const char* t : kMoeSuffixes)
+    if (rest == t) return true;
+  return false;
+}
+
+// The stacked expert matrices, quantized per expert on load.
+bool IsExpertMatrix(const std::string& canonical) {
+  const std::string rest = LayerSuffix(canonical);
+  return rest == "experts.gate_up_proj" || rest == "experts.down_proj";
+}
+
 struct SourceTensor {
   TensorPlan plan;
   std::string hf_name;        // empty: generated (rope_freqs)
@@ -196,7 +221,8 @@ void AddRopeFreqs(const model::ModelConfig& c, std::vector<SourceTensor>* out) {
 }
 
 StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io::SafetensorsCheckpoint& ck,
-                                                const model::ModelConfig& cfg, int64_t n_tokens) {
+                                                const model::ModelConfig& cfg, int64_t n_tokens,
+                                                bool skip_moe) {
   StatusOr<std::string> prefix = ck.LanguageModelPrefix();
   if (!prefix.ok()) return Status(prefix.status().code(), "quantize: " + prefix.status().message());
   const std::optional<std::string> head = ck.LmHeadName();
@@ -212,6 +238,12 @@ StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io
     SourceTensor t;
     t.hf_name = name;
     t.plan.name = model::GgufTensorName(canonical);
+    if (t.plan.name.empty() && IsMoeTensor(canonical)) {
+      if (skip_moe) continue;  // quantize on load handles the experts itself
+      return Unimplemented("quantize: tensor " + name + " of '" + dir +
+                           "' belongs to a mixture-of-experts block; writing MoE checkpoints to GGUF is not "
+                           "supported yet (quantize on load, --quantize, is)");
+    }
     if (t.plan.name.empty())
       return Unimplemented("quantize: tensor " + name + " of '" + dir + "' has no GGUF counterpart this engine knows");
     StatusOr<io::SafetensorsTensor> st = ck.Get(name);
@@ -304,7 +336,7 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   if (!cfg.ok()) return Status(cfg.status().code(), "quantize on load: " + cfg.status().message());
   StatusOr<io::SafetensorsCheckpoint> ck = io::SafetensorsCheckpoint::Open(dir);
   if (!ck.ok()) return Status(ck.status().code(), "quantize on load: " + ck.status().message());
-  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(dir, ck.value(), cfg.value(), INT64_MAX);
+  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(dir, ck.value(), cfg.value(), INT64_MAX, /*skip_moe=*/true);
   if (!plan.ok()) return plan.status();
   std::vector<TensorPlan> tensors;
   for (const SourceTensor& t : plan.value()) tensors.push_back(t.plan);
@@ -312,8 +344,12 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   std::map<std::string, GgufElementType> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
-      [by_name](const std::string& name, const model::StoredTensor& s,
-                std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
+      [by_name, type](const std::string& name, const model::StoredTensor& s,
+                      std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
+        // One expert's slice: the file type's base block type (q4_k_m: Q4_K, no per-layer mix),
+        // falling back as any matrix whose rows are not whole blocks.
+        if (IsExpertMatrix(name) && s.quant == QuantType::kNone && s.shape.size() == 2)
+          return StoreAs(s, Fallback(BaseType(type), s.shape[1]), keep);
         const auto it = by_name.find(model::GgufTensorName(name));
         if (it == by_name.end() || s.quant != QuantType::kNone || s.shape.size() != 2) return s;
         if (it->second.quant == QuantType::kNone && it->second.dtype == s.dtype) return s;
@@ -332,7 +368,7 @@ StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeF
   io::GgufWriter w;
   int64_t n_tokens = 0;
   TESSERA_RETURN_IF_ERROR(WriteQuantizeMetadata(hf_dir, cfg.value(), tc.value(), type, &w, &n_tokens));
-  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(hf_dir, ck.value(), cfg.value(), n_tokens);
+  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(hf_dir, ck.value(), cfg.value(), n_tokens, /*skip_moe=*/false);
   if (!plan.ok()) return plan.status();
   QuantizeReport report;
   for (const SourceTensor& t : plan.value()) report.tensors.push_back(t.plan);
