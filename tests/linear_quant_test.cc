@@ -39,6 +39,7 @@
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
 #include "ops/quant_linear.h"
+#include "quant_blocks.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
 #include "tessera/gemm.h"
@@ -52,98 +53,24 @@ using ops::MatmulPrecision;
 using testing::kUnwritten;
 using testing::LinearRowsMatch;
 
+using testing::MakeQuantProblem;
+using testing::Magnitudes;
+using testing::QuantProblem;
+using testing::RandomBlocks;
+
 constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
                                 QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
 constexpr double kU = 1.0 / (1 << 24);
 
-// A random f16 scale of magnitude in [2^lo, 2^hi), either sign unless `positive`.
-uint16_t RandomScale(std::mt19937& rng, double lo, double hi, bool positive = false) {
-  const double mag = std::exp2(std::uniform_real_distribution<double>(lo, hi)(rng));
-  const bool neg = !positive && (rng() & 1);
-  return F32ToF16(static_cast<float>(neg ? -mag : mag));
-}
-
-// `rows` rows of `in` values as random blocks of type t: every code byte random, scales random.
-std::vector<uint8_t> RandomBlocks(std::mt19937& rng, QuantType t, int64_t rows, int64_t in) {
-  const int64_t bb = QuantBlockBytes(t), nblocks = rows * (in / QuantBlockElems(t));
-  std::vector<uint8_t> data(nblocks * bb);
-  for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
-  for (int64_t i = 0; i < nblocks; ++i) {
-    uint8_t* blk = data.data() + i * bb;
-    uint16_t d = RandomScale(rng, -12, -5);
-    switch (t) {
-      case QuantType::kQ4_K:
-      case QuantType::kQ5_K: {  // d at 0, dmin at 2 (both >= 0 in files; the sign is exercised anyway)
-        const uint16_t dmin = RandomScale(rng, -13, -6);
-        std::memcpy(blk, &d, 2), std::memcpy(blk + 2, &dmin, 2);
-        break;
-      }
-      case QuantType::kQ6_K: std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2); break;
-      default: std::memcpy(blk, &d, 2); break;  // Q4_0, Q5_0, Q8_0: d first
-    }
-  }
-  return data;
-}
-
-// M_i of the header comment for every weight of row `row`: |w_i| plus the twice-counted offset.
-std::vector<double> Magnitudes(QuantType t, const uint8_t* row, int64_t in) {
-  std::vector<float> w(in);
-  DequantizeRow(t, row, w.data(), in);
-  std::vector<double> m(in);
-  const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t);
-  for (int64_t i = 0; i < in; ++i) {
-    const uint8_t* blk = row + i / be * bb;
-    uint16_t h;
-    double extra = 0;
-    switch (t) {
-      case QuantType::kQ4_0: std::memcpy(&h, blk, 2), extra = 16 * std::fabs(F16ToF32(h)); break;
-      case QuantType::kQ5_0: std::memcpy(&h, blk, 2), extra = 32 * std::fabs(F16ToF32(h)); break;
-      case QuantType::kQ4_K:
-      case QuantType::kQ5_K: std::memcpy(&h, blk + 2, 2), extra = 2 * 63 * std::fabs(F16ToF32(h)); break;
-      case QuantType::kQ6_K: {
-        const auto* b = reinterpret_cast<const BlockQ6_K*>(blk);
-        extra = 64 * std::fabs(F16ToF32(b->d) * b->scales[i % 256 / 16]);
-        break;
-      }
-      default: break;
-    }
-    m[i] = std::fabs(w[i]) + extra;
-  }
-  return m;
-}
-
-struct Problem {
-  QuantType t;
-  int64_t n, in, out, xs, ys;
-  std::vector<uint8_t> w;
-  std::vector<float> x;
-  ops::WeightView View() const {
-    ops::WeightView v{w.data(), DType::kF32, out, in};
-    v.quant = t;
-    return v;
-  }
-  const uint8_t* Row(int64_t o) const { return w.data() + o * QuantRowBytes(t, in); }
-};
-
-Problem MakeProblem(std::mt19937& rng, QuantType t, int64_t n, int64_t in, int64_t out) {
-  Problem p{t, n, in, out, in + 3, out + 2, RandomBlocks(rng, t, out, in), std::vector<float>(n * (in + 3))};
-  std::normal_distribution<float> nd;
-  for (float& v : p.x) v = nd(rng);
-  // Some activation blocks far larger or smaller than the rest, and an all-zero block.
-  for (int64_t i = 0; i < n * p.xs; i += 97) p.x[i] *= 50.0f;
-  if (in >= 64) std::fill(p.x.begin() + 32, p.x.begin() + 64, 0.0f);
-  return p;
-}
-
 // x rounded to bf16 at precision bf16, as the references see it.
-float XAt(const Problem& p, int64_t t, int64_t i, MatmulPrecision prec) {
+float XAt(const QuantProblem& p, int64_t t, int64_t i, MatmulPrecision prec) {
   const float v = p.x[t * p.xs + i];
   return prec == MatmulPrecision::kBf16 ? Bf16ToF32(F32ToBf16(v)) : v;
 }
 
 // Per-output tolerances of the row-dot path (header comment): against LinearReferenceInt8 (int8)
 // and against LinearReference (exact), given both references.
-void RowDotTolerances(const Problem& p, const std::vector<float>& ref_int8, const std::vector<float>& ref,
+void RowDotTolerances(const QuantProblem& p, const std::vector<float>& ref_int8, const std::vector<float>& ref,
                       std::vector<double>* tol_int8, std::vector<double>* tol_exact) {
   const int64_t be = ops::ActBlockElems(p.t), nb = p.in / QuantBlockElems(p.t);
   tol_int8->assign(p.n * p.ys, 0), tol_exact->assign(p.n * p.ys, 0);
@@ -168,7 +95,7 @@ void RowDotTolerances(const Problem& p, const std::vector<float>& ref_int8, cons
   }
 }
 
-double GemmTolerance(const Problem& p, MatmulPrecision prec, bool bf16_weights, const std::vector<float>& ref,
+double GemmTolerance(const QuantProblem& p, MatmulPrecision prec, bool bf16_weights, const std::vector<float>& ref,
                      int64_t t, int64_t o) {
   std::vector<float> w(p.in);
   DequantizeRow(p.t, p.Row(o), w.data(), p.in);
@@ -179,7 +106,7 @@ double GemmTolerance(const Problem& p, MatmulPrecision prec, bool bf16_weights, 
 
 enum class Path { kLinear, kRowDot, kGemm, kGemmScratch };  // kGemmScratch: with x_pairs
 
-std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, Path path,
+std::vector<float> RunLinear(const QuantProblem& p, int64_t n, ThreadPool* pool, MatmulPrecision prec, Path path,
                              int64_t t0 = 0) {
   std::vector<float> y(n * p.ys, kUnwritten);
   const float* x = p.x.data() + t0 * p.xs;
@@ -197,7 +124,7 @@ std::vector<float> RunLinear(const Problem& p, int64_t n, ThreadPool* pool, Matm
 }
 
 ::testing::AssertionResult WithinTolerances(const std::vector<float>& y, const std::vector<float>& ref,
-                                            const std::vector<double>& tol, const Problem& p) {
+                                            const std::vector<double>& tol, const QuantProblem& p) {
   for (int64_t t = 0; t < p.n; ++t)
     for (int64_t o = 0; o < p.ys; ++o) {
       const size_t k = t * p.ys + o;
@@ -294,7 +221,7 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
         const int64_t n = 1 + (rng() % 3), in = blocks * be;
         SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
                      " n=" + std::to_string(n));
-        const Problem p = MakeProblem(rng, t, n, in, out);
+        const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
         std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
         ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
         ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
@@ -334,7 +261,7 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
     const int64_t in = (t == QuantType::kQ4_0 || t == QuantType::kQ5_0 ? 37 : 3) * QuantBlockElems(t), out = 21;
     for (int64_t n = 1; n <= 17; ++n) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
-      const Problem p = MakeProblem(rng, t, n, in, out);
+      const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
       std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
       ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
       ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
@@ -381,7 +308,7 @@ TEST(LinearQuant, GemmMatchesReference) {
         const int64_t n = 4 + rng() % 61, in = blocks * be;
         SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
                      " n=" + std::to_string(n));
-        const Problem p = MakeProblem(rng, t, n, in, out);
+        const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
         for (int variant = 0; variant < 3; ++variant) {  // f32; bf16 with the dot product (if any); bf16 without
           const MatmulPrecision prec = variant == 0 ? MatmulPrecision::kF32 : MatmulPrecision::kBf16;
           ops::EnableBf16Dot(variant != 2);
@@ -419,7 +346,7 @@ TEST(LinearQuant, NonFiniteActivationsGiveNaN) {
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(8);
   for (QuantType t : kTypes) {
-    Problem p = MakeProblem(rng, t, 2, 2 * QuantBlockElems(t), 9);
+    QuantProblem p = MakeQuantProblem(rng, t, 2, 2 * QuantBlockElems(t), 9);
     for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       p.x[p.xs + 5] = bad;
       for (int k = 0; k < n_kernels; ++k) {

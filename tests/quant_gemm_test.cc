@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ops/quant_gemm.h"
+#include "quant_blocks.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
 #include "tessera/gemm.h"
@@ -32,84 +33,17 @@
 namespace tessera {
 namespace {
 
+using testing::MakeQuantProblem;
+using testing::Magnitudes;
+using testing::QuantProblem;
+using testing::RandomBlocks;
+
 constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
                                 QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
 constexpr double kU = 1.0 / (1 << 24);
 constexpr float kUnwritten = -12345.0f;
 
-uint16_t RandomScale(std::mt19937& rng, double lo, double hi) {
-  const double mag = std::exp2(std::uniform_real_distribution<double>(lo, hi)(rng));
-  return F32ToF16(static_cast<float>((rng() & 1) ? -mag : mag));
-}
-
-// Random blocks: every code byte random, f16 scales random in a sane range (either sign).
-std::vector<uint8_t> RandomBlocks(std::mt19937& rng, QuantType t, int64_t rows, int64_t in) {
-  const int64_t bb = QuantBlockBytes(t), nblocks = rows * (in / QuantBlockElems(t));
-  std::vector<uint8_t> data(nblocks * bb);
-  for (uint8_t& b : data) b = static_cast<uint8_t>(rng());
-  for (int64_t i = 0; i < nblocks; ++i) {
-    uint8_t* blk = data.data() + i * bb;
-    const uint16_t d = RandomScale(rng, -12, -5), dmin = RandomScale(rng, -13, -6);
-    if (t == QuantType::kQ6_K) {
-      std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
-    } else {
-      std::memcpy(blk, &d, 2);
-      if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) std::memcpy(blk + 2, &dmin, 2);
-    }
-  }
-  return data;
-}
-
-// M_i of the header comment for every weight of one row.
-std::vector<double> Magnitudes(QuantType t, const uint8_t* row, int64_t in) {
-  std::vector<float> w(in);
-  DequantizeRow(t, row, w.data(), in);
-  std::vector<double> m(in);
-  const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t);
-  for (int64_t i = 0; i < in; ++i) {
-    const uint8_t* blk = row + i / be * bb;
-    uint16_t h;
-    double extra = 0;
-    switch (t) {
-      case QuantType::kQ4_0: std::memcpy(&h, blk, 2), extra = 16 * std::fabs(F16ToF32(h)); break;
-      case QuantType::kQ5_0: std::memcpy(&h, blk, 2), extra = 32 * std::fabs(F16ToF32(h)); break;
-      case QuantType::kQ8_0: std::memcpy(&h, blk, 2), extra = 256 * std::fabs(F16ToF32(h)); break;
-      case QuantType::kQ4_K:
-      case QuantType::kQ5_K: std::memcpy(&h, blk + 2, 2), extra = 2 * 63 * std::fabs(F16ToF32(h)); break;
-      case QuantType::kQ6_K: {
-        const auto* b = reinterpret_cast<const BlockQ6_K*>(blk);
-        extra = 64 * std::fabs(F16ToF32(b->d) * b->scales[i % 256 / 16]);
-        break;
-      }
-      default: break;
-    }
-    m[i] = std::fabs(w[i]) + extra;
-  }
-  return m;
-}
-
-struct Problem {
-  QuantType t;
-  int64_t n, in, out, xs, ys;
-  std::vector<uint8_t> w;
-  std::vector<float> x;
-  ops::WeightView View() const {
-    ops::WeightView v{w.data(), DType::kF32, out, in};
-    v.quant = t;
-    return v;
-  }
-};
-
-Problem MakeProblem(std::mt19937& rng, QuantType t, int64_t n, int64_t in, int64_t out) {
-  Problem p{t, n, in, out, in + 3, out + 2, RandomBlocks(rng, t, out, in), std::vector<float>(n * (in + 3))};
-  std::normal_distribution<float> nd;
-  for (float& v : p.x) v = nd(rng);
-  for (int64_t i = 0; i < n * p.xs; i += 97) p.x[i] *= 50.0f;  // some blocks far larger than the rest
-  if (in >= 64) std::fill(p.x.begin() + 32, p.x.begin() + 64, 0.0f);  // an all-zero block
-  return p;
-}
-
-std::vector<float> RunQuantGemm(const Problem& p, int64_t n, int64_t t0, ThreadPool* pool) {
+std::vector<float> RunQuantGemm(const QuantProblem& p, int64_t n, int64_t t0, ThreadPool* pool) {
   std::vector<float> y(n * p.ys, kUnwritten);
   AlignedBuffer scratch(ops::GemmScratchWords(n, p.in) * 4);
   ops::QuantGemm(p.View(), p.x.data() + t0 * p.xs, n, p.xs, y.data(), p.ys, pool, scratch.as<uint32_t>());
@@ -118,7 +52,7 @@ std::vector<float> RunQuantGemm(const Problem& p, int64_t n, int64_t t0, ThreadP
 
 // Per value of token t: the activation error bound d_b / 256 + 2 u |x_i| of the header comment
 // (d_b = amax_b / 127 of its 32-value block, computed here from x).
-std::vector<double> ActError(const Problem& p, int64_t t) {
+std::vector<double> ActError(const QuantProblem& p, int64_t t) {
   std::vector<double> e(p.in);
   const float* x = p.x.data() + t * p.xs;
   for (int64_t b = 0; b < p.in / 32; ++b) {
@@ -140,7 +74,7 @@ TEST(QuantGemm, MatchesReferenceOnRandomShapes) {
         const int64_t n = 1 + rng() % 40, in = blocks * be;
         SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
                      " n=" + std::to_string(n));
-        const Problem p = MakeProblem(rng, t, n, in, out);
+        const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
         std::vector<float> ref(n * p.ys);
         ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
         std::vector<double> tol(n * p.ys);
@@ -148,7 +82,7 @@ TEST(QuantGemm, MatchesReferenceOnRandomShapes) {
         for (int64_t i = 0; i < n; ++i) err[i] = ActError(p, i);
         for (int64_t o = 0; o < out; ++o) {
           const uint8_t* row = p.w.data() + o * QuantRowBytes(t, in);
-          const std::vector<double> m = Magnitudes(t, row, in);
+          const std::vector<double> m = Magnitudes(t, row, in, /*q8_0_offset=*/256);
           std::vector<float> w(in);
           DequantizeRow(t, row, w.data(), in);
           for (int64_t i = 0; i < n; ++i) {
@@ -189,7 +123,7 @@ TEST(QuantGemm, LinearRoutesPrefillWithScratch) {
   if (!ops::QuantGemmAvailable(QuantType::kQ4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(12);
   ThreadPool pool(2);
-  const Problem p = MakeProblem(rng, QuantType::kQ4_K, 20, 512, 48);
+  const QuantProblem p = MakeQuantProblem(rng, QuantType::kQ4_K, 20, 512, 48);
   const std::vector<float> int8 = RunQuantGemm(p, 20, 0, &pool);
   std::vector<float> y(20 * p.ys, kUnwritten), f32(20 * p.ys, kUnwritten);
   AlignedBuffer scratch(ops::GemmScratchWords(20, p.in) * 4);
@@ -223,7 +157,7 @@ TEST(QuantGemm, NonFiniteActivationsGiveNaN) {
   if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(14);
   for (QuantType t : kTypes) {
-    Problem p = MakeProblem(rng, t, 3, 2 * QuantBlockElems(t), 40);
+    QuantProblem p = MakeQuantProblem(rng, t, 3, 2 * QuantBlockElems(t), 40);
     for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       p.x[p.xs + 5] = bad;
       const std::vector<float> y = RunQuantGemm(p, 3, 0, nullptr);
