@@ -3,6 +3,7 @@
 // called only on CPUs with them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -419,6 +420,7 @@ inline void StoreSums(const __m512* a0, const __m512* a1, float* out, int64_t ou
 
 template <typename W, bool kQh>
 struct RowK45Tokens {
+  static constexpr int kMaxTokens = kQuantDotTokens;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const W* w = static_cast<const W*>(wp);
@@ -441,6 +443,7 @@ struct RowK45Tokens {
 };
 
 struct RowQ6KTokens {
+  static constexpr int kMaxTokens = kQuantDotTokens;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ6_K*>(wp);
@@ -462,6 +465,7 @@ struct RowQ6KTokens {
 
 // Row512<BlockQ8_0, PairQ8_0, DotQ8_0> for T tokens.
 struct Row8_0Tokens {
+  static constexpr int kMaxTokens = kQuantDotTokens;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ8_0*>(wp);
@@ -483,12 +487,14 @@ struct Row8_0Tokens {
 // Row16T as a Row<T> for RowsTokens (not a class template over Row16T's arguments: vector types'
 // attributes do not survive as class template arguments).
 struct Row16TokensQ4_0 {
+  static constexpr int kMaxTokens = 4;  // a0, a1, off and s per token
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     Row16T<T, BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>(wp, xp, x_stride, nb, out, out_stride);
   }
 };
 struct Row16TokensQ5_0 {
+  static constexpr int kMaxTokens = 4;  // a0, a1, off and s per token
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     Row16T<T, BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>(wp, xp, x_stride, nb, out, out_stride);
@@ -517,14 +523,25 @@ void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_
     K::template Row<T>(static_cast<const char*>(w) + r * w_stride, xq, xq_stride, nb, out + r, out_stride);
 }
 
+// K::kMaxTokens at a time (the kernels whose per-token state fills the 32 vector registers at
+// fewer tokens take the rest in a second pass over the rows, still in L1/L2).
 template <typename K>
 void RowsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                 int64_t nb, float* out, int64_t out_stride) {
-  switch (tokens) {
-    case 1: return RowsT<K, 1>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 2: return RowsT<K, 2>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 3: return RowsT<K, 3>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    default: return RowsT<K, 4>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+  static_assert(K::kMaxTokens == 4 || K::kMaxTokens == kQuantDotTokens);
+  for (int t0 = 0; t0 < tokens; t0 += K::kMaxTokens) {
+    const void* x = static_cast<const char*>(xq) + t0 * xq_stride;
+    float* o = out + t0 * out_stride;
+    switch (std::min(tokens - t0, K::kMaxTokens)) {
+      case 1: RowsT<K, 1>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 2: RowsT<K, 2>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 3: RowsT<K, 3>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 4: RowsT<K, 4>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 5: RowsT<K, K::kMaxTokens < 5 ? 1 : 5>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 6: RowsT<K, K::kMaxTokens < 6 ? 1 : 6>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 7: RowsT<K, K::kMaxTokens < 7 ? 1 : 7>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      default: RowsT<K, K::kMaxTokens < 8 ? 1 : 8>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+    }
   }
 }
 
