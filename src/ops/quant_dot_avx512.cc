@@ -174,13 +174,13 @@ void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float*
                                         _mm512_set1_epi32(int(sizeof(W))));
   const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   __m512 a0[T], a1[T], off[T], s[T];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < T; ++i) a0[i] = a1[i] = off[i] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 16 <= nb; b += 16) {
     const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
     const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < T; ++i) {
       s[i] = _mm512_mul_ps(dw, _mm512_loadu_ps(xd[i] + b));
       if (kOffset) off[i] = _mm512_fmadd_ps(dw, _mm512_loadu_ps(xo[i] + b), off[i]);
@@ -188,7 +188,7 @@ void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float*
     for (int p = 0; p < 8; p += 2) {
       const __m512i c0 = Codes(w + b + 2 * p), c1 = Codes(w + b + 2 * p + 2);
       const __m512i i0 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p)), i1 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p + 2));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < T; ++i) {
         const ActBlock32* xb = x[i] + b + 2 * p;
         const __m512i l0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, LoadPair(xb[0], xb[1]));
@@ -420,7 +420,7 @@ inline void StoreSums(const __m512* a0, const __m512* a1, float* out, int64_t ou
 
 template <typename W, bool kQh>
 struct RowK45Tokens {
-  static constexpr int kMaxTokens = kQuantDotTokens;
+  static constexpr int kMaxTokens = 4;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const W* w = static_cast<const W*>(wp);
@@ -443,7 +443,7 @@ struct RowK45Tokens {
 };
 
 struct RowQ6KTokens {
-  static constexpr int kMaxTokens = kQuantDotTokens;
+  static constexpr int kMaxTokens = 8;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ6_K*>(wp);
@@ -465,7 +465,7 @@ struct RowQ6KTokens {
 
 // Row512<BlockQ8_0, PairQ8_0, DotQ8_0> for T tokens.
 struct Row8_0Tokens {
-  static constexpr int kMaxTokens = kQuantDotTokens;
+  static constexpr int kMaxTokens = 8;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ8_0*>(wp);
@@ -487,14 +487,14 @@ struct Row8_0Tokens {
 // Row16T as a Row<T> for RowsTokens (not a class template over Row16T's arguments: vector types'
 // attributes do not survive as class template arguments).
 struct Row16TokensQ4_0 {
-  static constexpr int kMaxTokens = 4;  // a0, a1, off and s per token
+  static constexpr int kMaxTokens = 8;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     Row16T<T, BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>(wp, xp, x_stride, nb, out, out_stride);
   }
 };
 struct Row16TokensQ5_0 {
-  static constexpr int kMaxTokens = 4;  // a0, a1, off and s per token
+  static constexpr int kMaxTokens = 8;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     Row16T<T, BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>(wp, xp, x_stride, nb, out, out_stride);
@@ -523,12 +523,13 @@ void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_
     K::template Row<T>(static_cast<const char*>(w) + r * w_stride, xq, xq_stride, nb, out + r, out_stride);
 }
 
-// K::kMaxTokens at a time (the kernels whose per-token state fills the 32 vector registers at
-// fewer tokens take the rest in a second pass over the rows, still in L1/L2).
+// K::kMaxTokens at a time: the Q4_K/Q5_K kernel takes 4 (at 8, its 24 vectors of per-token state
+// spill and it ran slower than 4 + 4); the rest go on in a second pass over the rows (in L1/L2).
 template <typename K>
 void RowsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                 int64_t nb, float* out, int64_t out_stride) {
-  static_assert(K::kMaxTokens == 4 || K::kMaxTokens == kQuantDotTokens);
+  static_assert(K::kMaxTokens == 4 || K::kMaxTokens == 8);
+  static_assert(kQuantDotTokens == 8);
   for (int t0 = 0; t0 < tokens; t0 += K::kMaxTokens) {
     const void* x = static_cast<const char*>(xq) + t0 * xq_stride;
     float* o = out + t0 * out_stride;
