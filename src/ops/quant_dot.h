@@ -12,7 +12,7 @@
 
 namespace tessera::ops {
 
-constexpr int kQuantDotTokens = 4;  // tokens per dot_rows_tokens call, at most
+constexpr int kQuantDotTokens = 8;  // tokens per dot_rows_tokens call, at most
 
 struct QuantDotKernels {
   const char* name;

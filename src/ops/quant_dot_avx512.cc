@@ -3,6 +3,7 @@
 // called only on CPUs with them.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -39,12 +40,17 @@ inline __m512i LoadPair(const ActBlock32& x0, const ActBlock32& x1) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(Load32(x0.q)), Load32(x1.q), 1);
 }
 
-// [s0 x 8 lanes, s1 x 8 lanes] with s = f16 weight scale times the activation scale.
-inline __m512 PairScale(uint16_t d0, uint16_t d1, float x0, float x1) {
-  const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | static_cast<uint32_t>(d1) << 16)));
+// Two blocks' f16 weight scales as f32 in lanes 0 and 1.
+inline __m128 PairWeightScales(uint16_t d0, uint16_t d1) {
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | static_cast<uint32_t>(d1) << 16)));
+}
+
+// [s0 x 8 lanes, s1 x 8 lanes] with s = weight scale (PairWeightScales) times the activation scale.
+inline __m512 PairScale(__m128 dw, float x0, float x1) {
   const __m128 s = _mm_mul_ps(dw, _mm_setr_ps(x0, x1, 0.0f, 0.0f));
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(s));
 }
+inline __m512 PairScale(uint16_t d0, uint16_t d1, float x0, float x1) { return PairScale(PairWeightScales(d0, d1), x0, x1); }
 
 // sum (codes - offset) x per lane, exactly.
 inline __m512i OffsetDot(__m512i codes, __m512i x, int offset) {
@@ -75,6 +81,22 @@ inline __m512 PairQ8_0(const BlockQ8_0* w, const ActBlock32* x, __m512 acc) {
   const __m512i xq = _mm512_mask_sub_epi8(xs, _mm512_movepi8_mask(q), _mm512_setzero_si512(), xs);
   const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), xq);
   return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
+}
+
+// PairQ8_0 for T tokens (blocks b, b + 1 of each x[i]): |q|, its signs and the weight scales once.
+template <int T>
+inline void PairQ8_0T(const BlockQ8_0* w, const ActBlock32* const* x, int64_t b, __m512* acc) {
+  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(Load32(w[0].qs)), Load32(w[1].qs), 1);
+  const __m512i abs_q = _mm512_abs_epi8(q);
+  const __mmask64 neg = _mm512_movepi8_mask(q);
+  const __m128 dw = PairWeightScales(w[0].d, w[1].d);
+#pragma GCC unroll 8
+  for (int i = 0; i < T; ++i) {
+    const __m512i xs = LoadPair(x[i][b], x[i][b + 1]);
+    const __m512i xq = _mm512_mask_sub_epi8(xs, neg, _mm512_setzero_si512(), xs);
+    const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_q, xq);
+    acc[i] = _mm512_fmadd_ps(PairScale(dw, x[i][b].d, x[i][b + 1].d), _mm512_cvtepi32_ps(lanes), acc[i]);
+  }
 }
 
 // Pairs of blocks on two accumulators; an odd last block on the 256-bit kernel.
@@ -152,13 +174,13 @@ void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float*
                                         _mm512_set1_epi32(int(sizeof(W))));
   const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   __m512 a0[T], a1[T], off[T], s[T];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
   for (int i = 0; i < T; ++i) a0[i] = a1[i] = off[i] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 16 <= nb; b += 16) {
     const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
     const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int i = 0; i < T; ++i) {
       s[i] = _mm512_mul_ps(dw, _mm512_loadu_ps(xd[i] + b));
       if (kOffset) off[i] = _mm512_fmadd_ps(dw, _mm512_loadu_ps(xo[i] + b), off[i]);
@@ -166,7 +188,7 @@ void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float*
     for (int p = 0; p < 8; p += 2) {
       const __m512i c0 = Codes(w + b + 2 * p), c1 = Codes(w + b + 2 * p + 2);
       const __m512i i0 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p)), i1 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p + 2));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < T; ++i) {
         const ActBlock32* xb = x[i] + b + 2 * p;
         const __m512i l0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, LoadPair(xb[0], xb[1]));
@@ -295,6 +317,190 @@ float Row8_0(const void* w, const void* x, int64_t nb) {
   return Row512<BlockQ8_0, PairQ8_0, DotQ8_0>(static_cast<const BlockQ8_0*>(w), static_cast<const ActBlock32*>(x), nb);
 }
 
+// The multi-token forms of RowK45, RowQ6K and Row8_0: each weight block's codes, scales and
+// minimums unpacked once and used by all T tokens (x_stride bytes apart, outputs out_stride floats
+// apart). Per token every operation is the single-token kernel's, in its order, so each token's
+// result is that kernel's bit for bit; only the unpacking is shared.
+
+// BlockK45x512 for T tokens, xb[i] token i's activation block.
+template <int T, bool kQh>
+inline void BlockK45x512T(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh,
+                          const ActBlock256* const* xb, __m512* acc) {
+  uint32_t w[3], sc[2], mn[2];
+  std::memcpy(w, scales, 12);
+  sc[0] = w[0] & 0x3f3f3f3fu, sc[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 6) & 0x03030303u) << 4;
+  mn[0] = w[1] & 0x3f3f3f3fu, mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 6) & 0x03030303u) << 4;
+  const __m512i sc16 = _mm512_castsi128_si512(
+      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc[0] | uint64_t(sc[1]) << 32))));
+  const __m512i halves = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  const __m512i shift = _mm512_or_si512(halves, _mm512_slli_epi64(halves, 16));
+  const __m512i nib_shift = _mm512_or_si512(shift, _mm512_slli_epi64(shift, 32));
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i hb = kQh ? _mm512_broadcast_i64x4(Load32(qh)) : _mm512_setzero_si512();
+  __m512i i1[T];
+#pragma GCC unroll 8
+  for (int i = 0; i < T; ++i) i1[i] = _mm512_setzero_si512();
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q = _mm512_broadcast_i64x4(Load32(qs + 32 * c));
+    __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), m4);
+    if (kQh) {
+      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                             _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
+      codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(hb, bit), codes, _mm512_set1_epi8(16));
+    }
+    const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
+                                            _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
+    const __m512i scale = _mm512_permutexvar_epi16(pick, sc16);
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) {
+      const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(xb[i]->q + 64 * c));
+      i1[i] = _mm512_add_epi32(i1[i], _mm512_madd_epi16(pairs, scale));
+    }
+  }
+  const __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn[0] | uint64_t(mn[1]) << 32)));
+  const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
+  const float hd = Half(d), hmin = Half(dmin);
+#pragma GCC unroll 8
+  for (int i = 0; i < T; ++i) {
+    const __m256i i2 = _mm256_madd_epi16(Load32(xb[i]->bsums), mins);
+    const __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(i1[i]), acc[i]);
+    acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(xb[i]->d * hmin), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(i2)), a);
+  }
+}
+
+// BlockQ6Kx512 for T tokens.
+template <int T>
+inline void BlockQ6Kx512T(const BlockQ6_K& w, const ActBlock256* const* xb, __m512* acc) {
+  const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales))));
+  const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
+  const __m512i lanes = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+  const __m512i s02 = _mm512_or_si512(_mm512_or_si512(lanes, _mm512_slli_epi64(lanes, 16)),
+                                      _mm512_or_si512(_mm512_slli_epi64(lanes, 32), _mm512_slli_epi64(lanes, 48)));
+  const __m512i s46 = _mm512_add_epi16(s02, _mm512_set1_epi16(4));
+  const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x00020002, 0x00020002,
+                                            0x00020002, 0x00020002, 0x00030003, 0x00030003, 0x00030003, 0x00030003);
+  __m512i isum[T];
+#pragma GCC unroll 8
+  for (int i = 0; i < T; ++i) isum[i] = _mm512_setzero_si512();
+  for (int h = 0; h < 2; ++h) {
+    const __m512i l = _mm512_loadu_si512(w.ql + 64 * h);
+    const __m512i q = _mm512_broadcast_i64x4(Load32(w.qh + 32 * h));
+    const __m512i codes[2] = {
+        _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s02), m3), 4)),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s46), m3), 4))};
+    for (int k = 0; k < 2; ++k) {
+      const __m512i scale = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4 * k))), sc16);
+#pragma GCC unroll 8
+      for (int i = 0; i < T; ++i) {
+        const __m512i pairs = _mm512_maddubs_epi16(codes[k], _mm512_loadu_si512(xb[i]->q + 128 * h + 64 * k));
+        isum[i] = _mm512_add_epi32(isum[i], _mm512_madd_epi16(pairs, scale));
+      }
+    }
+  }
+  const float hd = Half(w.d);
+#pragma GCC unroll 8
+  for (int i = 0; i < T; ++i) {
+    const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(Load32(xb[i]->bsums), _mm512_castsi512_si256(sc16)), 5);
+    const __m512i s = _mm512_sub_epi32(isum[i], _mm512_zextsi256_si512(off));
+    acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(s), acc[i]);
+  }
+}
+
+// Token i's activation rows: xp + i * x_stride.
+template <typename X, int T>
+inline void TokenRows(const void* xp, int64_t x_stride, const X** x) {
+  for (int i = 0; i < T; ++i) x[i] = reinterpret_cast<const X*>(static_cast<const char*>(xp) + i * x_stride);
+}
+
+template <int T>
+inline void StoreSums(const __m512* a0, const __m512* a1, float* out, int64_t out_stride) {
+  for (int i = 0; i < T; ++i) out[i * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
+}
+
+template <typename W, bool kQh>
+struct RowK45Tokens {
+  static constexpr int kMaxTokens = 4;
+  template <int T>
+  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
+    const W* w = static_cast<const W*>(wp);
+    const ActBlock256* x[T];
+    const ActBlock256* xb[T];
+    TokenRows<ActBlock256, T>(xp, x_stride, x);
+    __m512 a0[T], a1[T];
+    for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+    const auto block = [&](int64_t b, __m512* acc) {
+      for (int i = 0; i < T; ++i) xb[i] = x[i] + b;
+      BlockK45x512T<T, kQh>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, QhOf(w[b]), xb, acc);
+    };
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) block(b, a0), block(b + 1, a1);
+    if (b < nb) block(b, a0);
+    StoreSums<T>(a0, a1, out, out_stride);
+  }
+  static const uint8_t* QhOf(const BlockQ5_K& w) { return w.qh; }
+  static const uint8_t* QhOf(const BlockQ4_K&) { return nullptr; }
+};
+
+struct RowQ6KTokens {
+  static constexpr int kMaxTokens = 8;
+  template <int T>
+  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
+    const auto* w = static_cast<const BlockQ6_K*>(wp);
+    const ActBlock256* x[T];
+    const ActBlock256* xb[T];
+    TokenRows<ActBlock256, T>(xp, x_stride, x);
+    __m512 a0[T], a1[T];
+    for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+    const auto block = [&](int64_t b, __m512* acc) {
+      for (int i = 0; i < T; ++i) xb[i] = x[i] + b;
+      BlockQ6Kx512T<T>(w[b], xb, acc);
+    };
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) block(b, a0), block(b + 1, a1);
+    if (b < nb) block(b, a0);
+    StoreSums<T>(a0, a1, out, out_stride);
+  }
+};
+
+// Row512<BlockQ8_0, PairQ8_0, DotQ8_0> for T tokens.
+struct Row8_0Tokens {
+  static constexpr int kMaxTokens = 8;
+  template <int T>
+  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
+    const auto* w = static_cast<const BlockQ8_0*>(wp);
+    const ActBlock32* x[T];
+    TokenRows<ActBlock32, T>(xp, x_stride, x);
+    __m512 a0[T], a1[T];
+    for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) PairQ8_0T<T>(w + b, x, b, a0), PairQ8_0T<T>(w + b + 2, x, b + 2, a1);
+    if (b + 2 <= nb) PairQ8_0T<T>(w + b, x, b, a0), b += 2;
+    for (int i = 0; i < T; ++i) {
+      float tail = 0.0f;
+      if (b < nb) tail = HSum(DotQ8_0(w[b], x[i][b], _mm256_setzero_ps()));
+      out[i * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i])) + tail;
+    }
+  }
+};
+
+// Row16T as a Row<T> for RowsTokens (not a class template over Row16T's arguments: vector types'
+// attributes do not survive as class template arguments).
+struct Row16TokensQ4_0 {
+  static constexpr int kMaxTokens = 8;
+  template <int T>
+  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
+    Row16T<T, BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>(wp, xp, x_stride, nb, out, out_stride);
+  }
+};
+struct Row16TokensQ5_0 {
+  static constexpr int kMaxTokens = 8;
+  template <int T>
+  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
+    Row16T<T, BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>(wp, xp, x_stride, nb, out, out_stride);
+  }
+};
+
 void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   float (*row)(const void*, const void*, int64_t) = nullptr;
   switch (t) {
@@ -309,37 +515,55 @@ void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, cons
   for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);
 }
 
-template <int T, typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
-          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
+// K::Row<T> over the rows, T = tokens (1..kQuantDotTokens).
+template <typename K, int T>
 void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb, float* out,
            int64_t out_stride) {
   for (int64_t r = 0; r < rows; ++r)
-    Row16T<T, W, Codes, kOffset, Pair, Block>(static_cast<const char*>(w) + r * w_stride, xq, xq_stride, nb, out + r,
-                                              out_stride);
+    K::template Row<T>(static_cast<const char*>(w) + r * w_stride, xq, xq_stride, nb, out + r, out_stride);
 }
 
-template <typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
-          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
+// K::kMaxTokens at a time: the Q4_K/Q5_K kernel takes 4 (at 8, its 24 vectors of per-token state
+// spill and it ran slower than 4 + 4); the rest go on in a second pass over the rows (in L1/L2).
+template <typename K>
 void RowsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                 int64_t nb, float* out, int64_t out_stride) {
-  switch (tokens) {
-    case 1: return RowsT<1, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 2: return RowsT<2, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 3: return RowsT<3, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    default: return RowsT<4, W, Codes, kOffset, Pair, Block>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+  static_assert(K::kMaxTokens == 4 || K::kMaxTokens == 8);
+  static_assert(kQuantDotTokens == 8);
+  for (int t0 = 0; t0 < tokens; t0 += K::kMaxTokens) {
+    const void* x = static_cast<const char*>(xq) + t0 * xq_stride;
+    float* o = out + t0 * out_stride;
+    switch (std::min(tokens - t0, K::kMaxTokens)) {
+      case 1: RowsT<K, 1>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 2: RowsT<K, 2>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 3: RowsT<K, 3>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 4: RowsT<K, 4>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 5: RowsT<K, K::kMaxTokens < 5 ? 1 : 5>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 6: RowsT<K, K::kMaxTokens < 6 ? 1 : 6>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      case 7: RowsT<K, K::kMaxTokens < 7 ? 1 : 7>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+      default: RowsT<K, K::kMaxTokens < 8 ? 1 : 8>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
+    }
   }
 }
 
-// Q4_0 / Q5_0 share each block's unpacked codes between the tokens; the other types run DotRows512
-// per token over the rows (still in L1/L2 from the first token).
+// Each weight block unpacked once for all tokens (the other types have no row-dot kernel here:
+// DotRows512 per token).
 void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                       int tokens, int64_t nb, float* out, int64_t out_stride) {
-  if (t == QuantType::kQ4_0)
-    return RowsTokens<BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
-  if (t == QuantType::kQ5_0)
-    return RowsTokens<BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
-  for (int i = 0; i < tokens; ++i)
-    DotRows512(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
+  void (*rows_tokens)(const void*, int64_t, int64_t, const void*, int64_t, int, int64_t, float*, int64_t) = nullptr;
+  switch (t) {
+    case QuantType::kQ4_0: rows_tokens = RowsTokens<Row16TokensQ4_0>; break;
+    case QuantType::kQ5_0: rows_tokens = RowsTokens<Row16TokensQ5_0>; break;
+    case QuantType::kQ8_0: rows_tokens = RowsTokens<Row8_0Tokens>; break;
+    case QuantType::kQ4_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ4_K, false>>; break;
+    case QuantType::kQ5_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ5_K, true>>; break;
+    case QuantType::kQ6_K: rows_tokens = RowsTokens<RowQ6KTokens>; break;
+    default:
+      for (int i = 0; i < tokens; ++i)
+        DotRows512(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
+      return;
+  }
+  rows_tokens(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
 }
 
 }  // namespace
