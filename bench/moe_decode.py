@@ -2,7 +2,7 @@
 bytes a decode step actually reads: the dense part plus top_k / num_experts of the experts; and prefill as
 GFLOP/s of the whole step beside the f32 FMA peak's order of magnitude (numpy's GEMM rate, measured here).
 
-  /work/main/.venv/bin/python bench/moe_decode.py [--layers 2] [--vocab 16384] [--steps 16] [--runs 3]
+  .venv/bin/python bench/moe_decode.py [--layers 2] [--vocab 16384] [--steps 16] [--runs 3]
                                                   [--threads 2] [--prompt 32] [--prefill 256]
 
 The model: bench/e2e/checkpoint.py's `gemma4_26b_a4b` (26B-A4B's real widths, expert count and top-k) with

@@ -1,7 +1,7 @@
 """Time to first token with and without the prefill skips (docs/runtime.md "Prefill skips") on a
 Gemma-4-E2B-shaped model, beside llama.cpp on the same weights.
 
-  /work/main/.venv/bin/python bench/prefill_skip.py [--prompts 512,2048] [--runs 3] [--threads 2]
+  .venv/bin/python bench/prefill_skip.py [--prompts 512,2048] [--runs 3] [--threads 2]
                                                     [--engines tessera,llamacpp] [--quick]
 
 The model: bench/e2e/checkpoint.py's `gemma4_e2b` (E2B's real widths and 35 layers, 20 of them
