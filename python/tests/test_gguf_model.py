@@ -74,7 +74,7 @@ def text_config(cfg):
 
 def make_hf(root, name, faithful=True):
     """A copy of a fixture that the converter takes: a tokenizer of exactly vocab_size pieces, and
-    (Gemma 4) the expert_intermediate_size key its converter looks up. faithful: Gemma 3 configs get
+    (Gemma 4 without experts) the expert_intermediate_size key its converter looks up. faithful: Gemma 3 configs get
     query_pre_attn_scalar = head_dim and every 6th layer full, the values a GGUF implies."""
     d = os.path.join(root, name + ("" if faithful else "_asis"))
     if os.path.exists(os.path.join(d, "READY")):
@@ -85,7 +85,8 @@ def make_hf(root, name, faithful=True):
         cfg = json.load(f)
     tc = text_config(cfg)
     if name.startswith("gemma4"):
-        tc.setdefault("expert_intermediate_size", None)
+        if tc.get("moe_intermediate_size") is None:  # (a MoE config's width is found under its own name)
+            tc.setdefault("expert_intermediate_size", None)
     elif faithful:
         tc["query_pre_attn_scalar"] = tc["head_dim"]
         n = tc["num_hidden_layers"]

@@ -17,7 +17,8 @@ namespace tessera::model {
 std::string GgufTensorName(const std::string& hf_name);
 
 // Fails on tensors the architecture does not use where they would change the model: layers beyond
-// block_count, or per-layer tensors of a kind the binder does not read (e.g. MoE experts).
+// block_count, or per-layer tensors of a kind the binder does not read (e.g. experts without
+// expert_count, or separate ffn_gate_exps / ffn_up_exps).
 Status CheckGgufTensors(const io::GgufFile& file, const GemmaArch& arch);
 
 // The file must outlive the returned weights unless every matrix was converted.
