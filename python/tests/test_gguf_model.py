@@ -32,7 +32,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers.models import BUILD_DIR, MODELS_DIR, REPO
+from helpers.models import BUILD_DIR, MODELS_DIR, REPO, load_golden
 
 import tessera
 
@@ -141,6 +141,16 @@ def test_f32_gguf_logits_bit_identical(work, name):
                 layer.pop("mask")
     assert have == want
     np.testing.assert_array_equal(got, ref)
+
+
+@needs_converter
+def test_moe_f32_gguf_matches_transformers(work):
+    """The bit-identity above shares the weight binder with the safetensors load; this compares the
+    MoE GGUF with transformers' own logits (the checkpoint's goldens), the conformance tolerance."""
+    from test_model_conformance import assert_logits_close  # noqa: PLC0415
+    z = load_golden("gemma4_moe")
+    m = tessera.Model.load(convert(make_hf(work, "gemma4_moe"), "f32"), max_batch=2, max_context=64, max_chunk=32)
+    assert_logits_close(m, z, m.forward(z["input_ids"], z["attention_mask"]), z["logits"])
 
 
 @needs_converter
