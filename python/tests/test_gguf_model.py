@@ -226,8 +226,9 @@ def test_half_gguf_logits_equal_converted_checkpoint(work, name, dtype):
     np.testing.assert_array_equal(got, ref)
 
 
-def dequantized_checkpoint(hf, gguf_file, dst):
-    """hf's checkpoint with every matrix replaced by gguf_file's, dequantized by gguf-py."""
+def dequantized_checkpoint(hf, gguf_file, dst, experts=False):
+    """hf's checkpoint with every matrix replaced by gguf_file's, dequantized by gguf-py (with experts:
+    the stacked expert tensors too)."""
     gguf = gguf_py()
     from gguf.quants import dequantize  # noqa: PLC0415
     from safetensors.numpy import load_file, save_file  # noqa: PLC0415
@@ -236,8 +237,9 @@ def dequantized_checkpoint(hf, gguf_file, dst):
     layer = {"self_attn.q_proj.weight": "attn_q", "self_attn.k_proj.weight": "attn_k",
              "self_attn.v_proj.weight": "attn_v", "self_attn.o_proj.weight": "attn_output",
              "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up", "mlp.down_proj.weight": "ffn_down",
-             "per_layer_input_gate.weight": "inp_gate", "per_layer_projection.weight": "proj",
-             "experts.gate_up_proj": "ffn_gate_up_exps", "experts.down_proj": "ffn_down_exps"}
+             "per_layer_input_gate.weight": "inp_gate", "per_layer_projection.weight": "proj"}
+    if experts:
+        layer.update({"experts.gate_up_proj": "ffn_gate_up_exps", "experts.down_proj": "ffn_down_exps"})
     glob = {"embed_tokens.weight": "token_embd", "embed_tokens_per_layer.weight": "per_layer_token_embd",
             "per_layer_model_projection.weight": "per_layer_model_proj"}
     w = load_file(os.path.join(hf, "model.safetensors"))
@@ -310,7 +312,11 @@ def test_q8_0_moe_gguf_logits(work):
     model is nearer (KL) the model its blocks encode than the f32 model is."""
     hf = make_hf(work, "gemma4_moe")
     q8 = convert(hf, "q8_0")
-    deq_dir = dequantized_checkpoint(hf, q8, os.path.join(work, "gemma4_moe_q8_deq"))
+    deq_dir = dequantized_checkpoint(hf, q8, os.path.join(work, "gemma4_moe_q8_deq"), experts=True)
+    from safetensors.numpy import load_file  # noqa: PLC0415
+    orig, deqw = load_file(os.path.join(hf, "model.safetensors")), load_file(os.path.join(deq_dir, "model.safetensors"))
+    stacks = [k for k in orig if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
+    assert len(stacks) == 8 and all(np.abs(deqw[k] - orig[k]).max() > 0 for k in stacks)  # the file's, not the original's
     _, got = logits(q8)
     _, requantized = logits(deq_dir, quantize="q8_0")
     np.testing.assert_array_equal(got, requantized)

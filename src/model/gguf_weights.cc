@@ -59,7 +59,7 @@ class GgufSource : public WeightSource {
   const std::string& path() const override { return f_.path(); }
   bool HasLmHead() const override { return f_.Find("output.weight") != nullptr; }
   StatusOr<StoredTensor> Get(const std::string& name) const override {
-    const std::string g = GgufTensorName(name);
+    const std::string g = GgufTensorName(name, /*experts=*/true);
     const io::GgufTensor* t = g.empty() ? nullptr : f_.Find(g);
     if (t == nullptr)
       return InvalidArgument("LoadGemmaWeights: tensor " + (g.empty() ? name : g) + " is missing from GGUF '" +
@@ -97,16 +97,19 @@ bool IsExpertKind(const std::string& rest) {
 
 }  // namespace
 
-std::string GgufTensorName(const std::string& hf) {
+std::string GgufTensorName(const std::string& hf, bool experts) {
   for (const auto& [from, to] : kGlobalNames)
     if (hf == from) return to;
+  if (experts && hf.compare(0, 7, "layers.") == 0 && hf.find('.', 7) != std::string::npos) {
+    const size_t dot = hf.find('.', 7);
+    for (const auto& [from, to] : kExpertNames)
+      if (hf.compare(dot + 1, std::string::npos, from) == 0) return "blk." + hf.substr(7, dot - 7) + "." + to;
+  }
   if (hf.compare(0, 7, "layers.") != 0) return "";
   const size_t dot = hf.find('.', 7);
   if (dot == std::string::npos) return "";
   const std::string suffix = hf.substr(dot + 1);
   for (const auto& [from, to] : kLayerNames)
-    if (suffix == from) return "blk." + hf.substr(7, dot - 7) + "." + to;
-  for (const auto& [from, to] : kExpertNames)
     if (suffix == from) return "blk." + hf.substr(7, dot - 7) + "." + to;
   return "";
 }
