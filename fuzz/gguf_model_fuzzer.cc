@@ -2,8 +2,9 @@
 // io::GgufFile::FromBytes accepts, and the tokenizer vocabulary, model::ReadGgufVocab). Invariants
 // on success: the config is complete and within ParseModelConfig's limits (one entry per layer,
 // heads dividing, widths positive, 1 <= experts used <= experts), every layer's RoPE frequencies
-// are finite, and the vocabulary's ids index its token list. Seeds: fuzz/corpus/gguf_model (the converter's files of the tiny
-// checkpoints, written by fuzz/make_corpus.py when the converter is installed).
+// are finite, and the vocabulary's ids index its token list. Seeds: fuzz/corpus/gguf_model (the
+// converter's files of the tiny checkpoints, written by fuzz/make_corpus.py when the converter is
+// installed); dictionary: fuzz/gguf_model.dict.
 #include <cmath>
 #include <cstdint>
 #include <string_view>
