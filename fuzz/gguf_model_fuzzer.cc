@@ -1,9 +1,10 @@
 // libFuzzer target: a GGUF file image read as a model (model::GgufToModelConfig on what
 // io::GgufFile::FromBytes accepts, and the tokenizer vocabulary, model::ReadGgufVocab). Invariants
 // on success: the config is complete and within ParseModelConfig's limits (one entry per layer,
-// heads dividing, widths positive), every layer's RoPE frequencies are finite, and the vocabulary's
-// ids index its token list. Seeds: fuzz/corpus/gguf_model (the converter's files of the tiny
-// checkpoints, written by fuzz/make_corpus.py when the converter is installed).
+// heads dividing, widths positive, 1 <= experts used <= experts), every layer's RoPE frequencies
+// are finite, and the vocabulary's ids index its token list. Seeds: fuzz/corpus/gguf_model (the
+// converter's files of the tiny checkpoints, written by fuzz/make_corpus.py when the converter is
+// installed); dictionary: fuzz/gguf_model.dict.
 #include <cmath>
 #include <cstdint>
 #include <string_view>
@@ -20,6 +21,9 @@ void CheckConfig(const tessera::model::ModelConfig& c) {
   FUZZ_CHECK(c.num_hidden_layers >= 1 && static_cast<int64_t>(c.layers.size()) == c.num_hidden_layers, "layers");
   FUZZ_CHECK(c.hidden_size >= 1 && c.vocab_size >= 1 && c.num_attention_heads >= 1, "sizes");
   FUZZ_CHECK(std::isfinite(c.attention_scale) && c.attention_scale > 0, "attention scale");
+  FUZZ_CHECK(!c.has_moe() || (c.top_k_experts >= 1 && c.top_k_experts <= c.num_experts &&
+                              c.moe_intermediate_size >= 1),
+             "experts");
   for (const tessera::model::LayerConfig& l : c.layers) {
     FUZZ_CHECK(l.head_dim >= 2 && l.head_dim % 2 == 0 && l.num_kv_heads >= 1, "head geometry");
     FUZZ_CHECK(c.num_attention_heads % l.num_kv_heads == 0, "heads not divisible");

@@ -290,6 +290,9 @@ def gguf_model():
     freqs = ("rope_freqs.weight", [4], 0, np.array([1, 1e30, 1e30, 1e30], dtype="<f4").tobytes())
     ple = ("per_layer_token_embd.weight", [8, 8], 0, np.zeros(64, dtype="<f4").tobytes())
     put("gguf_model", "gemma4.gguf", gguf_bytes(kv(g4 + tok), [embd, freqs, ple]))
+    moe = [("gemma4.expert_count", u32(4)), ("gemma4.expert_used_count", u32(2)),
+           ("gemma4.expert_feed_forward_length", u32(8))]
+    put("gguf_model", "gemma4_moe.gguf", gguf_bytes(kv(g4 + moe + tok), [embd, freqs, ple]))
     put("gguf_model", "clip.gguf", gguf_bytes([("general.architecture", 8, s("clip"))], []))
     put("gguf_model", "wrong_type.gguf", gguf_bytes(kv(g3[:1] + [("gemma3.block_count", (8, s("7")))] + g3[2:]), [embd]))
 

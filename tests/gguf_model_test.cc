@@ -46,6 +46,8 @@ struct Spec {
   int64_t L = 2, H = 64, heads = 4, kv = 2, kv_full = 2, hd = 32, full_hd = 64, ff = 96, vocab = 64, ple = 0, shared = 0;
   std::vector<bool> sliding = {true, false};
   bool k_eq_v = false, double_wide = false;
+  int64_t experts = 0, used = 2, expert_ff = 32;  // Gemma 4 MoE (expert_count > 0)
+  QuantType expert_quant = QuantType::kNone;       // of the stacked expert tensors
   std::set<std::string> drop;                        // tensors left out
   std::map<std::string, std::vector<int64_t>> shape;  // tensors written with another shape
   std::function<void(GgufWriter*)> edit;
@@ -57,6 +59,43 @@ void AddF32(GgufWriter* w, const Spec& s, const std::string& name, std::vector<i
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   w->AddTensor(name, shape, DType::kF32, Random(name, n));
+}
+
+// Element i of a stacked expert tensor (distinct per position, so a misplaced slice shows).
+float ExpertValue(int64_t i) { return 0.001f * static_cast<float>(i % 997) - 0.4f; }
+
+// A stacked expert tensor as the converter writes it: f32, or block-quantized from ExpertValue.
+void AddStacked(GgufWriter* w, const Spec& s, const std::string& name, std::vector<int64_t> shape) {
+  if (s.drop.count(name)) return;
+  if (s.shape.count(name)) shape = s.shape.at(name);
+  const int64_t n = shape[0] * shape[1] * shape[2];
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = ExpertValue(i);
+  if (s.expert_quant == QuantType::kNone) {
+    w->AddTensor(name, shape, DType::kF32, [v](char* d) {
+      std::memcpy(d, v.data(), v.size() * 4);
+      return Status::Ok();
+    });
+    return;
+  }
+  const QuantType q = s.expert_quant;
+  w->AddQuantTensor(name, shape, q, [v, q](char* d) {
+    QuantizeRow(q, v.data(), d, static_cast<int64_t>(v.size()));
+    return Status::Ok();
+  });
+}
+
+// One layer's MoE block under llama.cpp's names (gate and up fused, gate rows first).
+void AddExperts(GgufWriter* w, const Spec& s, const std::string& p) {
+  const int64_t H = s.H, E = s.experts, I = s.expert_ff;
+  AddF32(w, s, p + "ffn_gate_inp.weight", {E, H});
+  AddF32(w, s, p + "ffn_gate_inp.scale", {H});
+  AddF32(w, s, p + "ffn_down_exps.scale", {E});
+  AddStacked(w, s, p + "ffn_gate_up_exps.weight", {E, 2 * I, H});
+  AddStacked(w, s, p + "ffn_down_exps.weight", {E, H, I});
+  AddF32(w, s, p + "pre_ffw_norm_2.weight", {H});
+  AddF32(w, s, p + "post_ffw_norm_1.weight", {H});
+  AddF32(w, s, p + "post_ffw_norm_2.weight", {H});
 }
 
 void WriteMetadata(GgufWriter& w, const Spec& s) {
@@ -86,6 +125,11 @@ void WriteMetadata(GgufWriter& w, const Spec& s) {
     for (int64_t i = 0; i < s.L; ++i) ff.push_back(static_cast<int32_t>(s.double_wide && i >= s.L - s.shared ? 2 * s.ff : s.ff));
     w.SetI32Array(a + ".feed_forward_length", ff);
     w.SetF32(a + ".final_logit_softcapping", 30.0f);
+    if (s.experts > 0) {
+      w.SetU32(a + ".expert_count", static_cast<uint32_t>(s.experts));
+      if (s.used > 0) w.SetU32(a + ".expert_used_count", static_cast<uint32_t>(s.used));  // 0: left out
+      if (s.expert_ff > 0) w.SetU32(a + ".expert_feed_forward_length", static_cast<uint32_t>(s.expert_ff));
+    }
   } else {
     w.SetU32(a + ".attention.key_length", static_cast<uint32_t>(s.hd));
     w.SetU32(a + ".attention.value_length", static_cast<uint32_t>(s.hd));
@@ -139,6 +183,7 @@ std::string Write(const TempDir& dir, const Spec& s, const std::string& file = "
     AddF32(&w, s, p + "ffn_down.weight", {H, ff});
     AddF32(&w, s, p + "post_ffw_norm.weight", {H});
     if (s.gemma4) AddF32(&w, s, p + "layer_output_scale.weight", {1});
+    if (s.experts > 0) AddExperts(&w, s, p);
     if (s.ple > 0) {
       AddF32(&w, s, p + "inp_gate.weight", {s.ple, H});
       AddF32(&w, s, p + "proj.weight", {H, s.ple});
@@ -287,7 +332,7 @@ TEST(GgufModel, RefusesOtherArchitecturesAndFeatures) {
   ExpectError(clip, "(mmproj) file");
   Spec moe;
   moe.edit = [](GgufWriter* w) { w->SetU32("gemma3.expert_count", 8); };
-  ExpectError(moe, "gemma3.expert_count = 8: Mixture-of-Experts");
+  ExpectError(moe, "gemma3.expert_count = 8: Mixture-of-Experts layers are supported for Gemma 4 only");
   Spec yarn;
   yarn.edit = [](GgufWriter* w) { w->SetString("gemma3.rope.scaling.type", "yarn"); };
   ExpectError(yarn, "gemma3.rope.scaling.type = \"yarn\" is not supported");
@@ -468,6 +513,111 @@ TEST(GgufModel, QuantizedLookupTablesDequantizeTheirRows) {
   float largest = 0.0f;
   for (float x : q) largest = std::max(largest, std::abs(x));
   EXPECT_GT(largest, 0.0f);
+}
+
+// Gemma 4 MoE: the expert keys become the config's, and every expert's gate, up and down are views
+// of their rows of the stacked tensors (f32 and block-quantized: whole rows of blocks).
+TEST(GgufModel, Gemma4MoeExpertsAreViewsOfTheirRows) {
+  for (QuantType q : {QuantType::kNone, QuantType::kQ8_0, QuantType::kQ4_K}) {
+    TempDir dir;
+    Spec s;
+    s.gemma4 = true;
+    s.H = 256;  // a row of Q4_K is 256 values
+    s.heads = 2;
+    s.experts = 4;
+    s.used = 2;
+    s.expert_ff = 256;
+    s.expert_quant = q;
+    StatusOr<std::unique_ptr<LoadedModel>> m = Load(Write(dir, s));
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    const ModelConfig& c = m.value()->config();
+    EXPECT_TRUE(c.has_moe());
+    EXPECT_EQ(c.num_experts, 4);
+    EXPECT_EQ(c.top_k_experts, 2);
+    EXPECT_EQ(c.moe_intermediate_size, 256);
+    const int64_t H = s.H, I = s.expert_ff;
+    // Element [r, col] of expert e's slice [row0, row0 + out) of a stacked [E, rows, in] tensor.
+    auto check = [&](const ops::WeightView& v, int64_t e, int64_t rows, int64_t row0, int64_t out, int64_t in,
+                     const std::string& what) {
+      ASSERT_EQ(v.out, out) << what;
+      ASSERT_EQ(v.in, in) << what;
+      EXPECT_EQ(v.quant, q) << what;
+      std::vector<float> got(static_cast<size_t>(out * in)), want(got.size());
+      if (q == QuantType::kNone) {
+        DecodeToF32(v.dtype, v.data, got.data(), out * in);
+      } else {
+        DequantizeRow(q, v.data, got.data(), out * in);
+      }
+      for (int64_t i = 0; i < out * in; ++i) want[i] = ExpertValue((e * rows + row0) * in + i);
+      if (q != QuantType::kNone) {  // the same rows quantized on their own: the same blocks
+        std::vector<char> blocks(static_cast<size_t>(QuantRowBytes(q, out * in)));
+        QuantizeRow(q, want.data(), blocks.data(), out * in);
+        DequantizeRow(q, blocks.data(), want.data(), out * in);
+      }
+      EXPECT_EQ(got, want) << what;
+    };
+    for (const LayerWeights& lw : m.value()->model().weights().layers) {
+      ASSERT_EQ(lw.expert_gate.size(), 4u);
+      for (int64_t e = 0; e < 4; ++e) {
+        check(lw.expert_gate[e], e, 2 * I, 0, I, H, "gate " + std::to_string(e));
+        check(lw.expert_up[e], e, 2 * I, I, I, H, "up " + std::to_string(e));
+        check(lw.expert_down[e], e, H, 0, H, I, "down " + std::to_string(e));
+      }
+    }
+  }
+}
+
+TEST(GgufModel, Gemma4MoeErrorsNameTheKeyOrTensor) {
+  Spec base;
+  base.gemma4 = true;
+  base.experts = 4;
+  Spec no_used = base;
+  no_used.used = 0;
+  ExpectError(no_used, "gemma4.expert_used_count is missing (required with expert_count = 4)");
+  Spec no_width = base;
+  no_width.expert_ff = 0;
+  ExpectError(no_width, "gemma4.expert_feed_forward_length is missing");
+  Spec too_many = base;
+  too_many.used = 5;
+  ExpectError(too_many, "(from gemma4.expert_used_count)");
+  Spec shape = base;
+  shape.shape["blk.1.ffn_gate_up_exps.weight"] = {4, 32, 64};
+  ExpectError(shape, "tensor blk.1.ffn_gate_up_exps.weight in ");
+  ExpectError(shape, "has shape [4, 32, 64], expected [4, 64, 64]");
+  Spec missing = base;
+  missing.drop = {"blk.0.ffn_down_exps.scale"};
+  ExpectError(missing, "tensor blk.0.ffn_down_exps.scale is missing");
+  // Expert tensors in a file without expert_count would be ignored: refused.
+  Spec stray;
+  stray.gemma4 = true;
+  stray.edit = [](GgufWriter* w) {
+    w->AddTensor("blk.0.ffn_down_exps.weight", {4, 64, 32}, DType::kF32, Random("x", 4 * 64 * 32));
+  };
+  ExpectError(stray, "tensor blk.0.ffn_down_exps.weight belongs to a Mixture-of-Experts block");
+  // Separate gate and up stacks (other converters) are not what the binder reads.
+  Spec split = base;
+  split.edit = [](GgufWriter* w) {
+    w->AddTensor("blk.0.ffn_gate_exps.weight", {4, 32, 64}, DType::kF32, Random("x", 4 * 32 * 64));
+  };
+  ExpectError(split, "tensor blk.0.ffn_gate_exps.weight is of a kind this engine does not run");
+  // A non-finite block scale names the expert's slice and its block.
+  Spec nan = base;
+  nan.expert_quant = QuantType::kQ8_0;
+  nan.drop = {"blk.0.ffn_down_exps.weight"};
+  nan.edit = [](GgufWriter* w) {
+    w->AddQuantTensor("blk.0.ffn_down_exps.weight", {4, 64, 32}, QuantType::kQ8_0, [](char* d) {
+      std::vector<float> v(4 * 64 * 32, 0.25f);
+      QuantizeRow(QuantType::kQ8_0, v.data(), d, 4 * 64 * 32);
+      BlockQ8_0 b;
+      const size_t at = (2 * 64 + 3) * sizeof(BlockQ8_0);  // expert 2, row 3 (one block per row)
+      std::memcpy(&b, d + at, sizeof b);
+      b.d = 0x7E00;  // NaN in f16
+      std::memcpy(d + at, &b, sizeof b);
+      return Status::Ok();
+    });
+  };
+  ExpectError(nan, "blk.0.ffn_down_exps.weight[2, 0:64] in");
+  ExpectError(nan, "non-finite block scale in block 3 (row 3)");
 }
 
 }  // namespace

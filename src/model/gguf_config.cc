@@ -158,13 +158,14 @@ Status ReadCommon(const Meta& m, bool g4, GgufModelConfig* out, Common* c) {
   return Status::Ok();
 }
 
-// What the engine does not run: MoE, non-causal attention, fused QKV, RoPE scaling other than linear.
-Status CheckRefused(const Meta& m) {
+// What the engine does not run: MoE outside Gemma 4, non-causal attention, fused QKV, RoPE scaling
+// other than linear.
+Status CheckRefused(const Meta& m, bool g4) {
   std::optional<int64_t> experts;
   TESSERA_RETURN_IF_ERROR(Assign(&experts, m.OptInt("expert_count")));
-  if (experts && *experts > 0)
+  if (experts && *experts > 0 && !g4)
     return m.Refused(m.Key("expert_count") + " = " + std::to_string(*experts) +
-                     ": Mixture-of-Experts layers are not supported yet");
+                     ": Mixture-of-Experts layers are supported for Gemma 4 only");
   if (m.Has("attention.causal")) {
     StatusOr<bool> causal = m.file().GetBool(m.Key("attention.causal"));
     if (!causal.ok()) return causal.status();
@@ -291,6 +292,26 @@ Status Gemma4Rope(const Meta& m, int64_t full_hd, int64_t swa_hd, Json& j, GgufM
   return Status::Ok();
 }
 
+// Gemma 4's MoE block (docs/moe.md): expert_count > 0 turns it on in every layer; the experts used
+// per token and their width are then required (llama.cpp cannot size the expert tensors without them).
+Status Gemma4Experts(const Meta& m, Json& j) {
+  std::optional<int64_t> experts;
+  TESSERA_RETURN_IF_ERROR(Assign(&experts, m.OptInt("expert_count")));
+  if (!experts || *experts == 0) return Status::Ok();
+  if (*experts < 0) return m.Bad("expert_count", "= " + std::to_string(*experts) + " must be >= 0");
+  for (const char* key : {"expert_used_count", "expert_feed_forward_length"})
+    if (!m.Has(key)) return m.Bad(key, "is missing (required with expert_count = " + std::to_string(*experts) + ")");
+  int64_t used = 0, width = 0;
+  TESSERA_RETURN_IF_ERROR(Assign(&used, m.Int("expert_used_count")));
+  TESSERA_RETURN_IF_ERROR(Assign(&width, m.Int("expert_feed_forward_length")));
+  // Ranges are the config parser's (its messages name these keys through FieldKeys).
+  j["enable_moe_block"] = true;
+  j["num_experts"] = *experts;
+  j["top_k_experts"] = used;
+  j["moe_intermediate_size"] = width;
+  return Status::Ok();
+}
+
 // Gemma 4: per-layer head geometry (sliding vs full), KV sharing, the double-wide MLP, PLE, and
 // V = K on full layers stored without attn_v (attention_k_eq_v).
 Status Gemma4Fields(const Meta& m, const Common& c, Json& j, GgufModelConfig* out) {
@@ -333,6 +354,7 @@ Status Gemma4Fields(const Meta& m, const Common& c, Json& j, GgufModelConfig* ou
   j["num_key_value_heads"] = swa_kv > 0 ? swa_kv : c.kv_heads[0];
   j["per_layer_config"] = plc;
   j["attention_k_eq_v"] = any_k_eq_v;
+  TESSERA_RETURN_IF_ERROR(Gemma4Experts(m, j));
 
   TESSERA_RETURN_IF_ERROR(Gemma4Rope(m, c.head_dim, swa_hd, j, out));
   int64_t ple = 0;
@@ -385,6 +407,10 @@ std::vector<std::pair<std::string, std::string>> FieldKeys(const std::string& a)
           {"num_key_value_heads", a + ".attention.head_count_kv"},
           {"num_hidden_layers", a + ".block_count"},
           {"intermediate_size", a + ".feed_forward_length"},
+          {"moe_intermediate_size", a + ".expert_feed_forward_length"},
+          {"top_k_experts", a + ".expert_used_count"},
+          {"num_experts", a + ".expert_count"},
+          {"enable_moe_block", a + ".expert_count"},
           {"per_layer_config", a + ".attention.key_length / head_count_kv"},
           {"rope_parameters", a + ".rope.*"},
           {"sliding_window", a + ".attention.sliding_window"},
@@ -409,7 +435,7 @@ StatusOr<GgufModelConfig> Translate(const io::GgufFile& f) {
                          "\" is not supported (gemma3, gemma4)");
   const bool g4 = a == "gemma4";
   const Meta m(f, a);
-  TESSERA_RETURN_IF_ERROR(CheckRefused(m));
+  TESSERA_RETURN_IF_ERROR(CheckRefused(m, g4));
   Common c;
   TESSERA_RETURN_IF_ERROR(ReadCommon(m, g4, &out, &c));
   Json j = Json::object();

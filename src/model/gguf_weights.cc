@@ -28,6 +28,19 @@ constexpr std::pair<const char*, const char*> kLayerNames[] = {
     {"post_per_layer_input_norm.weight", "post_norm.weight"},
 };
 
+// Gemma 4's MoE block (docs/moe.md). The converter keeps the stacked experts as they are stored
+// ([E, 2I, H] with gate rows first, [E, H, I]) and puts the per-expert scale on ffn_down_exps.
+constexpr std::pair<const char*, const char*> kExpertNames[] = {
+    {"router.proj.weight", "ffn_gate_inp.weight"},
+    {"router.scale", "ffn_gate_inp.scale"},
+    {"router.per_expert_scale", "ffn_down_exps.scale"},
+    {"experts.gate_up_proj", "ffn_gate_up_exps.weight"},
+    {"experts.down_proj", "ffn_down_exps.weight"},
+    {"pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight"},
+    {"post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight"},
+    {"post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight"},
+};
+
 constexpr std::pair<const char*, const char*> kGlobalNames[] = {
     {"embed_tokens.weight", "token_embd.weight"},
     {"lm_head.weight", "output.weight"},
@@ -46,7 +59,7 @@ class GgufSource : public WeightSource {
   const std::string& path() const override { return f_.path(); }
   bool HasLmHead() const override { return f_.Find("output.weight") != nullptr; }
   StatusOr<StoredTensor> Get(const std::string& name) const override {
-    const std::string g = GgufTensorName(name);
+    const std::string g = GgufTensorName(name, /*experts=*/true);
     const io::GgufTensor* t = g.empty() ? nullptr : f_.Find(g);
     if (t == nullptr)
       return InvalidArgument("LoadGemmaWeights: tensor " + (g.empty() ? name : g) + " is missing from GGUF '" +
@@ -76,11 +89,22 @@ int64_t BlockIndex(const std::string& name, std::string* rest) {
   return i;
 }
 
+bool IsExpertKind(const std::string& rest) {
+  for (const auto& [from, to] : kExpertNames)
+    if (rest == to) return true;
+  return rest.find("_exps.") != std::string::npos || rest.find("_shexp.") != std::string::npos;
+}
+
 }  // namespace
 
-std::string GgufTensorName(const std::string& hf) {
+std::string GgufTensorName(const std::string& hf, bool experts) {
   for (const auto& [from, to] : kGlobalNames)
     if (hf == from) return to;
+  if (experts && hf.compare(0, 7, "layers.") == 0 && hf.find('.', 7) != std::string::npos) {
+    const size_t dot = hf.find('.', 7);
+    for (const auto& [from, to] : kExpertNames)
+      if (hf.compare(dot + 1, std::string::npos, from) == 0) return "blk." + hf.substr(7, dot - 7) + "." + to;
+  }
   if (hf.compare(0, 7, "layers.") != 0) return "";
   const size_t dot = hf.find('.', 7);
   if (dot == std::string::npos) return "";
@@ -93,6 +117,9 @@ std::string GgufTensorName(const std::string& hf) {
 Status CheckGgufTensors(const io::GgufFile& file, const GemmaArch& arch) {
   std::set<std::string> layer_kinds, globals(std::begin(kKnownExtra), std::end(kKnownExtra));
   for (const auto& [from, to] : kLayerNames) layer_kinds.insert(to);
+  // Expert tensors in a file without expert_count would be ignored: refused below.
+  if (arch.experts > 0)
+    for (const auto& [from, to] : kExpertNames) layer_kinds.insert(to);
   for (const auto& [from, to] : kGlobalNames) globals.insert(to);
   for (const io::GgufTensor& t : file.tensors()) {
     std::string rest;
@@ -100,6 +127,9 @@ Status CheckGgufTensors(const io::GgufFile& file, const GemmaArch& arch) {
     if (layer >= arch.num_layers())
       return InvalidArgument("GGUF '" + file.path() + "': block_count is " + std::to_string(arch.num_layers()) +
                              " but the file holds tensor " + t.name.substr(0, 200));
+    if (layer >= 0 && arch.experts == 0 && IsExpertKind(rest))
+      return InvalidArgument("GGUF '" + file.path() + "': tensor " + t.name.substr(0, 200) +
+                             " belongs to a Mixture-of-Experts block but expert_count is absent or 0");
     if (layer >= 0 && !layer_kinds.count(rest))
       return Unimplemented("GGUF '" + file.path() + "': tensor " + t.name.substr(0, 200) +
                            " is of a kind this engine does not run");

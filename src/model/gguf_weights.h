@@ -13,11 +13,14 @@
 namespace tessera::model {
 
 // The llama.cpp tensor name of a Hugging Face text-decoder name ("layers.3.self_attn.q_proj.weight"
-// -> "blk.3.attn_q.weight"); empty for a name with no GGUF counterpart.
-std::string GgufTensorName(const std::string& hf_name);
+// -> "blk.3.attn_q.weight"); empty for a name with no GGUF counterpart. The MoE block's names
+// ("layers.3.experts.down_proj" -> "blk.3.ffn_down_exps.weight") only with `experts`: the loader
+// reads them, `tessera quantize` does not write them yet.
+std::string GgufTensorName(const std::string& hf_name, bool experts = false);
 
 // Fails on tensors the architecture does not use where they would change the model: layers beyond
-// block_count, or per-layer tensors of a kind the binder does not read (e.g. MoE experts).
+// block_count, or per-layer tensors of a kind the binder does not read (e.g. experts without
+// expert_count, or separate ffn_gate_exps / ffn_up_exps).
 Status CheckGgufTensors(const io::GgufFile& file, const GemmaArch& arch);
 
 // The file must outlive the returned weights unless every matrix was converted.

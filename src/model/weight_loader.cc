@@ -219,22 +219,26 @@ class Binder {
 
   // Rows [row0, row0 + out) of each expert of a stacked [experts, rows, in] tensor, bound as a
   // matrix of its own (converted, packed and checked as any other; quantize-on-load rewrites each
-  // slice, passed with the stacked tensor's name, so the quantized Linears apply per expert).
+  // slice, passed with the stacked tensor's name, so the quantized Linears apply per expert). A
+  // block-quantized tensor's rows are whole blocks, so each slice is whole rows of blocks.
   Status ExpertMatrices(const std::string& name, int64_t experts, int64_t rows, int64_t in, int64_t row0,
                         int64_t out, std::vector<ops::WeightView>* views) {
     StatusOr<StoredTensor> t = Tensor(name, {experts, rows, in});
     if (!t.ok()) return t.status();
     const StoredTensor& st = t.value();
-    if (st.quant != QuantType::kNone)
-      return Unimplemented("LoadGemmaWeights: tensor " + st.name + " in " + src_.path() + " is " +
-                           QuantTypeName(st.quant) + "; block-quantized expert tensors are not supported yet");
-    const size_t es = DTypeSize(st.dtype);
+    const int64_t row_bytes = st.quant != QuantType::kNone ? QuantRowBytes(st.quant, in)
+                                                            : in * static_cast<int64_t>(DTypeSize(st.dtype));
+    if (row_bytes <= 0)
+      return InvalidArgument("LoadGemmaWeights: tensor " + st.name + " in " + src_.path() + " is " +
+                             QuantTypeName(st.quant) + " with rows of " + std::to_string(in) +
+                             " values, not a multiple of its block size " +
+                             std::to_string(QuantBlockElems(st.quant)));
     views->resize(experts);
     for (int64_t e = 0; e < experts; ++e) {
       StoredTensor part = st;
-      part.data = static_cast<const char*>(st.data) + static_cast<size_t>((e * rows + row0) * in) * es;
+      part.data = static_cast<const char*>(st.data) + static_cast<size_t>((e * rows + row0) * row_bytes);
       part.shape = {out, in};
-      part.nbytes = static_cast<uint64_t>(out * in) * es;
+      part.nbytes = static_cast<uint64_t>(out * row_bytes);
       const std::string which = st.name + "[" + std::to_string(e) + ", " + std::to_string(row0) + ":" +
                                 std::to_string(row0 + out) + "]";
       part.name = which;
@@ -246,6 +250,10 @@ class Binder {
           continue;
         }
         part = q.value();
+      }
+      if (part.quant != QuantType::kNone) {
+        TESSERA_RETURN_IF_ERROR(BindQuant(part, out, in, &(*views)[e]));
+        continue;
       }
       TESSERA_RETURN_IF_ERROR(Bind(which, part, out, in, &(*views)[e], Use::kLinear));
     }
