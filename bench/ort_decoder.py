@@ -33,8 +33,10 @@ from onnx import TensorProto, helper
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "bench", "e2e"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
 import tessera  # noqa: E402
 from tessera.ort_rewrite import rewrite  # noqa: E402
+from ort_custom_op import session  # noqa: E402  (one session setup for both benches)
 
 BLOCK = 256
 
@@ -95,17 +97,6 @@ def attention_with_bias(model):
         if o.domain in ("", "ai.onnx"):
             o.version = max(o.version, 23)
     return m
-
-
-def session(model, threads, custom=False):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if custom:
-        so.register_custom_ops_library(tessera.onnx.onnxruntime_library())
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
 def bias(blocks, past, window):

@@ -21,6 +21,18 @@ Status ValidateSampling(const SamplingParams& p) {
 }  // namespace tessera
 
 namespace tessera::runtime {
+namespace {
+
+// Sampling from non-finite logits would pick garbage silently: name the first bad token instead.
+Status CheckFinite(const float* logits, int64_t vocab) {
+  const int64_t bad = FirstNonFinite(DType::kF32, logits, vocab);
+  if (bad < 0) return Status::Ok();
+  return InvalidArgument("Sampler: logit of token " + std::to_string(bad) + " is " +
+                         (std::isnan(logits[bad]) ? "nan" : logits[bad] > 0 ? "inf" : "-inf") +
+                         " (the model produced non-finite logits)");
+}
+
+}  // namespace
 
 Sampler::Sampler(const SamplingParams& params, int64_t vocab)
     : p_(params), rng_(params.seed), vocab_(vocab) {
@@ -28,12 +40,7 @@ Sampler::Sampler(const SamplingParams& params, int64_t vocab)
 }
 
 Status Sampler::Sample(const float* logits, int32_t* token) {
-  const int64_t V = vocab_;
-  const int64_t bad = FirstNonFinite(DType::kF32, logits, V);
-  if (bad >= 0)
-    return InvalidArgument("Sampler: logit of token " + std::to_string(bad) + " is " +
-                           (std::isnan(logits[bad]) ? "nan" : logits[bad] > 0 ? "inf" : "-inf") +
-                           " (the model produced non-finite logits)");
+  TESSERA_RETURN_IF_ERROR(CheckFinite(logits, vocab_));
   *token = Pick(logits);
   return Status::Ok();
 }
@@ -81,12 +88,7 @@ int32_t Sampler::Pick(const float* logits) {
 }
 
 Status Sampler::Verify(const float* logits, int32_t draft, bool* accepted, int32_t* token) {
-  const int64_t V = vocab_;
-  const int64_t bad = FirstNonFinite(DType::kF32, logits, V);
-  if (bad >= 0)
-    return InvalidArgument("Sampler: logit of token " + std::to_string(bad) + " is " +
-                           (std::isnan(logits[bad]) ? "nan" : logits[bad] > 0 ? "inf" : "-inf") +
-                           " (the model produced non-finite logits)");
+  TESSERA_RETURN_IF_ERROR(CheckFinite(logits, vocab_));
   if (p_.temperature == 0.0f) {
     *token = Pick(logits);
     *accepted = *token == draft;
