@@ -343,6 +343,101 @@ def _forward_paths_must(name, model, batch, logits):
         assert torch.equal(own, logits), f"{name}: forward and generation masks give different logits"
 
 
+def _hooked_forward(model, layers, lm, gbatch, has_ple, has_moe):
+    """One forward with hooks recording each layer's attention output, layer output, per-layer input and
+    router choice, cross-checked against output_hidden_states. Returns (output, records, final norm)."""
+    import torch
+    L = len(layers)
+    rec = {"attn": [None] * L, "layer": [None] * L, "ple": [None] * L, "router": [None] * L}
+    hooks = []
+    for i, layer in enumerate(layers):
+        hooks.append(layer.self_attn.register_forward_hook(
+            lambda m, a, o, i=i: rec["attn"].__setitem__(i, o[0].detach().clone())))
+        hooks.append(layer.register_forward_hook(
+            lambda m, a, o, i=i: rec["layer"].__setitem__(i, (o[0] if isinstance(o, tuple) else o)
+                                                          .detach().clone())))
+        if has_ple:
+            def pre(m, a, kw, i=i):
+                pli = a[1] if len(a) > 1 else kw.get("per_layer_input")
+                rec["ple"][i] = pli.detach().clone()
+            hooks.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+        if has_moe:   # router output: (probabilities, top-k weights, top-k experts), [B*S, ...]
+            hooks.append(layer.router.register_forward_hook(
+                lambda m, a, o, i=i: rec["router"].__setitem__(i, (o[1].detach().clone(), o[2].detach().clone()))))
+    fin = {}
+    hooks.append(lm.norm.register_forward_hook(lambda m, a, o: fin.__setitem__("norm", o.detach().clone())))
+    out = model(**gbatch, output_hidden_states=True, use_cache=False)
+    for h in hooks:
+        h.remove()
+    hs = out.hidden_states
+    assert len(hs) == L + 1
+    for i in range(L - 1):
+        assert torch.equal(hs[i + 1], rec["layer"][i]), f"hidden_states[{i + 1}] != layer {i} output"
+    assert torch.equal(hs[L], fin["norm"]), "hidden_states[-1] is expected to be the final-norm output"
+    return out, rec, fin["norm"]
+
+
+def _greedy_arrays(name, spec, model, gen):
+    """Greedy generation (single row, no padding), eos disabled so that all 32 tokens are produced. The
+    static cache makes `generate` build its masks with create_masks_for_generate (the default dynamic cache
+    lets the forward build its own, which for gemma4_unified is the other rule)."""
+    import torch
+    from transformers import GenerationConfig
+    arrays = {}
+    gkw = dict(do_sample=False, max_new_tokens=GEN_TOKENS, min_new_tokens=0, eos_token_id=None, pad_token_id=PAD,
+               bos_token_id=BOS, num_beams=1, output_logits=True, return_dict_in_generate=True)
+    gout = model.generate(**gen, generation_config=GenerationConfig(cache_implementation="static", **gkw))
+    dyn = model.generate(**gen, generation_config=GenerationConfig(**gkw))
+    plen = gen["input_ids"].shape[1]
+    toks = gout.sequences[0, plen:]
+    assert toks.numel() == GEN_TOKENS, toks.shape
+    glog = torch.stack([lg[0] for lg in gout.logits])          # [32, V]
+    assert torch.equal(glog.argmax(-1), toks)
+    top2 = glog.topk(2, dim=-1).values
+    margin = float((top2[:, 0] - top2[:, 1]).min())
+    # teacher-forced full forward (no cache) must pick the same tokens
+    full = dict(gen)
+    full["input_ids"] = gout.sequences[:, :-1]
+    tt_key = "token_type_ids" if "token_type_ids" in gen else ("mm_token_type_ids" if "mm_token_type_ids" in gen
+                                                                 else None)
+    if tt_key:
+        full[tt_key] = torch.cat([gen[tt_key], torch.zeros(1, GEN_TOKENS - 1, dtype=torch.long)], 1)
+    tf = model(**generation_masks(model, full), use_cache=False).logits[0, plen - 1:]
+    assert torch.equal(tf.argmax(-1), toks), "cached decode and full forward disagree on the greedy tokens"
+    toks_dyn = dyn.sequences[0, plen:]
+    if spec["arch"] == "Gemma4UnifiedForConditionalGeneration":
+        # the prompt is chosen so that the two rules pick different tokens: a test comparing with gen_tokens
+        # can tell which rule an engine follows
+        assert not torch.equal(toks_dyn, toks), "gemma4_unified: both mask rules give the same greedy tokens"
+        arrays["gen_tokens_forward_mask"] = toks_dyn.numpy().astype(np.int64)
+    else:
+        assert torch.equal(toks_dyn, toks), f"{name}: static- and dynamic-cache generate disagree"
+    if "pixel_values" in gen:
+        gfeats, _ = _image_features(model, gen)
+        arrays["gen_image_embeds"] = gfeats.numpy().astype(np.float32)
+    arrays.update(gen_prompt=gen["input_ids"].numpy().astype(np.int64),
+                  gen_tokens=toks.numpy().astype(np.int64),
+                  gen_logits=glog.numpy().astype(np.float32),
+                  gen_min_margin=np.array(margin, dtype=np.float32))
+    return arrays
+
+
+def _input_arrays(batch, gen):
+    """The model inputs beyond the ids (token types, pixels, image positions) of the batch and the generation."""
+    arrays = {}
+    for k in ("token_type_ids", "mm_token_type_ids"):
+        if k in batch:
+            arrays[k] = batch[k].numpy().astype(np.int64)
+            arrays["gen_" + k] = gen[k].numpy().astype(np.int64)
+    if "pixel_values" in batch:
+        arrays["pixel_values"] = batch["pixel_values"].numpy().astype(np.float32)
+        arrays["gen_pixel_values"] = gen["pixel_values"].numpy().astype(np.float32)
+    if "image_position_ids" in batch:
+        arrays["image_position_ids"] = batch["image_position_ids"].numpy().astype(np.int64)
+        arrays["gen_image_position_ids"] = gen["image_position_ids"].numpy().astype(np.int64)
+    return arrays
+
+
 def golden_arrays(name, model):
     import torch
     spec = MODELS[name]
@@ -351,41 +446,13 @@ def golden_arrays(name, model):
     lm, layers = _decoder_layers(model)
     L = len(layers)
     arrays = {}
-    has_ple = bool(getattr(model.config.get_text_config(), "hidden_size_per_layer_input", 0))
+    text_config = model.config.get_text_config()
+    has_ple = bool(getattr(text_config, "hidden_size_per_layer_input", 0))
+    has_moe = bool(getattr(text_config, "enable_moe_block", False))
     with torch.no_grad():
-        # --- intermediate activations of a fresh forward (hooks), cross-checked with output_hidden_states
-        rec = {"attn": [None] * L, "layer": [None] * L, "ple": [None] * L}
-        hooks = []
-        for i, layer in enumerate(layers):
-            hooks.append(layer.self_attn.register_forward_hook(
-                lambda m, a, o, i=i: rec["attn"].__setitem__(i, o[0].detach().clone())))
-            hooks.append(layer.register_forward_hook(
-                lambda m, a, o, i=i: rec["layer"].__setitem__(i, (o[0] if isinstance(o, tuple) else o)
-                                                              .detach().clone())))
-            if has_ple:
-                def pre(m, a, kw, i=i):
-                    pli = a[1] if len(a) > 1 else kw.get("per_layer_input")
-                    rec["ple"][i] = pli.detach().clone()
-                hooks.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
-        has_moe = bool(getattr(model.config.get_text_config(), "enable_moe_block", False))
-        rec["router"] = [None] * L
-        if has_moe:   # router output: (probabilities, top-k weights, top-k experts), [B*S, ...]
-            for i, layer in enumerate(layers):
-                hooks.append(layer.router.register_forward_hook(
-                    lambda m, a, o, i=i: rec["router"].__setitem__(i, (o[1].detach().clone(), o[2].detach().clone()))))
-        fin = {}
-        hooks.append(lm.norm.register_forward_hook(lambda m, a, o: fin.__setitem__("norm", o.detach().clone())))
         gbatch = generation_masks(model, batch)
-        out = model(**gbatch, output_hidden_states=True, use_cache=False)
-        for h in hooks:
-            h.remove()
-        logits = out.logits
-        hs = out.hidden_states
-        assert len(hs) == L + 1
-        for i in range(L - 1):
-            assert torch.equal(hs[i + 1], rec["layer"][i]), f"hidden_states[{i + 1}] != layer {i} output"
-        assert torch.equal(hs[L], fin["norm"]), "hidden_states[-1] is expected to be the final-norm output"
-
+        out, rec, final_norm = _hooked_forward(model, layers, lm, gbatch, has_ple, has_moe)
+        logits, hs = out.logits, out.hidden_states
         Sl = batch["input_ids"].shape[1]
         pos = torch.arange(Sl)[None]
         # plain forward without output_hidden_states / hooks must give the same logits
@@ -405,42 +472,7 @@ def golden_arrays(name, model):
             assert torch.equal(via_enc, logits), "forward with image features != forward with pixel_values"
             assert feats.shape[0] == int((batch["input_ids"] == IMAGE).sum())
             arrays["image_embeds"] = feats.numpy().astype(np.float32)
-
-        # --- greedy generation (single row, no padding), eos disabled so that all 32 tokens are produced. The
-        # static cache makes `generate` build its masks with create_masks_for_generate (the default dynamic cache
-        # lets the forward build its own, which for gemma4_unified is the other rule).
-        from transformers import GenerationConfig
-        gkw = dict(do_sample=False, max_new_tokens=GEN_TOKENS, min_new_tokens=0, eos_token_id=None, pad_token_id=PAD,
-                   bos_token_id=BOS, num_beams=1, output_logits=True, return_dict_in_generate=True)
-        gout = model.generate(**gen, generation_config=GenerationConfig(cache_implementation="static", **gkw))
-        dyn = model.generate(**gen, generation_config=GenerationConfig(**gkw))
-        plen = gen["input_ids"].shape[1]
-        toks = gout.sequences[0, plen:]
-        assert toks.numel() == GEN_TOKENS, toks.shape
-        glog = torch.stack([lg[0] for lg in gout.logits])          # [32, V]
-        assert torch.equal(glog.argmax(-1), toks)
-        top2 = glog.topk(2, dim=-1).values
-        margin = float((top2[:, 0] - top2[:, 1]).min())
-        # teacher-forced full forward (no cache) must pick the same tokens
-        full = dict(gen)
-        full["input_ids"] = gout.sequences[:, :-1]
-        tt_key = "token_type_ids" if "token_type_ids" in gen else ("mm_token_type_ids" if "mm_token_type_ids" in gen
-                                                                     else None)
-        if tt_key:
-            full[tt_key] = torch.cat([gen[tt_key], torch.zeros(1, GEN_TOKENS - 1, dtype=torch.long)], 1)
-        tf = model(**generation_masks(model, full), use_cache=False).logits[0, plen - 1:]
-        assert torch.equal(tf.argmax(-1), toks), "cached decode and full forward disagree on the greedy tokens"
-        toks_dyn = dyn.sequences[0, plen:]
-        if spec["arch"] == "Gemma4UnifiedForConditionalGeneration":
-            # the prompt is chosen so that the two rules pick different tokens: a test comparing with gen_tokens
-            # can tell which rule an engine follows
-            assert not torch.equal(toks_dyn, toks), "gemma4_unified: both mask rules give the same greedy tokens"
-            arrays["gen_tokens_forward_mask"] = toks_dyn.numpy().astype(np.int64)
-        else:
-            assert torch.equal(toks_dyn, toks), f"{name}: static- and dynamic-cache generate disagree"
-        if "pixel_values" in gen:
-            gfeats, _ = _image_features(model, gen)
-            arrays["gen_image_embeds"] = gfeats.numpy().astype(np.float32)
+        arrays.update(_greedy_arrays(name, spec, model, gen))
 
     arrays.update(
         input_ids=batch["input_ids"].numpy().astype(np.int64),
@@ -452,11 +484,7 @@ def golden_arrays(name, model):
         row0_embeds=hs[0][0].numpy().astype(np.float32),
         row0_attn_out=torch.stack([a[0] for a in rec["attn"]]).numpy().astype(np.float32),
         row0_layer_out=torch.stack([a[0] for a in rec["layer"]]).numpy().astype(np.float32),
-        row0_final_norm=fin["norm"][0].numpy().astype(np.float32),
-        gen_prompt=gen["input_ids"].numpy().astype(np.int64),
-        gen_tokens=toks.numpy().astype(np.int64),
-        gen_logits=glog.numpy().astype(np.float32),
-        gen_min_margin=np.array(margin, dtype=np.float32),
+        row0_final_norm=final_norm[0].numpy().astype(np.float32),
     )
     if has_moe:
         B, S = batch["input_ids"].shape
@@ -466,16 +494,7 @@ def golden_arrays(name, model):
             .astype(np.float32)
     if has_ple:
         arrays["row0_per_layer_inputs"] = torch.stack([p[0] for p in rec["ple"]], dim=1).numpy().astype(np.float32)
-    for k in ("token_type_ids", "mm_token_type_ids"):
-        if k in batch:
-            arrays[k] = batch[k].numpy().astype(np.int64)
-            arrays["gen_" + k] = gen[k].numpy().astype(np.int64)
-    if "pixel_values" in batch:
-        arrays["pixel_values"] = batch["pixel_values"].numpy().astype(np.float32)
-        arrays["gen_pixel_values"] = gen["pixel_values"].numpy().astype(np.float32)
-    if "image_position_ids" in batch:
-        arrays["image_position_ids"] = batch["image_position_ids"].numpy().astype(np.int64)
-        arrays["gen_image_position_ids"] = gen["image_position_ids"].numpy().astype(np.int64)
+    arrays.update(_input_arrays(batch, gen))
     meta = dict(name=name, architecture=spec["arch"], model_type=model.config.model_type, seed=spec["seed"],
                 num_layers=L, gen_tokens=GEN_TOKENS, eos_disabled_in_generate=True, attn_implementation="eager",
                 dtype="float32", image_token_id=IMAGE if "pixel_values" in batch else None,
