@@ -102,7 +102,8 @@ inline constexpr int kWideTileRows = 8;
 
 // The AVX-512 wide tile (16 accumulators: the 6 x 16 tiles leave the CPU's two 512-bit FMA ports
 // waiting on latency) when the CPU has AVX-512 and TESSERA_SIMD does not ask for generic or avx2;
-// else null, and callers use gemm_tile. Chosen apart from Simd(), like Bf16Dot().
+// else null, and callers use gemm_tile. Chosen apart from Simd(), like Bf16Dot()
+// (bench/results/kernel_choices.md, "The wide f32 tile in prefill").
 GemmTileWideFn GemmTileWide();
 GemmTileWideFn GemmTileWideAvx512();
 
