@@ -261,15 +261,18 @@ void GroupTileKernel::PackedScores(int64_t j0, int64_t n, const void* const* k_r
 // PackedScores on the wide micro-tile (prefill blocks, where the tile is compute-bound and nothing
 // is prefetched): eight query rows against two packed 16-key panels per call, the same FMA chains
 // (kScoreChunk dims each) as the 6 x 16 tile's.
+// Rows innermost: each call's two K panels (kScoreChunk dims of 32 keys) stay in L1 for every
+// row group, rather than the whole packed tile streaming from L2 once per row group.
 void GroupTileKernel::WideScores(int64_t n) {
-  for (int64_t r0 = 0; r0 < rows_; r0 += ops::kWideTileRows) {
-    const int mr = static_cast<int>(std::min<int64_t>(ops::kWideTileRows, rows_ - r0));
-    for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
-      const float* a[ops::kWideTileRows];
-      for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
-      for (int64_t t = 0; t < n; t += 32)
+  for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
+    for (int64_t t = 0; t < n; t += 32) {
+      for (int64_t r0 = 0; r0 < rows_; r0 += ops::kWideTileRows) {
+        const int mr = static_cast<int>(std::min<int64_t>(ops::kWideTileRows, rows_ - r0));
+        const float* a[ops::kWideTileRows];
+        for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
         wide_(a, kp_ + t * D_ + d0 * 16, 16 * D_, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
               static_cast<int>(std::min<int64_t>(32, n - t)), d0 > 0);
+      }
     }
   }
 }
@@ -527,14 +530,15 @@ void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_row
   const size_t es = DTypeSize(p_.v.dtype);
   const bool packed = path_ == TilePath::kPacked;  // (else kInPlace)
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);
-  if (packed && wide_ != nullptr && n_q_ > 1) {  // (prefill: the wide tile, as in WideScores)
-    for (int64_t r0 = 0; r0 < rows_; r0 += ops::kWideTileRows) {
-      const int mr = static_cast<int>(std::min<int64_t>(ops::kWideTileRows, rows_ - r0));
-      const float* a[ops::kWideTileRows];
-      for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = s_ + (r0 + (r < mr ? r : 0)) * kTileK;
-      for (int64_t c0 = 0; c0 < Dv_; c0 += 32)
+  if (packed && wide_ != nullptr && n_q_ > 1) {  // (prefill: the wide tile, rows innermost as in WideScores)
+    for (int64_t c0 = 0; c0 < Dv_; c0 += 32) {
+      for (int64_t r0 = 0; r0 < rows_; r0 += ops::kWideTileRows) {
+        const int mr = static_cast<int>(std::min<int64_t>(ops::kWideTileRows, rows_ - r0));
+        const float* a[ops::kWideTileRows];
+        for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = s_ + (r0 + (r < mr ? r : 0)) * kTileK;
         wide_(a, vp_ + c0 * n, 16 * n, n, o_ + r0 * Dv_ + c0, Dv_, mr, static_cast<int>(std::min<int64_t>(32, Dv_ - c0)),
               true);
+      }
     }
     return;
   }
