@@ -12,13 +12,16 @@
 All three are one attention node (no rotary) in a CPU session with `threads` intra-op threads
 (the Tessera op's own pool has as many). Prefill: a first prompt of S tokens with a 256-token
 image block in the middle. Decode: one token after `ctx` cached. Medians of --reps runs after a
-warm-up; ratios are the peer's time / tessera's (> 1: tessera faster). Roofline: decode reads the
-f32 K/V once (GB/s against the numpy read probe), prefill's visible pairs cost 4·Hq·D flops each
+warm-up, the three variants taking turns within every repeat; each row ends with the 1-minute
+load average after it (the machine may be shared); ratios are the peer's time / tessera's (> 1:
+tessera faster). Roofline: decode reads the f32 K/V once (GB/s against the numpy read probe), prefill's visible pairs cost 4·Hq·D flops each
 (GFLOP/s against numpy's f32 GEMM).
 """
 import argparse
 import os
+import statistics
 import sys
+import time
 
 import numpy as np
 import onnxruntime as ort
@@ -27,7 +30,7 @@ from onnx import TensorProto, helper
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 sys.path.insert(0, os.path.dirname(__file__))
 import tessera  # noqa: E402
-from attention_peers import median_time, roofline  # noqa: E402
+from attention_peers import roofline  # noqa: E402
 
 HQ, HKV, D, BLOCK = 16, 8, 256, 256
 F, I32 = TensorProto.FLOAT, TensorProto.INT32
@@ -116,14 +119,28 @@ def case(args, sessions, S, past_len):
     v = rng.standard_normal((1, S, HKV * D), dtype=np.float32)
     T = past_len + S
     blk = image_blocks(S) if S > 1 else np.zeros((1, 1), np.int32)
-    t_tess = median_time(shared_runner(sessions["tessera"], q, k, v, T, past_len, blk), args.reps)
-    t_gqa = median_time(shared_runner(sessions["gqa"], q, k, v, T, past_len), args.reps)
     bias, pairs = dense_bias(S, T, blk)
     heads = lambda x, h: x.reshape(1, S, h, D).transpose(0, 2, 1, 3).copy()  # noqa: E731
     past = rng.standard_normal((1, HKV, past_len, D), dtype=np.float32)
     feeds = {"q": heads(q, HQ), "k": heads(k, HKV), "v": heads(v, HKV), "bias": bias, "pk": past, "pv": past}
-    t_attn = median_time(lambda: sessions["attn"].run(None, feeds), args.reps)
+    t_tess, t_gqa, t_attn = alternated([shared_runner(sessions["tessera"], q, k, v, T, past_len, blk),
+                                        shared_runner(sessions["gqa"], q, k, v, T, past_len),
+                                        lambda: sessions["attn"].run(None, feeds)], args.reps)
     return t_tess, t_gqa, t_attn, pairs
+
+
+def alternated(fns, reps):
+    """Medians of `reps` timed calls of each fn, the fns taking turns within every repeat (so a
+    change in the machine's load meets all of them), after one warm-up call each."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, t in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def main():
@@ -151,7 +168,7 @@ def main():
             rate = 2 * HKV * (past_len + 1) * D * 4 / t_tess / 1e9
             roof = 100 * rate / bw
         print(f"{label:30s} {t_tess * 1e3:11.3f} {rate:13.1f} {roof:7.0f} {t_gqa * 1e3:9.3f} {t_gqa / t_tess:9.2f} "
-              f"{t_attn * 1e3:13.3f} {t_attn / t_tess:10.2f}")
+              f"{t_attn * 1e3:13.3f} {t_attn / t_tess:10.2f}   load {os.getloadavg()[0]:.1f}")
     print("\ngqa computes causal attention without the image block (not the same result); tessera and "
           "attn+bias compute the exact mask.")
 

@@ -397,6 +397,86 @@ TEST(OnnxGroupQueryAttention, BlockIdsByHand) {
   }
 }
 
+// Windowed caches (sliding_window_cache = 1): one head, D = 1, all keys 0, so a query's output
+// is the mean of the values it sees; value = the token's position. Window W = 2: the query and
+// the token before it.
+struct WindowStep {
+  std::vector<float> query, key, value;
+  std::vector<int32_t> seqlens_k;
+  int32_t total;
+  GroupQueryAttentionInputs in;
+  GroupQueryAttentionAttrs attrs;
+  std::vector<float> output;
+  GroupQueryAttentionOutputs out;
+
+  // Tokens [first, first + n) into a cache of capacity C (past) / present (in place when equal).
+  WindowStep(int first, int n, int64_t C, std::vector<float>& past_k, std::vector<float>& past_v,
+             std::vector<float>& present_k, std::vector<float>& present_v)
+      : query(n, 1.0f), key(n, 0.0f), value(n), seqlens_k{first + n - 1}, total(first + n), output(n, -1.0f) {
+    for (int i = 0; i < n; ++i) value[i] = static_cast<float>(first + i);
+    in.query = F32(query, {1, n, 1});
+    in.key = F32(key, {1, n, 1});
+    in.value = F32(value, {1, n, 1});
+    in.past_key = F32(past_k, {1, 1, C, 1});
+    in.past_value = F32(past_v, {1, 1, C, 1});
+    in.seqlens_k = TensorRef{seqlens_k.data(), ElemType::kInt32, {1}};
+    in.total_sequence_length = TensorRef{&total, ElemType::kInt32, {}};
+    attrs.num_heads = attrs.kv_num_heads = 1;
+    attrs.scale = 1.0f;
+    attrs.local_window_size = 2;
+    attrs.sliding_window_cache = 1;
+    out.output = {output.data(), {1, n, 1}};
+    out.present_key = {present_k.data(), {1, 1, C, 1}};
+    out.present_value = {present_v.data(), {1, 1, C, 1}};
+  }
+};
+
+TEST(OnnxGroupQueryAttention, WindowCacheInPlaceByHand) {
+  std::vector<float> k(2, 9.0f), v(2, 9.0f);  // capacity C = W = 2: one row evicted per step
+  Ctx c;
+  for (int t = 0; t < 6; ++t) {
+    WindowStep s(t, 1, 2, k, v, k, v);
+    ASSERT_TRUE(GroupQueryAttention(s.in, s.attrs, s.out, c.ctx).ok()) << t;
+    EXPECT_FLOAT_EQ(s.output[0], t == 0 ? 0.0f : t - 0.5f) << t;
+    if (t == 0) {
+      EXPECT_EQ(v[0], 0.0f);
+    } else {
+      EXPECT_EQ(v, (std::vector<float>{t - 1.0f, static_cast<float>(t)})) << t;  // the newest two, in order
+    }
+  }
+}
+
+TEST(OnnxGroupQueryAttention, WindowCacheStagedPromptByHand) {
+  // Capacity 3, window 2: evicted 2 at a time. A 5-token prompt exceeds the cache (staged); it
+  // leaves positions 2-4 (L(5) = 3); the next token leaves positions 4-5 (L(6) = 2). present is
+  // a separate buffer: rows past L are zeros.
+  std::vector<float> pk(3, 9.0f), pv(3, 9.0f), k(3, 9.0f), v(3, 9.0f);
+  Ctx c;
+  WindowStep prompt(0, 5, 3, pk, pv, k, v);
+  ASSERT_TRUE(GroupQueryAttention(prompt.in, prompt.attrs, prompt.out, c.ctx).ok());
+  EXPECT_EQ(prompt.output, (std::vector<float>{0.0f, 0.5f, 1.5f, 2.5f, 3.5f}));
+  EXPECT_EQ(v, (std::vector<float>{2, 3, 4}));
+  std::vector<float> k2(3, 9.0f), v2(3, 9.0f);
+  WindowStep next(5, 1, 3, k, v, k2, v2);
+  ASSERT_TRUE(GroupQueryAttention(next.in, next.attrs, next.out, c.ctx).ok());
+  EXPECT_FLOAT_EQ(next.output[0], 4.5f);
+  EXPECT_EQ(v2, (std::vector<float>{4, 5, 0}));
+  EXPECT_EQ(k2, (std::vector<float>{0, 0, 0}));
+}
+
+TEST(OnnxGroupQueryAttention, WindowCacheNeedsAWindowAndRoom) {
+  std::vector<float> k(1), v(1);
+  Ctx c;
+  WindowStep small(0, 1, 1, k, v, k, v);  // capacity 1 < window 2
+  ExpectError(GroupQueryAttention(small.in, small.attrs, small.out, c.ctx), StatusCode::kInvalidArgument,
+              {"past_key capacity 1 must be >= local_window_size 2"});
+  std::vector<float> k2(2), v2(2);
+  WindowStep no_window(0, 1, 2, k2, v2, k2, v2);
+  no_window.attrs.local_window_size = -1;
+  ExpectError(GroupQueryAttention(no_window.in, no_window.attrs, no_window.out, c.ctx), StatusCode::kInvalidArgument,
+              {"sliding_window_cache = 1 needs local_window_size > 0"});
+}
+
 TEST(OnnxGroupQueryAttention, BadBlockIdsAreNamed) {
   Ctx c;
   {

@@ -207,6 +207,45 @@ TEST(Simd, GemmPackAndTileMatchScalarFmaChains) {
   }
 }
 
+// The wide attention tile (AVX-512 CPUs only): every row and column count, two panels a stride
+// apart, against the scalar FMA chain gemm_tile computes (so results equal it bit for bit), with
+// rows >= mr and columns >= nr of c untouched.
+TEST(Simd, WideTileMatchesScalarFmaChains) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "no AVX-512 on this CPU";
+  const GemmTileWideFn wide = GemmTileWideAvx512();
+  ASSERT_NE(wide, nullptr);
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd;
+  constexpr int kRows = kWideTileRows, kCs = 37;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t kc = std::uniform_int_distribution<int64_t>(1, 130)(rng);
+    const int64_t ps = kc * 16 + 16 * (trial % 3);  // the second panel's offset (floats, a multiple of 16)
+    const int mr = 1 + trial % kRows, nr = 1 + trial % 32;
+    const bool acc = trial % 2 == 1;
+    AlignedBuffer bp_buf((ps + kc * 16) * sizeof(float));
+    float* bp = static_cast<float*>(bp_buf.data());
+    for (int64_t i = 0; i < ps + kc * 16; ++i) bp[i] = nd(rng);
+    std::vector<float> a(kRows * kc), c(kRows * kCs), want;
+    for (float& v : a) v = nd(rng);
+    for (float& v : c) v = nd(rng);
+    want = c;
+    const float* ap[kRows];
+    for (int r = 0; r < kRows; ++r) ap[r] = a.data() + (r < mr ? r : 0) * kc;
+    wide(ap, bp, ps, kc, c.data(), kCs, mr, nr, acc);
+    for (int r = 0; r < kRows; ++r)
+      for (int j = 0; j < kCs; ++j) {
+        if (r >= mr || j >= nr) {
+          ASSERT_EQ(c[r * kCs + j], want[r * kCs + j]) << "wrote outside the tile r=" << r << " j=" << j;
+          continue;
+        }
+        const float* panel = bp + (j / 16) * ps;
+        float chain = 0.0f;
+        for (int64_t kk = 0; kk < kc; ++kk) chain = std::fma(a[r * kc + kk], panel[kk * 16 + j % 16], chain);
+        ASSERT_EQ(c[r * kCs + j], acc ? want[r * kCs + j] + chain : chain) << "r=" << r << " j=" << j << " mr=" << mr;
+      }
+  }
+}
+
 // The softmax numerator: every lane and tail length, arguments from 0 down past the f32 underflow
 // (-87.3) and -inf, against exp in double: a few ulps relative, exact 0 for -inf.
 TEST(Simd, ExpSubSumMatchesDoubleExp) {

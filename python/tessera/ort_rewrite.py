@@ -9,8 +9,9 @@ The new graph input `block_ids` is int32 [batch_size, sequence_length] (like inp
 text token, the image's block id (> 0) for each token of an image. Every GQA node reads it. Nodes
 using what the Tessera operator does not take (position_ids, attention_bias, head_sink,
 smooth_softmax, qk_output, non-float32 caches) are refused by name rather than rewritten.
-The rewritten nodes keep linear caches: a sliding layer's past holds the whole sequence, like a
-full layer's (the builder's sliding_window_cache ring is dropped; docs/onnxruntime.md).
+Sliding layers keep their caches as exported: with sliding_window_cache = 1 (the model builder's
+sliding layers) past/present are window-sized buffers the operator evicts itself, exactly as
+GroupQueryAttention does (docs/onnxruntime.md, "Windowed caches").
 """
 from __future__ import annotations
 
@@ -26,11 +27,9 @@ OP = "TesseraGroupQueryAttention"
 KEPT_INPUTS = 9
 REFUSED_INPUTS = {9: "position_ids", 10: "attention_bias", 11: "head_sink"}
 KEPT_ATTRS = {"num_heads", "kv_num_heads", "local_window_size", "scale", "softcap", "do_rotary",
-              "rotary_interleaved"}
-# Attributes accepted (with these values) and dropped: the "off" values, and sliding_window_cache,
-# whose ring cache (capacity >= local_window_size, the model builder's sliding layers) the Tessera
-# op does not keep: its caches are linear, so every layer's past must hold the whole sequence.
-NEUTRAL_ATTRS = {"smooth_softmax": (-1, 0), "qk_output": (0,), "causal": (1,), "sliding_window_cache": (0, 1)}
+              "rotary_interleaved", "sliding_window_cache"}
+# Attributes accepted (with these values) and dropped: their "off" values.
+NEUTRAL_ATTRS = {"smooth_softmax": (-1, 0), "qk_output": (0,), "causal": (1,)}
 
 
 def _refuse(node, what):

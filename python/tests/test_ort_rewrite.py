@@ -5,6 +5,9 @@
 # - text only: transformers' own masks (causal; window 8 on sliding layers, shorter than the prompt);
 # - two image blocks: transformers given the mask built here pair by pair (window AND (causal OR
 #   same block)), as a per-layer-type dict of 4-D masks.
+# The sliding layers keep the export's window-sized caches (sliding_window_cache = 1, capacity 8
+# here, shorter than the prompt); on text the rewritten decoder is also run against the export
+# itself (onnxruntime's GroupQueryAttention evicting its own window) over more decode steps.
 # Tolerance: ATOL = RTOL = 1e-5 on the logits (float32 throughout, other summation orders).
 # The model builder (onnxruntime-genai 0.18.0) comes from `bash bench/setup_peers.sh --builder`
 # (scripts/test.sh runs it), the end-to-end peers' venv, or TESSERA_ORTGENAI_PYTHON; without it
@@ -47,7 +50,7 @@ def builder_python():
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """(checkpoint dir, rewritten model) from the builder's fp32 CPU export."""
+    """(checkpoint dir, rewritten model, the export itself) from the builder's fp32 CPU export."""
     py = builder_python()
     if py is None:
         pytest.skip("onnxruntime-genai's model builder is not installed (bash bench/setup_peers.sh --builder)")
@@ -60,23 +63,39 @@ def built(tmp_path_factory):
     (ckpt / "config.json").write_text(json.dumps(config))
     subprocess.run([py, BUILDER, "-i", str(ckpt), "-o", str(tmp / "onnx"), "-p", "fp32", "-e", "cpu",
                     "-c", str(tmp / "cache")], check=True, capture_output=True)
-    return ckpt, rewrite(onnx.load(str(tmp / "onnx" / "model.onnx")))
+    export = onnx.load(str(tmp / "onnx" / "model.onnx"))
+    return ckpt, rewrite(export), export
 
 
-def run_decoder(model, steps, blocks):
-    """Steps of input ids through the rewritten decoder; past = the previous step's present."""
+def window_capacities(model, capacity):
+    """{past input: capacity} for the layers whose attention keeps a window-sized cache
+    (sliding_window_cache = 1: the builder's sliding layers)."""
+    caps = {}
+    for node in model.graph.node:
+        if any(a.name == "sliding_window_cache" and helper.get_attribute_value(a) == 1 for a in node.attribute):
+            caps[node.input[3]] = caps[node.input[4]] = capacity
+    return caps
+
+
+def run_decoder(model, steps, blocks, window_capacity=WINDOW):
+    """Steps of input ids through the decoder (blocks None: the unrewritten one); past = the
+    previous step's present: growing caches for full layers, window-sized ones of
+    `window_capacity` rows for sliding layers."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.register_custom_ops_library(tessera.onnx.onnxruntime_library())
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    past = {f"past_key_values.{i}.{kv}": np.zeros((1, HKV, 0, D), np.float32)
-            for i in range(LAYERS) for kv in ("key", "value")}
+    caps = window_capacities(model, window_capacity)
+    past = {n: np.zeros((1, HKV, caps.get(n, 0), D), np.float32)
+            for n in (f"past_key_values.{i}.{kv}" for i in range(LAYERS) for kv in ("key", "value"))}
+    assert 0 < len(caps) < len(past)  # (the export has both kinds of layers)
     total, logits = 0, []
-    for ids, blk in zip(steps, blocks):
+    for n, ids in enumerate(steps):
         total += len(ids)
-        feeds = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, total), np.int64),
-                 "block_ids": np.array([blk], np.int32), **past}
+        feeds = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, total), np.int64), **past}
+        if blocks is not None:
+            feeds["block_ids"] = np.array([blocks[n]], np.int32)
         out = sess.run(None, feeds)
         logits.append(out[0][0])
         past = {n.replace("present", "past_key_values"): v for n, v in zip(names[1:], out[1:])}
@@ -108,9 +127,24 @@ def run_decoder_shared(model, steps, blocks, capacity=16):
     return logits, caches
 
 
+@pytest.mark.parametrize("extra", [0, 3])
+def test_window_caches_match_the_unrewritten_decoder(built, extra):
+    """Window-sized caches on the sliding layers (capacity W + extra), a prompt longer than the
+    window, decode steps across evictions: the rewritten decoder's logits are the export's own
+    (onnxruntime's GroupQueryAttention with sliding_window_cache = 1) on text."""
+    _, model, export = built
+    rng = np.random.default_rng(2)
+    steps = [rng.integers(10, 500, 12).tolist()] + [[int(t)] for t in rng.integers(10, 500, 6)]
+    ours = run_decoder(model, steps, [[0] * len(s) for s in steps], WINDOW + extra)
+    theirs = run_decoder(export, steps, None, WINDOW + extra)
+    for k, (a, b) in enumerate(zip(ours, theirs)):
+        np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=f"step {k}")
+
+
 def test_shared_buffers_give_the_same_logits(built):
-    """In place on fixed-capacity caches: the same logits, bit for bit, as with growing caches."""
-    _, model = built
+    """In place on fixed-capacity caches: the same logits, bit for bit, as with growing caches
+    (window-sized on the sliding layers)."""
+    _, model, _ = built
     rng = np.random.default_rng(1)
     steps = [rng.integers(10, 500, len(PROMPT_BLOCKS)).tolist(), [7], [9]]
     blocks = [PROMPT_BLOCKS, [0], [0]]
@@ -136,7 +170,7 @@ def block_mask(blocks, window):
 def test_rewritten_decoder_matches_transformers(built, with_blocks):
     import torch
     from transformers import AutoModelForCausalLM
-    ckpt, model = built
+    ckpt, model, _ = built
     rng = np.random.default_rng(0)
     steps = [rng.integers(10, 500, len(PROMPT_BLOCKS)).tolist(), [7], [9], [11]]
     prompt_blocks = PROMPT_BLOCKS if with_blocks else [0] * len(PROMPT_BLOCKS)
@@ -176,7 +210,8 @@ def test_rewrite_keeps_inputs_and_attributes():
     assert (node.domain, node.op_type) == ("com.tessera", "TesseraGroupQueryAttention")
     assert list(node.input) == ["q", "k", "v", "pk", "pv", "seqlens_k", "total", "cos", "sin", "block_ids"]
     assert {a.name: helper.get_attribute_value(a) for a in node.attribute} == {
-        "num_heads": 2, "kv_num_heads": 1, "do_rotary": 1, "local_window_size": 4, "softcap": 30.0}
+        "num_heads": 2, "kv_num_heads": 1, "do_rotary": 1, "local_window_size": 4, "softcap": 30.0,
+        "sliding_window_cache": 1}
     block = model.graph.input[-1]
     assert block.name == "block_ids" and block.type.tensor_type.elem_type == TensorProto.INT32
     assert [d.dim_param for d in block.type.tensor_type.shape.dim] == ["batch", "seq"]

@@ -16,7 +16,11 @@ struct Plan {
 Plan MakePlan(const AttentionParams& p) {
   Plan plan;
   plan.group = p.q.heads / p.k.heads;
-  plan.n_q_block = std::clamp<int64_t>(kRowsPerBlock / plan.group, 1, std::max<int64_t>(1, p.q.seq));
+  // With the wide f32 micro-tile, blocks of twice the rows pack each K/V tile half as often (four
+  // times the rows: more partly visible tiles; bench/results/kernel_choices.md).
+  const bool wide = p.precision == AttentionPrecision::kF32 && ops::GemmTileWide() != nullptr;
+  const int64_t rows = wide ? kWideRowsPerBlock : kRowsPerBlock;
+  plan.n_q_block = std::clamp<int64_t>(rows / plan.group, 1, std::max<int64_t>(1, p.q.seq));
   plan.q_blocks = (p.q.seq + plan.n_q_block - 1) / plan.n_q_block;
   plan.k_tiles = (p.k.seq + kTileK - 1) / kTileK;
   return plan;

@@ -42,6 +42,30 @@ inline uint32_t NonFinite(float x) {
   return (u & 0x7f800000u) == 0x7f800000u;
 }
 
+// max(s[0, n)) (-inf for none; NaNs are skipped, as by std::max) and, in *bad, whether some s[t]
+// is NaN or +-inf. Sixteen independent lanes: the compiler vectorizes them, not a serial max.
+float RowMax(const float* s, int64_t n, uint32_t* bad) {
+  float lane[16];
+  uint32_t flags[16] = {};
+  std::fill(lane, lane + 16, kNegInf);
+  int64_t t = 0;
+  for (; t + 16 <= n; t += 16)
+    for (int l = 0; l < 16; ++l) {
+      lane[l] = lane[l] < s[t + l] ? s[t + l] : lane[l];
+      flags[l] |= NonFinite(s[t + l]);
+    }
+  for (int l = 0; t + l < n; ++l) {
+    lane[l] = lane[l] < s[t + l] ? s[t + l] : lane[l];
+    flags[l] |= NonFinite(s[t + l]);
+  }
+  float m = kNegInf;
+  for (int l = 0; l < 16; ++l) {
+    m = m < lane[l] ? lane[l] : m;
+    *bad |= flags[l];
+  }
+  return m;
+}
+
 // The bf16 dot-product path's scratch: q panels, one panel's scores, one panel's weight pairs.
 int64_t DotScratchFloats(int64_t D, int64_t max_rows) {
   return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + kTileK / 2 * 16;
@@ -107,6 +131,7 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
     if (D_ % 2 == 0) dot_ = ops::Bf16Dot();  // (an odd head_dim stays on the f32 kernels)
   }
   wide_path_ = WidePath(p, dot_);
+  if (max_rows >= kPackedRows) wide_ = ops::GemmTileWide();
   o_ = take(max_rows * Dv_);
   m_ = take(max_rows);
   l_ = take(max_rows);
@@ -217,6 +242,7 @@ void GroupTileKernel::PackedScores(int64_t j0, int64_t n, const void* const* k_r
   // micro-tile call (and V's during P.V), so DRAM requests keep flowing
   // (bench/results/kernel_choices.md, "Decode L2 prefetch in the packed score path"). Prefill
   // re-reads each tile from cache.
+  if (wide_ != nullptr && n_q_ > 1) return WideScores(n);
   LineFeed feed(RowsAhead(p_.k, j0, 0, n_q_ == 1 ? n : 0));
   const int64_t calls = (rows_ + 5) / 6 * ((D_ + kScoreChunk - 1) / kScoreChunk) * ((n + 15) / 16);
   const int64_t per_call = (feed.lines() + calls - 1) / calls;
@@ -228,6 +254,25 @@ void GroupTileKernel::PackedScores(int64_t j0, int64_t n, const void* const* k_r
       for (int64_t t = 0; t < n; t += 16, feed.Issue(per_call))
         simd.gemm_tile(a, kp_ + t * D_ + d0 * 16, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
                        static_cast<int>(std::min<int64_t>(16, n - t)), d0 > 0, nullptr, 0);
+    }
+  }
+}
+
+// PackedScores on the wide micro-tile (prefill blocks, where the tile is compute-bound and nothing
+// is prefetched): eight query rows against two packed 16-key panels per call, the same FMA chains
+// (kScoreChunk dims each) as the 6 x 16 tile's.
+// Rows innermost: each call's two K panels (kScoreChunk dims of 32 keys) stay in L1 for every
+// row group, rather than the whole packed tile streaming from L2 once per row group.
+void GroupTileKernel::WideScores(int64_t n) {
+  for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
+    for (int64_t t = 0; t < n; t += 32) {
+      for (int64_t r0 = 0; r0 < rows_; r0 += ops::kWideTileRows) {
+        const int mr = static_cast<int>(std::min<int64_t>(ops::kWideTileRows, rows_ - r0));
+        const float* a[ops::kWideTileRows];
+        for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
+        wide_(a, kp_ + t * D_ + d0 * 16, 16 * D_, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
+              static_cast<int>(std::min<int64_t>(32, n - t)), d0 > 0);
+      }
     }
   }
 }
@@ -425,20 +470,14 @@ void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, const vo
 // a full tile's max pass (the row is then poisoned and its weights zeroed for FullTilePv).
 bool GroupTileKernel::SoftmaxStep(int64_t r, int64_t n, TileClass cls) {
   float* s = s_ + r * kTileK;
-  float tile_max = kNegInf;
-  if (cls == TileClass::kFull && p_.softcap <= 0) {  // the finiteness check rides on the max pass
-    uint32_t bad = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      tile_max = std::max(tile_max, s[t]);
-      bad |= NonFinite(s[t]);
-    }
-    if (bad) {
-      PoisonRow(r);
-      std::fill(s, s + n, 0.0f);
-      return false;
-    }
-  } else {
-    for (int64_t t = 0; t < n; ++t) tile_max = std::max(tile_max, s[t]);
+  uint32_t bad = 0;
+  const float tile_max = RowMax(s, n, &bad);
+  // In a full tile without a cap the finiteness check rides on the max pass; otherwise
+  // PrepareRow checked the visible scores, and masked ones are -inf.
+  if (bad && cls == TileClass::kFull && p_.softcap <= 0) {
+    PoisonRow(r);
+    std::fill(s, s + n, 0.0f);
+    return false;
   }
   if (tile_max == kNegInf) return false;  // nothing visible to this row in this tile (never a full tile)
   const ops::SimdKernels& simd = ops::Simd();
@@ -491,6 +530,18 @@ void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_row
   const size_t es = DTypeSize(p_.v.dtype);
   const bool packed = path_ == TilePath::kPacked;  // (else kInPlace)
   if (packed) simd.pack_rows16(dt, v_rows[0], p_.v.stride_seq, n, Dv_, vp_);
+  if (packed && wide_ != nullptr && n_q_ > 1) {  // (prefill: the wide tile, rows innermost as in WideScores)
+    for (int64_t c0 = 0; c0 < Dv_; c0 += 32) {
+      for (int64_t r0 = 0; r0 < rows_; r0 += ops::kWideTileRows) {
+        const int mr = static_cast<int>(std::min<int64_t>(ops::kWideTileRows, rows_ - r0));
+        const float* a[ops::kWideTileRows];
+        for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = s_ + (r0 + (r < mr ? r : 0)) * kTileK;
+        wide_(a, vp_ + c0 * n, 16 * n, n, o_ + r0 * Dv_ + c0, Dv_, mr, static_cast<int>(std::min<int64_t>(32, Dv_ - c0)),
+              true);
+      }
+    }
+    return;
+  }
   const int64_t col_blocks = (Dv_ + 15) / 16, v_share = (n + col_blocks - 1) / col_blocks;  // V rows per block
   LineFeed feed(RowsAhead(p_.v, j0, 0, packed && n_q_ == 1 ? n : 0));
   const int64_t calls = (rows_ + 5) / 6 * col_blocks, per_call = (feed.lines() + calls - 1) / calls;

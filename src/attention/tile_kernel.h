@@ -14,6 +14,7 @@
 
 #include "attention/mask.h"
 #include "ops/prefetch_rows.h"
+#include "ops/simd.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 
@@ -25,6 +26,7 @@ namespace tessera::attn {
 
 inline constexpr int64_t kTileK = 64;         // keys per tile
 inline constexpr int64_t kRowsPerBlock = 64;  // target query rows (heads x positions) per block
+inline constexpr int64_t kWideRowsPerBlock = 128;  // the same at f32 on the wide micro-tile (prefill)
 // From this many rows on, the K and V tiles are packed (widened once, laid out for the GEMM
 // micro-tile); fewer rows read them in place, each element once.
 inline constexpr int64_t kPackedRows = 4;
@@ -71,6 +73,7 @@ class GroupTileKernel {
   void PanelScores(int64_t r0, int64_t j0, int64_t n, const void* const* k_rows);
   void DotRowScores(int64_t j0, int64_t n, const void* const* k_rows);
   void PackedScores(int64_t j0, int64_t n, const void* const* k_rows);
+  void WideScores(int64_t n);
   void InPlaceScores(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows);
   // The fused dot path (kDot).
   void ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const void* const* k_rows, const void* const* v_rows);
@@ -98,6 +101,8 @@ class GroupTileKernel {
   const ops::Bf16DotKernels* dot_ = nullptr;
   TilePath wide_path_ = TilePath::kPacked;  // the path of blocks of kPackedRows rows or more
   TilePath path_ = TilePath::kInPlace;      // this block's path (Begin)
+  // The wide f32 micro-tile for packed prefill blocks (null: the 6 x 16 gemm_tile).
+  ops::GemmTileWideFn wide_ = nullptr;
   int64_t pairs_ = 0;          // D / 2
   uint32_t* qw_ = nullptr;     // [ceil(max_rows / 16)][pairs][16] bf16 pairs of q (unscaled), 16-row panels
   float* st_ = nullptr;        // [kTileK][16] scores of one panel, key-major

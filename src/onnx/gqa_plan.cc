@@ -39,6 +39,11 @@ Status CheckAttrs(const GroupQueryAttentionAttrs& a) {
   TESSERA_RETURN_IF_ERROR(CheckOneOf("smooth_softmax", a.smooth_softmax, {-1, 0, 1}));
   TESSERA_RETURN_IF_ERROR(CheckOneOf("qk_output", a.qk_output, {0, 1, 2}));
   TESSERA_RETURN_IF_ERROR(CheckOneOf("blocks_ignore_window", a.blocks_ignore_window, {0, 1}));
+  TESSERA_RETURN_IF_ERROR(CheckOneOf("sliding_window_cache", a.sliding_window_cache, {0, 1}));
+  if (a.sliding_window_cache == 1 && a.local_window_size <= 0)
+    return Bad("sliding_window_cache = 1 needs local_window_size > 0, got " + Str(a.local_window_size));
+  if (a.sliding_window_cache == 1 && a.qk_output != 0)
+    return Bad("qk_output must be 0 with sliding_window_cache = 1, got " + Str(a.qk_output));
   if (a.causal == 0 && a.local_window_size != -1)
     return Bad("local_window_size must be -1 when causal is 0, got " + Str(a.local_window_size));
   return Status::Ok();
@@ -142,7 +147,7 @@ Status PlanLengths(const GroupQueryAttentionInputs& in, Plan& p) {
     if (!in.past_key && P > 0)
       return Bad("seqlens_k[" + Str(b) + "] = " + Str(p.seqlens_k[b]) + " means " + Str(P) +
                  " cached tokens before this step of " + Str(p.S) + ", but past_key is absent");
-    if (P > p.C)
+    if (!p.windowed && P > p.C)
       return Bad("seqlens_k[" + Str(b) + "] = " + Str(p.seqlens_k[b]) + " means " + Str(P) +
                  " cached tokens before this step, but past_key holds only " + Str(p.C));
   }
@@ -234,6 +239,21 @@ Status PlanSink(const GroupQueryAttentionInputs& in, const GroupQueryAttentionAt
   return Status::Ok();
 }
 
+// sliding_window_cache = 1: window-sized past buffers (capacity >= W), keys per row, staging.
+Status PlanWindow(const GroupQueryAttentionInputs& in, Plan& p) {
+  p.kv_len = p.total;
+  if (!p.windowed) return Status::Ok();
+  if (!p.has_past) return Bad("sliding_window_cache = 1 needs past_key and past_value (the window-sized buffers)");
+  if (p.C < p.window)
+    return Bad("with sliding_window_cache = 1 the past_key capacity " + Str(p.C) + " must be >= local_window_size " +
+               Str(p.window));
+  if (in.attention_bias) return Bad("attention_bias is not supported with sliding_window_cache = 1");
+  p.kv_len = 0;
+  for (int64_t b = 0; b < p.B; ++b) p.kv_len = std::max(p.kv_len, KeysOf(p, b));
+  p.staged = p.kv_len > p.C;
+  return Status::Ok();
+}
+
 Status PlanBlocks(const GroupQueryAttentionInputs& in, Plan& p) {
   if (!in.block_ids) return Status::Ok();
   const TensorRef& t = *in.block_ids;
@@ -261,10 +281,13 @@ StatusOr<Plan> MakePlan(const GroupQueryAttentionInputs& in, const GroupQueryAtt
   Plan p;
   p.Hq = a.num_heads;
   p.Hkv = a.kv_num_heads;
+  p.windowed = a.sliding_window_cache == 1;
+  p.window = a.local_window_size;
   TESSERA_RETURN_IF_ERROR(PlanQkv(in, p));
   TESSERA_RETURN_IF_ERROR(PlanPast(in, p));
   TESSERA_RETURN_IF_ERROR(PlanLengths(in, p));
   TESSERA_RETURN_IF_ERROR(PlanBias(in, p));
+  TESSERA_RETURN_IF_ERROR(PlanWindow(in, p));
   TESSERA_RETURN_IF_ERROR(PlanRotary(in, a, p));
   TESSERA_RETURN_IF_ERROR(PlanSink(in, a, p));
   TESSERA_RETURN_IF_ERROR(PlanBlocks(in, p));

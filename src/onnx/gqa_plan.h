@@ -33,11 +33,29 @@ struct Plan {
   const float* head_sink = nullptr;       // [Hq] when given
   bool smooth = false;                    // sink 0 for every head (smooth_softmax = 1 without head_sink)
   const int32_t* block_ids = nullptr;     // [B, S] with the block_ids extension input
+  bool windowed = false;                  // sliding_window_cache = 1
+  int64_t window = -1;                    // local_window_size
+  int64_t kv_len = 0;                     // key slots the kernel reads: total, or max_b KeysOf when windowed
+  bool staged = false;                    // windowed and some row's keys exceed the capacity C
 };
 
 // Tokens in the cache after the step, and before it.
 inline int64_t TotalOf(const Plan& p, int64_t b) { return static_cast<int64_t>(p.seqlens_k[b]) + 1; }
 inline int64_t PastOf(const Plan& p, int64_t b) { return TotalOf(p, b) - std::min(p.S, TotalOf(p, b)); }
+
+// Rows a windowed cache of capacity C and window W holds after t tokens (onnxruntime's
+// sliding_window_cache contract): all while t <= C, then evicted G = C - W + 1 at a time.
+inline int64_t ResidentRows(int64_t t, int64_t C, int64_t W) {
+  if (t <= C) return t;
+  const int64_t g = C - W + 1;
+  return t - g * ((t - C + g - 1) / g);
+}
+// The cache slot of row b's first new token (P_b, or the resident past rows when windowed), and
+// the keys the kernel sees in row b (T_b, or resident past + new rows).
+inline int64_t NewSlotOf(const Plan& p, int64_t b) {
+  return p.windowed ? ResidentRows(PastOf(p, b), p.C, p.window) : PastOf(p, b);
+}
+inline int64_t KeysOf(const Plan& p, int64_t b) { return NewSlotOf(p, b) + TotalOf(p, b) - PastOf(p, b); }
 
 // The rotary position of query row s of batch row b (header of group_query_attention.h); padding
 // rows (s >= Q_b) are clamped into the tables, their output being unspecified.

@@ -1,6 +1,7 @@
 #include "tessera/onnx/group_query_attention.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -26,9 +27,10 @@ ElemType ElemTypeOf(DType t) {
 StatusOr<GroupQueryAttentionShapes> ShapesOf(const Plan& p, bool in_place) {
   if (in_place && !p.has_past)
     return Bad("present can only share the past buffer when past_key/past_value are given");
-  if (in_place && p.C < p.total)
-    return Bad("in place, past_key capacity " + Str(p.C) + " must be >= total_sequence_length " + Str(p.total));
-  const int64_t cap = in_place ? p.C : std::max(p.total, p.C);
+  if (in_place && !p.windowed && p.C < p.total)
+    return Bad("in place, past_key capacity " + Str(p.C) + " must be >= total_sequence_length " + Str(p.total) +
+               " (or a windowed cache: sliding_window_cache = 1)");
+  const int64_t cap = in_place || p.windowed ? p.C : std::max(p.total, p.C);
   GroupQueryAttentionShapes s;
   s.output = {p.B, p.S, p.Hq * p.D};
   s.present_key = {p.B, p.Hkv, cap, p.D};
@@ -94,36 +96,70 @@ void WriteCache(const Plan& p, const HeadsView& past, const HeadsView& fresh, co
   }
 }
 
+// Windowed (sliding_window_cache): the resident past rows [0, L(P_b)) and then the new rows into
+// `dst` (present, or the staging buffer); the past rows are copied unless dst is the past buffer.
+void WriteWindowKeys(const Plan& p, const HeadsView& past, const HeadsView& fresh, const CacheView& dst,
+                     bool dst_is_past) {
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t resident = gqa::NewSlotOf(p, b), fresh_rows = TotalOf(p, b) - PastOf(p, b);
+    for (int64_t h = 0; h < p.Hkv; ++h) {
+      if (!dst_is_past && resident > 0) CopyRowsToCache(past, 0, dst, 0, b, h, resident);
+      CopyRowsToCache(fresh, 0, dst, resident, b, h, fresh_rows);
+    }
+  }
+}
+
+// After the attention of a windowed step: present rows [0, L(T_b)) = the last L(T_b) of the row's
+// keys in `keys` (present itself or the staging buffer), rows beyond zeroed when present is a
+// separate buffer.
+void SettleWindow(const Plan& p, const CacheView& keys, const CacheView& present, bool in_place) {
+  const int64_t row_bytes = p.D * static_cast<int64_t>(DTypeSize(p.cache_dtype));
+  for (int64_t b = 0; b < p.B; ++b) {
+    const int64_t resident = gqa::ResidentRows(TotalOf(p, b), p.C, p.window), from = gqa::KeysOf(p, b) - resident;
+    for (int64_t h = 0; h < p.Hkv; ++h) {
+      if (keys.data != present.data || from > 0)
+        std::memmove(present.At(b, h, 0), keys.At(b, h, from), static_cast<size_t>(resident * row_bytes));
+      if (!in_place) ZeroCacheRows(present, resident, b, h, present.capacity - resident);
+    }
+  }
+}
+
 // Index arrays and rotated rows of one call, carved from ctx.index_scratch.
 struct Scratch {
   int32_t* q_pos;    // [B, S]
-  int32_t* k_pos;    // [B, total]
+  int32_t* k_pos;    // [B, kv_len]
   int32_t* kv_valid; // [B]
   int32_t* rot_pos;  // [B, S] rotary positions
   int32_t* q_block;  // [B, S] with block_ids
-  int32_t* k_block;  // [B, total] with block_ids
+  int32_t* k_block;  // [B, kv_len] with block_ids
   float* sink;       // [Hq] zeros (smooth_softmax)
   float* q_rot;      // [B, S, Hq, D] with rotary
   float* k_rot;      // [B, S, Hkv, D] with rotary
+  void* stage_k;     // [B, Hkv, kv_len, D] in the cache dtype, when staged
+  void* stage_v;
 };
 
 Scratch TakeScratch(const Plan& p, Arena& arena) {
   const int64_t rot_floats = p.rotary ? p.B * p.S * (p.Hq + p.Hkv) * p.D : 0;
   const int64_t blocked = p.block_ids ? 1 : 0;
-  arena.Reserve((2 + blocked) * Arena::Bytes<int32_t>(p.B * p.S) + (1 + blocked) * Arena::Bytes<int32_t>(p.B * p.total) +
-                Arena::Bytes<int32_t>(p.B) + Arena::Bytes<float>(p.Hq) + Arena::Bytes<float>(rot_floats));
+  const int64_t stage_bytes = p.staged ? p.B * p.Hkv * p.kv_len * p.D * static_cast<int64_t>(DTypeSize(p.cache_dtype)) : 0;
+  arena.Reserve((2 + blocked) * Arena::Bytes<int32_t>(p.B * p.S) + (1 + blocked) * Arena::Bytes<int32_t>(p.B * p.kv_len) +
+                Arena::Bytes<int32_t>(p.B) + Arena::Bytes<float>(p.Hq) + Arena::Bytes<float>(rot_floats) +
+                2 * Arena::Bytes<uint8_t>(stage_bytes));
   arena.Reset();
   Scratch s;
   s.q_pos = arena.Take<int32_t>(p.B * p.S);
-  s.k_pos = arena.Take<int32_t>(p.B * p.total);
+  s.k_pos = arena.Take<int32_t>(p.B * p.kv_len);
   s.kv_valid = arena.Take<int32_t>(p.B);
   s.rot_pos = arena.Take<int32_t>(p.B * p.S);
   s.q_block = arena.Take<int32_t>(blocked * p.B * p.S);
-  s.k_block = arena.Take<int32_t>(blocked * p.B * p.total);
+  s.k_block = arena.Take<int32_t>(blocked * p.B * p.kv_len);
   s.sink = arena.Take<float>(p.Hq);
   std::fill_n(s.sink, p.Hq, 0.0f);
   s.q_rot = arena.Take<float>(rot_floats);
   s.k_rot = s.q_rot + p.B * p.S * p.Hq * p.D;
+  s.stage_k = arena.Take<uint8_t>(stage_bytes);
+  s.stage_v = arena.Take<uint8_t>(stage_bytes);
   return s;
 }
 
@@ -138,24 +174,24 @@ void Rotate(Plan& p, const Scratch& s) {
 }
 
 // Block ids as MaskSpec wants them: -1 for text; cached keys are in no block, the step's new key
-// j of row b (cache slot P_b + j) has its token's id.
+// j of row b (key slot NewSlotOf(b) + j) has its token's id.
 void FillBlocks(const Plan& p, const Scratch& s) {
   for (int64_t b = 0; b < p.B; ++b) {
     const int32_t* ids = p.block_ids + b * p.S;
     for (int64_t i = 0; i < p.S; ++i) s.q_block[b * p.S + i] = ids[i] > 0 ? ids[i] : -1;
-    const int64_t P = PastOf(p, b), T = TotalOf(p, b);
-    for (int64_t j = 0; j < p.total; ++j)
-      s.k_block[b * p.total + j] = j >= P && j < T && ids[j - P] > 0 ? ids[j - P] : -1;
+    const int64_t first = gqa::NewSlotOf(p, b), end = gqa::KeysOf(p, b);
+    for (int64_t j = 0; j < p.kv_len; ++j)
+      s.k_block[b * p.kv_len + j] = j >= first && j < end && ids[j - first] > 0 ? ids[j - first] : -1;
   }
 }
 
 MaskSpec BuildMask(const Plan& p, const GroupQueryAttentionAttrs& a, const Scratch& s) {
   const int64_t W = a.local_window_size;
   for (int64_t b = 0; b < p.B; ++b) {
-    const int64_t P = PastOf(p, b);
+    const int64_t P = PastOf(p, b), first_pos = P - gqa::NewSlotOf(p, b);  // (the position of key slot 0)
     for (int64_t i = 0; i < p.S; ++i) s.q_pos[b * p.S + i] = static_cast<int32_t>(P + i);
-    for (int64_t j = 0; j < p.total; ++j) s.k_pos[b * p.total + j] = static_cast<int32_t>(j);
-    s.kv_valid[b] = W == 0 ? 0 : static_cast<int32_t>(TotalOf(p, b));  // a window of 0 keys sees nothing
+    for (int64_t j = 0; j < p.kv_len; ++j) s.k_pos[b * p.kv_len + j] = static_cast<int32_t>(first_pos + j);
+    s.kv_valid[b] = W == 0 ? 0 : static_cast<int32_t>(gqa::KeysOf(p, b));  // a window of 0 keys sees nothing
   }
   MaskSpec mask;
   mask.q_pos = s.q_pos;
@@ -171,6 +207,26 @@ MaskSpec BuildMask(const Plan& p, const GroupQueryAttentionAttrs& a, const Scrat
     mask.blocks_ignore_window = a.blocks_ignore_window == 1;
   }
   return mask;
+}
+
+// The step's attention over the keys in keys_k / keys_v (their first kv_len rows).
+Status RunAttention(const Plan& p, const GroupQueryAttentionAttrs& attrs, const GroupQueryAttentionOutputs& out,
+                    OpContext& ctx, const Scratch& scratch, const CacheView& keys_k, const CacheView& keys_v) {
+  AttentionParams params;
+  params.q = p.q;
+  params.k = keys_k.Read(p.kv_len);
+  params.v = keys_v.Read(p.kv_len);
+  params.out = BshdOut(out.output.f32(), p.B, p.S, p.Hq, p.D);
+  params.mask = BuildMask(p, attrs, scratch);
+  params.scale = p.scale;
+  params.softcap = attrs.softcap;
+  params.sink = p.head_sink ? p.head_sink : p.smooth ? scratch.sink : nullptr;
+  Status st = tessera::Attention(params, ctx.attention, ctx.kernel);
+  if (st.ok() && out.output_qk)
+    st = AttentionScores(params, attrs.qk_output == 1 ? ScoreStage::kMasked : ScoreStage::kProbabilities, 0.0f,
+                         out.output_qk->f32());
+  if (!st.ok()) return Status(st.code(), std::string(kOp) + ": " + st.message());
+  return Status::Ok();
 }
 
 }  // namespace
@@ -198,25 +254,25 @@ Status GroupQueryAttention(const GroupQueryAttentionInputs& in, const GroupQuery
   const int64_t cap = out.present_key.shape[2];
   const CacheView present_k{out.present_key.data, p.cache_dtype, p.B, p.Hkv, cap, p.D};
   const CacheView present_v{out.present_value.data, p.cache_dtype, p.B, p.Hkv, cap, p.D};
-  WriteCache(p, p.past_k, p.k_new, present_k, in_place);
-  WriteCache(p, p.past_v, p.v_new, present_v, in_place);
-  if (p.S == 0) return Status::Ok();
-
-  AttentionParams params;
-  params.q = p.q;
-  params.k = present_k.Read(p.total);
-  params.v = present_v.Read(p.total);
-  params.out = BshdOut(out.output.f32(), p.B, p.S, p.Hq, p.D);
-  params.mask = BuildMask(p, attrs, scratch);
-  params.scale = p.scale;
-  params.softcap = attrs.softcap;
-  params.sink = p.head_sink ? p.head_sink : p.smooth ? scratch.sink : nullptr;
-  Status st = tessera::Attention(params, ctx.attention, ctx.kernel);
-  if (st.ok() && out.output_qk)
-    st = AttentionScores(params, attrs.qk_output == 1 ? ScoreStage::kMasked : ScoreStage::kProbabilities, 0.0f,
-                         out.output_qk->f32());
-  if (!st.ok()) return Status(st.code(), std::string(kOp) + ": " + st.message());
-  return Status::Ok();
+  // The keys the kernel reads: present, or with a windowed step larger than the free rows, staging.
+  CacheView keys_k = present_k, keys_v = present_v;
+  if (p.staged) {
+    keys_k = {scratch.stage_k, p.cache_dtype, p.B, p.Hkv, p.kv_len, p.D};
+    keys_v = {scratch.stage_v, p.cache_dtype, p.B, p.Hkv, p.kv_len, p.D};
+  }
+  if (p.windowed) {
+    WriteWindowKeys(p, p.past_k, p.k_new, keys_k, in_place && !p.staged);
+    WriteWindowKeys(p, p.past_v, p.v_new, keys_v, in_place && !p.staged);
+  } else {
+    WriteCache(p, p.past_k, p.k_new, present_k, in_place);
+    WriteCache(p, p.past_v, p.v_new, present_v, in_place);
+  }
+  Status st = p.S == 0 ? Status::Ok() : RunAttention(p, attrs, out, ctx, scratch, keys_k, keys_v);
+  if (st.ok() && p.windowed) {
+    SettleWindow(p, keys_k, present_k, in_place);
+    SettleWindow(p, keys_v, present_v, in_place);
+  }
+  return st;
 }
 
 }  // namespace tessera::onnx

@@ -85,6 +85,7 @@ OrtStatus* ReadAttrs(const OrtKernelInfo* info, onnx::GroupQueryAttentionAttrs* 
   TESSERA_ORT_RETURN(IntAttr(info, "do_rotary", 0, &a->do_rotary));
   TESSERA_ORT_RETURN(IntAttr(info, "rotary_interleaved", 0, &a->rotary_interleaved));
   TESSERA_ORT_RETURN(IntAttr(info, "blocks_ignore_window", 0, &a->blocks_ignore_window));
+  TESSERA_ORT_RETURN(IntAttr(info, "sliding_window_cache", 0, &a->sliding_window_cache));
   TESSERA_ORT_RETURN(IntAttr(info, "num_threads", 0, threads));
   // The adapter checks the values; checking here too makes a bad node fail at session creation.
   if (a->num_heads <= 0 || a->kv_num_heads <= 0 || a->num_heads % a->kv_num_heads != 0)

@@ -91,6 +91,22 @@ struct SimdKernels {
   }
 };
 
+// A wider f32 GEMM micro-tile for compute-bound attention tiles (prefill): for r < mr (<= 8),
+// j < nr (<= 32)
+//   c[r * c_stride + j] (+)= sum_{k < kc} a[r][k] * bp[(j / 16) * panel_stride + k * 16 + j % 16]
+// i.e. two 64-byte aligned [kc][16] panels side by side (the second is read only when nr > 16).
+// Each c element is the same FMA chain as gemm_tile's, so results equal gemm_tile's bit for bit.
+using GemmTileWideFn = void (*)(const float* const* a, const float* bp, int64_t panel_stride, int64_t kc, float* c,
+                                int64_t c_stride, int mr, int nr, bool accumulate);
+inline constexpr int kWideTileRows = 8;
+
+// The AVX-512 wide tile (16 accumulators: the 6 x 16 tiles leave the CPU's two 512-bit FMA ports
+// waiting on latency) when the CPU has AVX-512 and TESSERA_SIMD does not ask for generic or avx2;
+// else null, and callers use gemm_tile. Chosen apart from Simd(), like Bf16Dot()
+// (bench/results/kernel_choices.md, "The wide f32 tile in prefill").
+GemmTileWideFn GemmTileWide();
+GemmTileWideFn GemmTileWideAvx512();
+
 // The implementation to use: AVX2 when the CPU has it (measured faster than AVX-512 here, see
 // simd_dispatch.cc), else AVX-512, else generic. TESSERA_SIMD=generic|avx2|avx512 overrides it
 // for testing and benchmarking; an unsupported request falls back to the default.

@@ -88,6 +88,53 @@ void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int6
   }
 }
 
+// MR (<= 8) rows x 32 columns (two 16-column panels, TWO false: the first only) in 2 MR
+// accumulators: per k, two panel loads and MR broadcasts feed 2 MR independent FMAs, enough to keep
+// both FMA ports busy through their latency.
+template <int MR, bool TWO>
+void Tile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, float* c, int64_t cs, int nr, bool acc) {
+  __m512 lo[MR], hi[MR];
+  _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  const float* bp1 = bp + ps;
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(bp + k * 16);
+    const __m512 b1 = TWO ? _mm512_load_ps(bp1 + k * 16) : b0;
+    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {
+      const __m512 x = _mm512_set1_ps(a[r][k]);
+      lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+      if (TWO) hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+    }
+  }
+  const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffffu : (1u << nr) - 1u);
+  const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffffu : nr > 16 ? (1u << (nr - 16)) - 1u : 0u);
+  _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * cs;
+    _mm512_mask_storeu_ps(cr, m0, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), lo[r]) : lo[r]);
+    if (TWO) _mm512_mask_storeu_ps(cr + 16, m1, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), hi[r]) : hi[r]);
+  }
+}
+
+template <bool TWO>
+void Tile32Rows(const float* const* a, const float* bp, int64_t ps, int64_t kc, float* c, int64_t cs, int mr, int nr,
+                bool acc) {
+  switch (mr) {
+    case 1: return Tile32<1, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    case 2: return Tile32<2, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    case 3: return Tile32<3, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    case 4: return Tile32<4, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    case 5: return Tile32<5, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    case 6: return Tile32<6, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    case 7: return Tile32<7, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    default: return Tile32<8, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+  }
+}
+
+void GemmTile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, float* c, int64_t cs, int mr, int nr,
+                bool acc) {
+  if (nr > 16) return Tile32Rows<true>(a, bp, ps, kc, c, cs, mr, nr, acc);
+  Tile32Rows<false>(a, bp, ps, kc, c, cs, mr, nr, acc);
+}
+
 }  // namespace
 
 // Single-row kernels and the micro-tile at 16 lanes; the multi-row, packing and elementwise entries
@@ -119,5 +166,7 @@ const SimdKernels* SimdAvx512() {
                              SimdAvx2()->pack_panel16};
   return &k;
 }
+
+GemmTileWideFn GemmTileWideAvx512() { return GemmTile32; }
 
 }  // namespace tessera::ops

@@ -35,6 +35,12 @@ const SimdKernels& Choose() {
   return SimdGeneric();
 }
 
+GemmTileWideFn ChooseGemmTileWide() {
+  const char* want = std::getenv("TESSERA_SIMD");
+  if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return nullptr;
+  return HasAvx512() ? GemmTileWideAvx512() : nullptr;
+}
+
 }  // namespace
 
 const SimdKernels& Simd() {
@@ -45,6 +51,11 @@ const SimdKernels& Simd() {
 const Bf16DotKernels* Bf16Dot() {
   static const Bf16DotKernels* const chosen = ChooseBf16Dot();
   return bf16_dot_enabled.load(std::memory_order_relaxed) ? chosen : nullptr;
+}
+
+GemmTileWideFn GemmTileWide() {
+  static const GemmTileWideFn chosen = ChooseGemmTileWide();
+  return chosen;
 }
 
 void EnableBf16Dot(bool on) { bf16_dot_enabled.store(on, std::memory_order_relaxed); }

@@ -26,8 +26,16 @@
 //   GQA: query head h reads KV head h / (Hq / Hkv).
 //   output_qk [B, Hq, S, total_sequence_length] (qk_output 1: the scores after softcap and bias, 0
 //     for invisible keys; 2: the softmax weights).
-// Not supported (the Python adapter refuses them by name): query_seqlens, sliding_window_cache,
-// quantized caches (k_scale, v_scale, kv_cache_bit_width, k/v_quant_type), q/k_norm_weight.
+//   Windowed cache (sliding_window_cache = 1, local_window_size W > 0, past capacity C >= W):
+//     onnxruntime's contract: after a step of row b, cache rows [0, L(T_b)) hold positions
+//     [T_b - L(T_b), T_b) in order, L(t) = t while t <= C, else t - G * ceil((t - C) / G) with
+//     G = C - W + 1 (evicted G at a time); rows >= L are unspecified (zeros when present is a
+//     separate buffer, which then also has capacity C). The step's keys are the L(P_b) resident
+//     past rows and its new rows; a step larger than the free rows is staged in scratch.
+//     No attention_bias or output_qk with it.
+// Not supported (the Python adapter refuses them by name): query_seqlens, sliding_window_cache
+// (the C++ adapter and com.tessera.TesseraGroupQueryAttention take it), quantized caches (k_scale,
+// v_scale, kv_cache_bit_width, k/v_quant_type), q/k_norm_weight.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +79,7 @@ struct GroupQueryAttentionAttrs {
   int64_t smooth_softmax = -1;      // -1 (unset), 0 or 1
   int64_t qk_output = 0;            // 0 (no output_qk), 1 (scores), 2 (softmax weights)
   int64_t blocks_ignore_window = 0;  // with block_ids: 1 = same-block pairs visible outside the window
+  int64_t sliding_window_cache = 0;  // 1 = window-sized caches evicted inside the node (above)
 };
 
 struct GroupQueryAttentionShapes {
