@@ -5,8 +5,8 @@
 The main model: bench/e2e/checkpoint.py's `gemma4_e2b` (E2B's real widths, `--layers` layers, vocabulary
 262144, random bf16 weights), as in bench/results/speculative.md. The drafter: a `gemma4_assistant` at the
 main model's width built as python/scripts/make_tiny_drafters.py builds its "copy" drafter: pre_projection
-passes the main model's embedding of the last seen token through (identity on its first half, small noise
-on the hidden-state half), its two layers (sliding, full; E2B's attention geometry, MLP 2048) have their
+passes the main model's embedding of the last seen token through (identity on its first half, zero on the
+hidden-state half), its two layers (sliding, full; E2B's attention geometry, MLP 2048) have their
 outputs scaled down, and its LM head is the main model's embedding: it proposes the last seen token again.
 
 The knob: the main model's token embedding multiplied by `scale`. With tied embeddings the residual copy
@@ -141,7 +141,8 @@ def make_drafter(base, out, main_cfg):
               (p + "self_attn.q_proj.weight", bf16(std * rng.standard_normal((q, H), np.float32)))]
     pre = np.zeros((H, 2 * H), np.float32)
     pre[:, :H] = np.eye(H, dtype=np.float32)
-    pre[:, H:] = 0.05 * rng.standard_normal((H, H), np.float32) / 8
+    # (the hidden-state half stays zero: at E2B's width the main model's normed hidden state would
+    # outweigh the small embedding of the copy, and the drafter would stop proposing the last token)
     t += [("model.norm.weight", np.ones(H, np.float32)), ("post_projection.weight", bf16(std * rng.standard_normal(
         (H, H), np.float32))), ("pre_projection.weight", bf16(pre))]
     write_safetensors(os.path.join(out, "drafter.safetensors"), t)
@@ -167,7 +168,7 @@ def main():
     cfg = checkpoint.gemma4_e2b_config(layers=args.layers, vocab=262144)
     base = os.path.join(args.work, f"spec_e2b{args.layers}")
     checkpoint.make_checkpoint(base, cfg, dtype="bf16")
-    drafter = make_drafter(base, os.path.join(args.work, f"spec_e2b{args.layers}_copy_drafter"), cfg)
+    drafter = make_drafter(base, os.path.join(args.work, f"spec_e2b{args.layers}_copy_drafter_v2"), cfg)
     for s in args.scales.split(","):
         main_dir = make_scaled(base, os.path.join(args.work, f"spec_e2b{args.layers}_embx{s}"), float(s))
         cmd = ["flock", "/tmp/tessera-cpu.lock", args.bench, "--model", main_dir, "--draft", drafter, "--context",
