@@ -8,6 +8,10 @@ The model: bench/e2e/checkpoint.py's `gemma4_e2b` (E2B's real widths and 35 laye
 KV-shared; random bf16 weights, fixed seed) under bench/.work/, and llama.cpp's bf16 GGUF of it
 (convert_hf_to_gguf.py from the llama-cpp-python sdist that `bash bench/setup_peers.sh --llama-only`
 fetches; run with this interpreter, which has torch and transformers). Both written once, reused.
+With llama.cpp, both engines read that one GGUF (Tessera with --dtype bf16: the converter keeps a few
+small matrices f32, and rounding them gives back the checkpoint's bf16 values); once it exists the
+checkpoint's model.safetensors may be deleted (its READY and config.json stay), which the 9 GB of a
+second copy of the weights on a small disk may need. Without llama.cpp, Tessera reads the checkpoint.
 
 Runs, each a whole process holding /tmp/tessera-cpu.lock, alternating within every repeat and
 prompt length: Tessera without the skips (TESSERA_PREFILL_SKIP=0), Tessera with them, llama.cpp
@@ -56,7 +60,8 @@ def run_llamacpp(gguf, ids, threads, timeout):
 
 def run_tessera(binary, model, ids, threads, skip, timeout):
     env = dict(os.environ, TESSERA_PREFILL_SKIP="1" if skip else "0")
-    return engines.run_tessera(binary, model, ids, 1, threads, 256, timeout, dtype="bf16", env=env)
+    extra = ("--dtype", "bf16") if model.endswith(".gguf") else ()
+    return engines.run_tessera(binary, model, ids, 1, threads, 256, timeout, dtype="bf16", env=env, extra=extra)
 
 
 def cell(rs):
@@ -85,6 +90,8 @@ def prepare(work, quick, engs):
             gguf, why = engines.prepare_llamacpp(hf, os.path.join(work, tag, "model.bf16.gguf"), log, outtype="bf16")
     if not gguf and "llamacpp" in engs:
         log(f"llama.cpp skipped: {why}")
+    if gguf:
+        tess = gguf
     with open(os.path.join(hf, "config.json")) as f:
         avoid = checkpoint.special_ids(json.load(f))
     return cfg, tess, gguf, why, avoid

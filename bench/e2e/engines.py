@@ -95,7 +95,7 @@ def prepare_tessera(hf, out):
     for f in ("config.json", "model.safetensors"):
         dst = os.path.join(out, f)
         if not os.path.lexists(dst):
-            os.symlink(os.path.join(hf, f), dst)
+            os.symlink(os.path.abspath(os.path.join(hf, f)), dst)  # (a relative hf would leave it dangling)
     return out, None
 
 
@@ -188,15 +188,15 @@ def gguf_tensor_bytes(path):
 TESSERA_LINE = re.compile(r"prefill (\d+) tokens in ([\d.]+) s .*decode (\d+) tokens in ([\d.]+) s")
 
 
-def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32", env=None):
+def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32", env=None, extra=()):
     """dtype bf16: a bf16 checkpoint, bf16 KV, attention and matmuls at precision bf16. A quantized
     dtype (q8_0, q4_0, q4_k_m): `model` is the GGUF file, bf16 KV, attention at precision bf16.
-    env: the environment of the run (None: this process's)."""
+    env: the environment of the run (None: this process's); extra: more `tessera run` arguments."""
     ctx = len(ids) + decode
     cmd = [binary, "run", "--model", model, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(decode),
            "--max-context", str(ctx), "--threads", str(threads),
            "--kv-dtype", dtype if dtype in ("f32", "bf16") else "bf16", "--no-stop",
-           "--max-chunk", str(chunk)]
+           "--max-chunk", str(chunk), *extra]
     if dtype == "bf16":
         cmd += ["--attention-precision", "bf16", "--matmul-precision", "bf16"]
     elif dtype != "f32":

@@ -227,6 +227,24 @@ def test_half_gguf_logits_equal_converted_checkpoint(work, name, dtype):
     np.testing.assert_array_equal(got, ref)
 
 
+@needs_converter
+def test_bf16_moe_gguf_at_matmul_precision_bf16(work):
+    """llama.cpp's converter keeps the router (ffn_gate_inp) f32 in a bf16 GGUF: precision bf16 refuses
+    it by name (it used to stop the process in the GEMM), and converting on load (dtype bfloat16) then
+    gives the logits of the checkpoint the converter's types describe, loaded the same way."""
+    hf = make_hf(work, "gemma4_moe")
+    g = convert(hf, "bf16")
+    with pytest.raises(ValueError, match="matmul precision bf16 needs bf16 weights, got f32 for router.proj of "
+                                         "layer 0"):
+        tessera.Model.load(g, dtype="auto", max_context=64, matmul_precision="bfloat16")
+    ref_dir = write_converted_safetensors(hf, os.path.join(work, "gemma4_moe_bf16_st"), "bf16")
+    got = {}
+    for name, path in (("gguf", g), ("checkpoint", ref_dir)):  # (both hold the router f32, as the converter does)
+        m = tessera.Model.load(path, dtype="bfloat16", max_context=64, matmul_precision="bfloat16")
+        got[name] = m.forward(np.asarray([PROMPT]))[0]
+    np.testing.assert_array_equal(got["gguf"], got["checkpoint"])
+
+
 def dequantized_checkpoint(hf, gguf_file, dst, experts=False):
     """hf's checkpoint with every matrix replaced by gguf_file's, dequantized by gguf-py (with experts:
     the stacked expert tensors too)."""

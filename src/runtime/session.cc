@@ -94,6 +94,15 @@ Status CheckMatmulPrecision(const model::GemmaModel& model, ops::MatmulPrecision
                            {&L.o_proj, "o_proj"}, {&L.gate, "gate_proj"}, {&L.up, "up_proj"}, {&L.down, "down_proj"},
                            {&L.ple_gate, "per_layer_input_gate"}, {&L.ple_proj, "per_layer_projection"}})
       TESSERA_RETURN_IF_ERROR(check(*v, name + at));
+    // The MoE block's matrices too: llama.cpp's converter keeps the router (ffn_gate_inp) f32 even in
+    // a bf16 GGUF, which the GEMM at precision bf16 would otherwise stop on.
+    TESSERA_RETURN_IF_ERROR(check(L.router, "router.proj" + at));
+    for (size_t e = 0; e < L.expert_gate.size(); ++e) {
+      const std::string ex = " of expert " + std::to_string(e) + at;
+      TESSERA_RETURN_IF_ERROR(check(L.expert_gate[e], "experts.gate_up_proj (gate)" + ex));
+      TESSERA_RETURN_IF_ERROR(check(L.expert_up[e], "experts.gate_up_proj (up)" + ex));
+      TESSERA_RETURN_IF_ERROR(check(L.expert_down[e], "experts.down_proj" + ex));
+    }
   }
   return Status::Ok();
 }
