@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "tessera/gemm.h"
+
 namespace tessera::ops {
 
 // For r < rows, j < cols <= 16 * ceil(cols / 16) panels:
@@ -23,10 +25,8 @@ using Bf16AmxGemmFn = void (*)(const uint32_t* x, int64_t x_stride, int64_t rows
 
 // The kernel, or null where the CPU lacks AMX-BF16 and AMX-TILE, Linux refuses the tile data
 // permission, the bf16 dot product is off (Bf16Dot() null: the panels and x pairs are its work),
-// TESSERA_AMX=0 is set, or EnableBf16Amx(false) was called.
+// TESSERA_AMX=0 is set, or EnableBf16Amx(false) (tessera/gemm.h) was called.
 Bf16AmxGemmFn Bf16Amx();
-// For tests and benchmarks: off sends precision bf16 back to the dot-product kernels. On by default.
-void EnableBf16Amx(bool on);
 
 // Compiled with the AMX flags; call only when Bf16Amx() is not null.
 void Bf16AmxGemm(const uint32_t* x, int64_t x_stride, int64_t rows, const uint32_t* panels, int64_t pairs,

@@ -81,6 +81,8 @@ Bf16AmxGemmFn Bf16Amx() {
   return chosen;
 }
 
+bool Bf16AmxActive() { return Bf16Amx() != nullptr; }
+
 void EnableBf16Amx(bool on) { bf16_amx_enabled.store(on, std::memory_order_relaxed); }
 
 int AvailableSimd(const SimdKernels** out, int max) {
