@@ -5,7 +5,7 @@
 // rounded to pairs once per call (Gemm's x_pairs) are A tile rows of 32 bf16.
 // The instruction does not round after each product as vdpbf16ps does (it keeps more of a step's
 // sum before rounding), so its results differ from the dot-product kernels' in the last bits
-// (docs/kernels.md, "AMX"). Each row's chain depends only on `in`, so a token's result is still
+// (docs/runtime.md, "AMX"). Each row's chain depends only on `in`, so a token's result is still
 // the same bits alone or in any batch, as long as every token count takes this kernel.
 #pragma once
 
