@@ -17,7 +17,8 @@ namespace tessera::ops {
 
 // For r < rows, j < cols <= 16 * ceil(cols / 16) panels:
 //   y[r * y_stride + j] = sum_{p < pairs} dot2(x[r * x_stride + p], panels[(j / 16) * pairs * 16 + p * 16 + j % 16])
-// summed in steps of 16 pairs in order (the last step zero-padded), each step one f32 rounding.
+// summed by tdpbf16ps in steps of 16 pairs in order (the last step zero-padded), C kept in f32
+// between steps (k blocks pass it through y: exact), so a row's bits depend only on its data and `pairs`.
 // x rows: `pairs` words read (the padding after them never); panels: the ceil(cols / 16) panels
 // holding the columns (pairs * 16 words apart). Overwrites y (columns past cols untouched).
 using Bf16AmxGemmFn = void (*)(const uint32_t* x, int64_t x_stride, int64_t rows, const uint32_t* panels,
