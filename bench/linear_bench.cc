@@ -10,13 +10,17 @@
 // the read bandwidth, prefill (the GEMM on dequantized panels) as GFLOP/s against the FMA peak.
 // TESSERA_SIMD=avx2|generic picks the quantized dot kernels as it does the f32 ones.
 //
+// The amx section: Linear at precision bf16 on pair panels as a model runs it, the AMX tiles
+// (ops/bf16_amx.h) against the AVX-512-BF16 dot-product kernels, alternated call by call, for
+// Gemma-3-1B and Gemma-4 widths from decode to a 512-token prefill chunk.
+//
 // The small-batch section: Linear as a model runs it for n = 1..16 token rows (speculative
 // verification, a serving batch), each weight kind on one Gemma-4-width shape, as the cost of n rows
 // over one row's and as weight GB/s against the read bandwidth: a kernel that streams the weights
 // once for all rows stays near 1x while memory-bound.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
-//       [--section all|dense|quant|quant-compute|quant-prefill|small-batch]
+//       [--section all|dense|quant|quant-compute|quant-prefill|small-batch|amx]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -223,11 +227,59 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
     }
 }
 
+// Median ms of `reps` alternated calls of Linear with AMX off, then on, after one warm-up each.
+void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
+  if (!ops::Bf16AmxActive()) {
+    std::printf("amx: no AMX-BF16 on this CPU (or TESSERA_AMX=0); nothing to compare\n");
+    return;
+  }
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{"gemma3-1b q", 1024, 1152},          {"gemma3-1b mlp up", 6912, 1152},
+                          {"gemma3-1b mlp down", 1152, 6912},   {"gemma4-12b q (sliding)", 4096, 3840},
+                          {"gemma4-12b mlp up", 15360, 3840},  {"gemma4-12b mlp down", 3840, 15360}};
+  std::printf("bf16 Linear on pair panels: dot product (vdpbf16ps) vs AMX (tdpbf16ps), alternated; dot peak %.1f GFLOP/s\n",
+              dot_peak);
+  std::printf("%-24s %5s %10s %10s %12s %12s %8s\n", "weight", "n", "dot ms", "amx ms", "dot GFLOP/s", "amx GFLOP/s",
+              "amx x");
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  for (const Shape& s : shapes) {
+    std::vector<uint16_t> w(s.out * s.in);
+    for (uint16_t& v : w) v = F32ToBf16(nd(rng));
+    ops::WeightView wv{w.data(), DType::kBF16, s.out, s.in};
+    AlignedBuffer panels(ops::PairPanelWords(s.out, s.in) * 4);
+    if (!ops::PackPairPanels(wv, panels.as<uint32_t>())) return;
+    wv.pairs = panels.as<uint32_t>();
+    for (int64_t n : {1, 8, 32, 128, 512}) {
+      std::vector<float> x(n * s.in), y(n * s.out);
+      for (float& v : x) v = nd(rng);
+      AlignedBuffer x_pairs(ops::GemmScratchWords(n, s.in) * 4);
+      auto call = [&](bool amx) {
+        ops::EnableBf16Amx(amx);
+        const auto t0 = std::chrono::steady_clock::now();
+        ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      };
+      call(false), call(true);
+      std::vector<double> dot, amx;
+      for (int r = 0; r < reps; ++r) dot.push_back(call(false)), amx.push_back(call(true));
+      std::sort(dot.begin(), dot.end()), std::sort(amx.begin(), amx.end());
+      const double d = dot[reps / 2], a = amx[reps / 2], flops = 2.0 * n * s.out * s.in;
+      std::printf("%-24s %5lld %10.3f %10.3f %12.1f %12.1f %8.2f\n", s.name, (long long)n, d, a, flops / d / 1e6,
+                  flops / a / 1e6, d / a);
+    }
+  }
+  ops::EnableBf16Amx(true);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
-                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill|small-batch]\n");
+                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill|small-batch|amx]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
@@ -240,6 +292,7 @@ int main(int argc, char** argv) {
               bw1, bwn, threads, peak, dot_peak, dot_peak > 0 ? "" : " (no AVX-512-BF16: precision bf16 runs the f32 kernels)");
   ThreadPool pool(threads);
   if (section == "small-batch") return RunSmallBatch(pool, reps, bwn), 0;
+  if (section == "amx") return RunAmx(pool, reps, dot_peak), 0;
   if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
   if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/bf16_amx.h"
 #include "ops/bf16_dot.h"
 #include "ops/quant_gemm.h"
 #include "ops/quant_linear.h"
@@ -17,6 +18,7 @@ namespace {
 constexpr int64_t kMr = 6;      // tokens per f32 micro-tile
 constexpr int64_t kNr = 16;     // output columns per f32 micro-tile (one packed panel)
 constexpr int64_t kMrDot = 8;   // tokens per bf16 dot-product tile (pv_tile: 8 x 32 register tiles, 1-7 rows wider)
+constexpr int64_t kMrAmx = 32;  // tokens per AMX block (two 16-row A tiles)
 // An f32 block is deep and narrow: kKcF32 x kNcF32 f32 = 128 KiB, L2-resident. Each 6 x 16 tile
 // call then runs 1024 FMA steps instead of 256 (the call and its C tile loads and stores were the
 // overhead; bench/results/kernel_choices.md, "f32 block shape").
@@ -199,6 +201,13 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
   }
 }
 
+// AMX tiles on the prepacked panels and x pairs (ops/bf16_amx.h): the item's columns start a panel.
+void RunAmx(Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y, int64_t y_stride, const Item& it) {
+  const int64_t pairs = (w.in + 1) / 2, stride = PairsStride(w.in);
+  amx(xr + it.t_begin * stride, stride, it.t_end - it.t_begin, w.pairs + it.o0 / 16 * pairs * 16, pairs, it.nc,
+      y + it.t_begin * y_stride + it.o0, y_stride);
+}
+
 }  // namespace
 
 int64_t PairPanelWords(int64_t out, int64_t in) { return (out + 15) / 16 * ((in + 1) / 2) * 16; }
@@ -245,12 +254,15 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // into bf16 pair panels: there x is rounded once per call (x_pairs) instead of per block of
   // columns, 1.2-1.9x the f32 panels with x rounded per tile (bench/results/quant_kernels.md).
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
+  // AMX where the CPU has it, on prepacked panels with the x pairs scratch, for every token count
+  // (decode included), so a token's bits do not depend on n.
+  const Bf16AmxGemmFn amx = dot && w.pairs && x_pairs ? Bf16Amx() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols =
       dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
-  const int64_t mr = dot ? kMrDot : kMr;
+  const int64_t mr = amx ? kMrAmx : dot ? kMrDot : kMr;
   const int64_t tiles = (n + mr - 1) / mr;
   const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
@@ -258,6 +270,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
     const Item it{o0, std::min(block_cols, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * mr)};
+    if (amx) return RunAmx(amx, w, x_pairs, y, y_stride, it);
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
   };

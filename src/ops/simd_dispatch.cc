@@ -1,7 +1,12 @@
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
+#include "ops/bf16_amx.h"
 #include "ops/bf16_dot.h"
 #include "ops/simd.h"
 
@@ -15,6 +20,27 @@ bool HasAvx512() {
 }
 
 std::atomic<bool> bf16_dot_enabled{true};
+std::atomic<bool> bf16_amx_enabled{true};
+
+// AMX-BF16 and AMX-TILE (CPUID leaf 7: EDX bits 22 and 24), and Linux's permission for this
+// process to use the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18):
+// without it the first tile instruction faults. Asked once (a function-local static).
+bool AmxUsable() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+#ifdef SYS_arch_prctl
+  constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+  return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+  return false;
+#endif
+}
+
+Bf16AmxGemmFn ChooseBf16Amx() {
+  const char* off = std::getenv("TESSERA_AMX");
+  if (off && (std::strcmp(off, "0") == 0 || std::strcmp(off, "off") == 0)) return nullptr;
+  return AmxUsable() ? &Bf16AmxGemm : nullptr;
+}
 
 const Bf16DotKernels* ChooseBf16Dot() {
   const char* want = std::getenv("TESSERA_SIMD");
@@ -59,6 +85,16 @@ GemmTileWideFn GemmTileWide() {
 }
 
 void EnableBf16Dot(bool on) { bf16_dot_enabled.store(on, std::memory_order_relaxed); }
+
+Bf16AmxGemmFn Bf16Amx() {
+  if (Bf16Dot() == nullptr || !bf16_amx_enabled.load(std::memory_order_relaxed)) return nullptr;
+  static const Bf16AmxGemmFn chosen = ChooseBf16Amx();
+  return chosen;
+}
+
+bool Bf16AmxActive() { return Bf16Amx() != nullptr; }
+
+void EnableBf16Amx(bool on) { bf16_amx_enabled.store(on, std::memory_order_relaxed); }
 
 int AvailableSimd(const SimdKernels** out, int max) {
   int n = 0;
