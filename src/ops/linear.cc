@@ -115,6 +115,13 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
   }
 }
 
+bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                     ThreadPool* pool, uint32_t* x_pairs) {
+  if (w.quant == QuantType::kNone || !QuantGemmAvailable(w.quant)) return false;
+  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
+  return true;
+}
+
 void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                      MatmulPrecision precision) {
   std::vector<float> row(w.in);
