@@ -224,7 +224,7 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
 }
 
 // Where quantized Linear should switch from the row dots to the int8 GEMM (kGemmMinTokensQuant):
-// both paths at n = 4..24 tokens, timed alternately call by call; medians and row-dot / GEMM (above
+// both paths at n = 4..32 tokens, timed alternately call by call; medians and row-dot / GEMM (above
 // 1: the GEMM is the faster). Only on CPUs where the int8 GEMM runs.
 void RunQuantCrossover(ThreadPool& pool, int reps) {
   struct Shape {
@@ -244,7 +244,7 @@ void RunQuantCrossover(ThreadPool& pool, int reps) {
       const std::vector<uint8_t> w = RandomQuantWeight(rng, t, s.out, s.in);
       ops::WeightView wv{w.data(), DType::kF32, s.out, s.in};
       wv.quant = t;
-      for (int64_t n = 4; n <= 24; ++n) {
+      for (int64_t n = 4; n <= 32; ++n) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
         AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);

@@ -51,9 +51,8 @@ int64_t QuantGemmRowBytes(int64_t in);
 void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool, uint32_t* scratch);
 
-// Tokens per micro-tile at most: twelve independent vpdpbusd chains (six tokens, two panels) cover
-// the instruction's latency on both of its ports, where eight left it waiting.
-constexpr int kQuantTileTokens = 6;
+// Tokens per micro-tile at most.
+constexpr int kQuantTileTokens = 4;
 
 // The micro-tile (quant_gemm_avx512.cc): mr <= kQuantTileTokens tokens by two 16-row panels over kc values.
 // codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; hi[r], lo[r]: token

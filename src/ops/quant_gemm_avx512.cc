@@ -34,7 +34,7 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
   const int64_t groups = kc / sub;
   for (int64_t g = 0; g < groups; ++g) {
     // Exact sums, the q_hi pass shifted up 8 bits before the q_lo pass adds into the same lanes
-    // (one accumulator per token and panel leaves registers for the f32 sums: 24 of the 32 at six tokens):
+    // (one accumulator per token and panel leaves registers for the f32 sums):
     // |256 sum(code q_hi) + sum(code q_lo)| <= 257 * 32 * 255 * 127 < 2^31.
     __m512i s0[MR], s1[MR];
     for (int r = 0; r < MR; ++r) s0[r] = s1[r] = _mm512_setzero_si512();
@@ -152,9 +152,7 @@ void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, co
     case 1: return Tile<1>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
     case 2: return Tile<2>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
     case 3: return Tile<3>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 4: return Tile<4>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 5: return Tile<5>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    default: return Tile<6>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    default: return Tile<4>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
   }
 }
 
