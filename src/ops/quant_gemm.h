@@ -38,7 +38,7 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
 void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes);
 
 // panel[k4][r][0..3] = rows[r * stride + 4 k4 .. 4 k4 + 3] for r < 16, k4 < kc / 4: sixteen rows of
-// codes into the panel layout the micro-tile reads (kc a multiple of 64).
+// codes into the panel layout the micro-tile reads (kc a multiple of 4).
 void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8_t* panel);
 
 // Bytes of one token row of the activations in the scratch: q_hi[in], q_lo[in], xd[in / 32],
