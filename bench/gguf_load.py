@@ -15,9 +15,9 @@ Two figures per run:
 - load: Tessera's `Model::Load` as `tessera run` reports it ("loaded ... in X s": the GGUF parsed,
   tensors mapped and checked, the tokenizer built from the metadata); llama.cpp's
   `llama_model_load_from_file` (mmap on, its extra CPU buffer types off as in the end-to-end bench:
-  bench/PEERS.md). Each engine's "the model is ready", not the same work: Tessera checks every
-  quantized block's scales on load, which reads every page of the file; llama.cpp maps the file
-  and reads a tensor's pages when a graph first uses them.
+  bench/PEERS.md). Each engine's "the model is ready", not necessarily the same work: Tessera
+  checks every quantized block's scales on load, which reads every page of the file; how much of
+  the file llama.cpp's loader reads or prefetches at this point is its own choice.
 - first token: process start to the first token's logits of a one-token prompt (Tessera: the CLI
   process's wall time, a 64-position context; llama.cpp: model load + a 64-position context + one
   eval, timed in the worker, interpreter start-up and `import llama_cpp` excluded). This puts the
