@@ -20,7 +20,7 @@
 // once for all rows stays near 1x while memory-bound.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
-//       [--section all|dense|quant|quant-compute|quant-prefill|small-batch|amx]
+//       [--section all|dense|quant|quant-compute|quant-prefill|quant-crossover|small-batch|amx]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -227,6 +227,46 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
     }
 }
 
+// Where quantized Linear should switch from the row dots to the int8 GEMM (kGemmMinTokensQuant):
+// both paths at n = 4..32 tokens, timed alternately call by call; medians and row-dot / GEMM (above
+// 1: the GEMM is the faster). Only on CPUs where the int8 GEMM runs.
+void RunQuantCrossover(ThreadPool& pool, int reps) {
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
+                          {"gemma3-1b mlp up", 6912, 1152}, {"gemma3-1b mlp down", 1152, 6912}};
+  const QuantType types[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K};
+  std::printf("\nrow-dot vs int8 GEMM\n%-24s %-5s %4s %12s %12s %10s\n", "quantized weight", "type", "n", "row-dot ms",
+              "int8 gemm ms", "row/gemm");
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Shape& s : shapes)
+    for (QuantType t : types) {
+      if (s.in % QuantBlockElems(t) != 0) continue;
+      const std::vector<uint8_t> w = RandomQuantWeight(rng, t, s.out, s.in);
+      ops::WeightView wv{w.data(), DType::kF32, s.out, s.in};
+      wv.quant = t;
+      for (int64_t n = 4; n <= 32; ++n) {
+        std::vector<float> x(n * s.in), y(n * s.out);
+        for (float& v : x) v = nd(rng);
+        AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);
+        std::vector<double> row_ms, gemm_ms;
+        auto row = [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); };
+        auto gemm = [&] { ops::LinearQuantGemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, scratch.as<uint32_t>()); };
+        if (!ops::LinearQuantGemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, scratch.as<uint32_t>())) {
+          std::printf("no int8 GEMM on this CPU\n");
+          return;
+        }
+        for (int r = 0; r < reps; ++r) row_ms.push_back(bench::MedianMs(1, row)), gemm_ms.push_back(bench::MedianMs(1, gemm));
+        std::sort(row_ms.begin(), row_ms.end()), std::sort(gemm_ms.begin(), gemm_ms.end());
+        const double a = row_ms[reps / 2], b = gemm_ms[reps / 2];
+        std::printf("%-24s %-5s %4lld %12.3f %12.3f %10.2f\n", s.name, QuantTypeName(t), (long long)n, a, b, a / b);
+      }
+    }
+}
+
 // Median ms of `reps` alternated calls of Linear with AMX off, then on, after one warm-up each.
 void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
   if (!ops::Bf16AmxActive()) {
@@ -279,7 +319,7 @@ void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
 
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
-                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill|small-batch|amx]\n");
+                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill|quant-crossover|small-batch|amx]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
@@ -293,6 +333,7 @@ int main(int argc, char** argv) {
   ThreadPool pool(threads);
   if (section == "small-batch") return RunSmallBatch(pool, reps, bwn), 0;
   if (section == "amx") return RunAmx(pool, reps, dot_peak), 0;
+  if (section == "quant-crossover") return RunQuantCrossover(pool, reps), 0;
   if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
   if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;

@@ -153,6 +153,40 @@ TEST(QuantGemm, UnpackedCodesReproduceDequantizedWeights) {
   }
 }
 
+// The panel packing's fast forms against the plain code: UnpackCodesAvx512 gives UnpackQuantCodes'
+// bytes (random blocks, every bit pattern, k ranges that start and end inside the row), the
+// scales-only call the same a and b, and TransposeCodesAvx512 a plain loop's panel.
+TEST(QuantGemm, FastPackingMatchesPlainUnpack) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(15);
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t), sub = ops::QuantGemmSubBlock(t);
+    for (int trial = 0; trial < 20; ++trial) {
+      const int64_t blocks = 1 + rng() % 9, in = blocks * be;
+      const int64_t b0 = rng() % blocks, nb = 1 + rng() % (blocks - b0), k0 = b0 * be, kc = nb * be;
+      const std::vector<uint8_t> w = RandomBlocks(rng, t, 1, in);
+      std::vector<uint8_t> ref(kc), got(kc, 0xaa);
+      std::vector<float> a(kc / sub), b(kc / sub), a2(kc / sub, kUnwritten), b2(kc / sub, kUnwritten);
+      ops::UnpackQuantCodes(t, w.data(), k0, kc, ref.data(), a.data(), b.data());
+      ops::UnpackCodesAvx512(t, w.data(), k0, kc, got.data());
+      EXPECT_EQ(got, ref) << QuantTypeName(t) << " k0=" << k0 << " kc=" << kc;
+      ops::UnpackQuantCodes(t, w.data(), k0, kc, nullptr, a2.data(), b2.data());
+      EXPECT_EQ(0, std::memcmp(a.data(), a2.data(), a.size() * 4)) << QuantTypeName(t);
+      EXPECT_EQ(0, std::memcmp(b.data(), b2.data(), b.size() * 4)) << QuantTypeName(t);
+    }
+  }
+  for (const int64_t kc : {32, 64, 96, 256, 2048}) {
+    const int64_t stride = 2048 + 64 * (rng() % 3);
+    AlignedBuffer rows(16 * stride), panel(16 * kc);
+    for (int64_t i = 0; i < 16 * stride; ++i) rows.as<uint8_t>()[i] = static_cast<uint8_t>(rng());
+    ops::TransposeCodesAvx512(rows.as<uint8_t>(), stride, kc, panel.as<uint8_t>());
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t r = 0; r < 16; ++r)
+        ASSERT_EQ(panel.as<uint8_t>()[k / 4 * 64 + r * 4 + k % 4], rows.as<uint8_t>()[r * stride + k])
+            << "kc=" << kc << " k=" << k << " r=" << r;
+  }
+}
+
 TEST(QuantGemm, NonFiniteActivationsGiveNaN) {
   if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(14);

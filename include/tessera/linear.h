@@ -66,6 +66,12 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                   ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32);
 
+// The quantized int8 GEMM alone, at any n (Linear runs it from its crossover token count on):
+// false, computing nothing, where it does not run (weights not block-quantized, a CPU without
+// AVX-512 VNNI). x_pairs: GemmScratchWords(n, w.in) words. For the crossover benchmark.
+bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                     ThreadPool* pool, uint32_t* x_pairs);
+
 // Plain loops with double accumulation: the reference the tests compare Linear against (at kBf16
 // over x rounded by F32ToBf16). Quantized weights are dequantized by DequantizeRow (tessera/quant.h):
 // the exact product of the stored weights (the row-dot path's int8 numerics: ops/quant_linear.h).

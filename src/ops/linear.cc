@@ -21,7 +21,10 @@ constexpr int64_t kGemmMinTokens = 10;
 constexpr int64_t kGemmMinTokensBf16 = 4;
 // Quantized weights: below this many tokens the int8 row-dot (the blocks streamed once, the integer
 // work redone per token) beats dequantizing them into GEMM panels; the two cross between 8 and 16
-// tokens on the Gemma-4 MLP shapes (bench/results/quant_kernels.md).
+// tokens on the Gemma-4 MLP shapes (bench/results/quant_kernels.md). Against the int8 GEMM the row
+// dots stay faster for more tokens, but they round activations to one byte where the GEMM keeps
+// two, which short prompts' prefill accuracy does not allow (bench/results/quant_prefill.md,
+// "Row dots or the int8 GEMM").
 constexpr int64_t kGemmMinTokensQuant = 12;
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
@@ -113,6 +116,13 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
     for (int64_t t = 0; t < g; ++t) RoundBf16(x + (t0 + t) * x_stride, w.in, xr + t * w.in);
     RowDotF32(w, xr, g, w.in, y + t0 * y_stride, y_stride, pool);
   }
+}
+
+bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                     ThreadPool* pool, uint32_t* x_pairs) {
+  if (w.quant == QuantType::kNone || !QuantGemmAvailable(w.quant)) return false;
+  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
+  return true;
 }
 
 void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

@@ -13,7 +13,7 @@
 namespace tessera::ops {
 namespace {
 
-constexpr int64_t kMr = 4;      // tokens per micro-tile
+constexpr int64_t kMr = kQuantTileTokens;  // tokens per micro-tile
 constexpr int64_t kNcQ = 64;    // output rows per work item (two panel pairs)
 constexpr int64_t kKcQ = 2048;  // values per k block at most: 64 x 2048 code bytes, L2-resident
 constexpr int64_t kMaxSub = kKcQ / 16;
@@ -42,14 +42,14 @@ void ScaleMin(int j, const uint8_t* q, int* sc, int* m) {
 void Unpack32(QuantType t, const uint8_t* blk, uint8_t* c, float* a, float* b) {
   const float d = F16ToF32(Half(blk));
   if (t == QuantType::kQ8_0) {
-    for (int l = 0; l < 32; ++l) c[l] = static_cast<uint8_t>(static_cast<int8_t>(blk[2 + l]) + 128);
+    for (int l = 0; c && l < 32; ++l) c[l] = static_cast<uint8_t>(static_cast<int8_t>(blk[2 + l]) + 128);
     *a = d, *b = -128.0f * d;
     return;
   }
   const uint8_t* qs = blk + (t == QuantType::kQ5_0 ? 6 : 2);
   uint32_t qh = 0;
   if (t == QuantType::kQ5_0) std::memcpy(&qh, blk + 2, 4);
-  for (int l = 0; l < 16; ++l) {
+  for (int l = 0; c && l < 16; ++l) {
     c[l] = static_cast<uint8_t>((qs[l] & 15) | (((qh >> l) & 1) << 4));
     c[l + 16] = static_cast<uint8_t>((qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4));
   }
@@ -70,7 +70,7 @@ void UnpackK45(QuantType t, const uint8_t* blk, uint8_t* c, float* a, float* b) 
       int sc, m;
       ScaleMin(j, scales, &sc, &m);
       a[j] = d * static_cast<float>(sc), b[j] = -(dmin * static_cast<float>(m));
-      for (int l = 0; l < 32; ++l) {
+      for (int l = 0; c && l < 32; ++l) {
         const int lo = h ? qs[32 * ch + l] >> 4 : qs[32 * ch + l] & 15;
         c[32 * j + l] = static_cast<uint8_t>(lo | ((five && ((qh[l] >> j) & 1)) ? 16 : 0));
       }
@@ -84,7 +84,7 @@ void UnpackQ6K(const uint8_t* blk, uint8_t* c, float* a, float* b) {
   const uint8_t* qh = blk + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
   const float d = F16ToF32(Half(blk + 208));
-  for (int half = 0; half < 2; ++half, ql += 64, qh += 32, c += 128) {
+  for (int half = 0; c && half < 2; ++half, ql += 64, qh += 32, c += 128) {
     for (int l = 0; l < 32; ++l) {
       c[l] = static_cast<uint8_t>((ql[l] & 0xf) | (((qh[l] >> 0) & 3) << 4));
       c[l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4));
@@ -138,21 +138,22 @@ struct Item {
 // [P][kc / sub][16], P = nc rounded up to 32, / 16 (rows past nc are zero).
 void PackPanels(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc, int64_t sub, uint8_t* codes,
                 float* a, float* b) {
-  alignas(64) uint8_t row[kKcQ];
+  alignas(64) uint8_t rows[16][kKcQ];  // a panel's codes row by row, then transposed into place
   float ra[kMaxSub], rb[kMaxSub];
   const int64_t panels = (nc + 31) / 32 * 2, groups = kc / sub, row_bytes = QuantRowBytes(w.quant, w.in);
   for (int64_t p = 0; p < panels; ++p) {
     for (int r = 0; r < 16; ++r) {
       const int64_t o = p * 16 + r;
       if (o < nc) {
-        UnpackQuantCodes(w.quant, static_cast<const char*>(w.data) + (o0 + o) * row_bytes, k0, kc, row, ra, rb);
+        const char* src = static_cast<const char*>(w.data) + (o0 + o) * row_bytes;
+        UnpackQuantCodes(w.quant, src, k0, kc, nullptr, ra, rb);
+        UnpackCodesAvx512(w.quant, src, k0, kc, rows[r]);
       } else {
-        std::memset(row, 0, kc), std::fill(ra, ra + groups, 0.0f), std::fill(rb, rb + groups, 0.0f);
+        std::memset(rows[r], 0, kc), std::fill(ra, ra + groups, 0.0f), std::fill(rb, rb + groups, 0.0f);
       }
-      uint8_t* dst = codes + p * kc * 16 + r * 4;
-      for (int64_t k4 = 0; k4 < kc / 4; ++k4) std::memcpy(dst + k4 * 64, row + 4 * k4, 4);
       for (int64_t g = 0; g < groups; ++g) a[(p * groups + g) * 16 + r] = ra[g], b[(p * groups + g) * 16 + r] = rb[g];
     }
+    TransposeCodesAvx512(rows[0], kKcQ, kc, codes + p * kc * 16);
   }
 }
 
@@ -199,7 +200,7 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
   const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t), sub = QuantGemmSubBlock(t);
   TESSERA_CHECK(k0 % be == 0 && kc % be == 0, "UnpackQuantCodes: k range must be whole blocks");
   const uint8_t* blk = static_cast<const uint8_t*>(row) + k0 / be * bb;
-  for (int64_t i = 0; i < kc / be; ++i, blk += bb, codes += be, a += be / sub, b += be / sub) {
+  for (int64_t i = 0; i < kc / be; ++i, blk += bb, codes += codes ? be : 0, a += be / sub, b += be / sub) {
     switch (t) {
       case QuantType::kQ4_0:
       case QuantType::kQ5_0:

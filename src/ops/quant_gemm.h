@@ -30,7 +30,16 @@ bool QuantGemmAvailable(QuantType t);
 // Unpacks row `row` (type t, whole blocks k0 .. k0 + kc) into codes[kc] (unsigned, < 256) and,
 // per sub-block g, a[g], b[g] with w = a * code + b for every value of the sub-block (a and b
 // rounded to f32 as DequantizeRow rounds the format's d * sc and its offset).
+// codes may be null: a and b only. This is the plain reference of UnpackCodesAvx512.
 void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes, float* a, float* b);
+
+// UnpackQuantCodes' codes, the same bytes, in AVX-512 BW/VL registers (quant_gemm_avx512.cc; only on
+// CPUs where QuantGemm runs): packing the panels is the GEMM's per-call cost before any token.
+void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes);
+
+// panel[k4][r][0..3] = rows[r * stride + 4 k4 .. 4 k4 + 3] for r < 16, k4 < kc / 4: sixteen rows of
+// codes into the panel layout the micro-tile reads (kc a multiple of 4).
+void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8_t* panel);
 
 // Bytes of one token row of the activations in the scratch: q_hi[in], q_lo[in], xd[in / 32],
 // xs[in / sub] (room for sub = 16), in 64-byte lines. GemmScratchWords(1, in) covers it.
@@ -42,15 +51,18 @@ int64_t QuantGemmRowBytes(int64_t in);
 void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool, uint32_t* scratch);
 
-// The micro-tile (quant_gemm_avx512.cc): mr <= 4 tokens by two 16-row panels over kc values.
+// Tokens per micro-tile at most.
+constexpr int kQuantTileTokens = 4;
+
+// The micro-tile (quant_gemm_avx512.cc): mr <= kQuantTileTokens tokens by two 16-row panels over kc values.
 // codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; hi[r], lo[r]: token
 // r's codes at this block, xd[r] its per-32 scales d / 256, xs[r] its per-sub-block offset terms;
 // y[r * y_stride + c] for c < nr, added to when accumulate.
 struct QuantTile {
-  const int8_t* hi[4];
-  const int8_t* lo[4];
-  const float* xd[4];
-  const float* xs[4];
+  const int8_t* hi[kQuantTileTokens];
+  const int8_t* lo[kQuantTileTokens];
+  const float* xd[kQuantTileTokens];
+  const float* xs[kQuantTileTokens];
 };
 void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
                          int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ops/quant_gemm.h"
+#include "tessera/quant.h"
 
 namespace tessera::ops {
 namespace {
@@ -65,7 +66,85 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
   }
 }
 
+// 16 bytes of nibbles -> their 16 low codes then their 16 high codes (Q4_0 / Q5_0 order).
+inline __m256i Nibbles(const uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), m = _mm_set1_epi8(0x0f);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m)),
+                                 _mm_and_si128(_mm_srli_epi16(v, 4), m), 1);
+}
+
+void Codes32(QuantType t, const uint8_t* blk, uint8_t* c) {
+  __m256i v;
+  if (t == QuantType::kQ8_0) {
+    v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), _mm256_set1_epi8(-128));
+  } else if (t == QuantType::kQ5_0) {
+    uint32_t qh;
+    std::memcpy(&qh, blk + 2, 4);
+    v = Nibbles(blk + 6);
+    v = _mm256_mask_add_epi8(v, static_cast<__mmask32>(qh), v, _mm256_set1_epi8(16));
+  } else {
+    v = Nibbles(blk + 2);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), v);
+}
+
+// Q4_K / Q5_K: chunk ch's 32 bytes give sub-block 2ch (low nibbles) and 2ch + 1 (high nibbles).
+void CodesK45(bool five, const uint8_t* blk, uint8_t* c) {
+  const uint8_t* qs = blk + (five ? 48 : 16);
+  const __m256i m = _mm256_set1_epi8(0x0f), qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+  for (int ch = 0; ch < 4; ++ch) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * ch));
+    __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+    if (five) {
+      const __m256i sixteen = _mm256_set1_epi8(16);
+      lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * ch)))), lo,
+                                sixteen);
+      hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * ch)))), hi,
+                                sixteen);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + 64 * ch), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + 64 * ch + 32), hi);
+  }
+}
+
+// Q6_K: per half of 128, four runs of 32 codes, low nibbles from ql and two high bits from qh.
+void CodesQ6K(const uint8_t* blk, uint8_t* c) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+  for (int half = 0; half < 2; ++half, c += 128) {
+    const uint8_t* ql = blk + 64 * half;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * half));
+    const __m256i out[4] = {
+        _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2)),
+        _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), _mm256_and_si256(h, m2)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2))};
+    for (int k = 0; k < 4; ++k) _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + 32 * k), out[k]);
+  }
+}
+
 }  // namespace
+
+void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes) {
+  const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t);
+  const uint8_t* blk = static_cast<const uint8_t*>(row) + k0 / be * bb;
+  for (int64_t i = 0; i < kc / be; ++i, blk += bb, codes += be) {
+    switch (t) {
+      case QuantType::kQ4_K:
+      case QuantType::kQ5_K: CodesK45(t == QuantType::kQ5_K, blk, codes); break;
+      case QuantType::kQ6_K: CodesQ6K(blk, codes); break;
+      default: Codes32(t, blk, codes); break;
+    }
+  }
+}
+
+void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8_t* panel) {
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(static_cast<int>(stride)));
+  for (int64_t k4 = 0; k4 < kc / 4; ++k4)
+    _mm512_store_si512(panel + 64 * k4, _mm512_i32gather_epi32(idx, rows + 4 * k4, 1));
+}
 
 void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
                          int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate) {
