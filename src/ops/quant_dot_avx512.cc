@@ -452,10 +452,23 @@ struct Row16TokensQ5_0 {
 // unpacking is shared by every token of the call. Per token and lane the operations are the same
 // whatever the number of tokens or rows: each token's result is the same in any batch.
 
-// Bytes [0, 16) at the sixteen row pointers p[r] as four vectors, vector m holding bytes
-// 4m .. 4m + 3 of row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits).
-inline void Transpose16(const uint8_t* const* p, int64_t off, __m512i v[4]) {
-  auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p[r] + off)); };
+// Where the sixteen rows are: all sixteen stride bytes apart (the addresses then come from two
+// registers), or the last rows of a call, fewer than sixteen (lanes past them repeat row 0).
+struct FullRows {
+  const uint8_t* w;
+  int64_t stride;
+  const uint8_t* operator()(int r) const { return w + r * stride; }
+};
+struct SomeRows {
+  const uint8_t* const* p;
+  const uint8_t* operator()(int r) const { return p[r]; }
+};
+
+// Bytes [off, off + 16) of the sixteen rows as four vectors, vector m holding bytes 4m .. 4m + 3 of
+// row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits).
+template <typename Rows>
+inline void Transpose16(const Rows& p, int64_t off, __m512i v[4]) {
+  auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off)); };
   __m512i z[4];
   for (int a = 0; a < 4; ++a) {  // z[a] 128-bit lane L: row a + 4L
     const __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(a + 4), 1);
@@ -469,13 +482,15 @@ inline void Transpose16(const uint8_t* const* p, int64_t off, __m512i v[4]) {
 
 // Codes (unsigned) and the offset the format's values are taken from: Q4_0 nibbles minus 8; Q8_0's
 // signed bytes with the top bit flipped are q + 128.
-inline void Codes16(const BlockQ4_0*, const uint8_t* const* p, int64_t off, __m512i c[8]) {
+template <typename Rows>
+inline void Codes16(const BlockQ4_0*, const Rows& p, int64_t off, __m512i c[8]) {
   __m512i v[4];
   Transpose16(p, off + offsetof(BlockQ4_0, qs), v);
   const __m512i m4 = _mm512_set1_epi8(15);
   for (int m = 0; m < 4; ++m) c[m] = _mm512_and_si512(v[m], m4), c[m + 4] = _mm512_and_si512(_mm512_srli_epi32(v[m], 4), m4);
 }
-inline void Codes16(const BlockQ8_0*, const uint8_t* const* p, int64_t off, __m512i c[8]) {
+template <typename Rows>
+inline void Codes16(const BlockQ8_0*, const Rows& p, int64_t off, __m512i c[8]) {
   Transpose16(p, off + offsetof(BlockQ8_0, qs), c);
   Transpose16(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
   const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -486,27 +501,25 @@ constexpr int Offset16(const BlockQ8_0*) { return 128; }
 
 template <typename W>
 struct Lanes16 {
-  // Rows r0 .. r0 + 16 (lanes past `rows` repeat row r0 and are not stored), T tokens.
-  template <int T>
-  static void Group(const uint8_t* w, int64_t w_stride, int rows, const ActBlock32* const* x, int64_t nb, float* out,
-                    int64_t out_stride) {
+  // Sixteen rows (p: FullRows or SomeRows, their offsets from p(0) in `at`), T tokens (token i's
+  // activation blocks at x + i * x_stride); outputs where `keep` has a lane's bit.
+  template <int T, typename Rows>
+  static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb, float* out,
+                    int64_t out_stride, __mmask16 keep) {
     constexpr int kOffset = Offset16(static_cast<const W*>(nullptr));
-    const uint8_t* p[16];
-    alignas(64) int32_t at[16];
-    for (int r = 0; r < 16; ++r) p[r] = w + (r < rows ? r : 0) * w_stride, at[r] = static_cast<int32_t>(p[r] - w);
-    const __m512i gather_at = _mm512_load_si512(at);
     __m512 acc[T];
 #pragma GCC unroll 8
     for (int i = 0; i < T; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t off = b * int64_t(sizeof(W));
       // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
-      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(gather_at, w + off, 1)));
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(at, p(0) + off, 1)));
       __m512i c[8];
       Codes16(static_cast<const W*>(nullptr), p, off, c);
+      const char* xb0 = x + b * int64_t(sizeof(ActBlock32));
 #pragma GCC unroll 8
       for (int i = 0; i < T; ++i) {
-        const ActBlock32& xb = x[i][b];
+        const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
         auto xk = [&](int k) { return _mm512_broadcastd_epi32(_mm_loadu_si32(xb.q + 4 * k)); };
         // Two exact integer chains (half the latency of one), the offset's products taken off first.
         __m512i s0 = _mm512_set1_epi32(-kOffset * xb.sum), s1 = _mm512_setzero_si512();
@@ -515,18 +528,26 @@ struct Lanes16 {
         acc[i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[i]);
       }
     }
-    const __mmask16 keep = static_cast<__mmask16>((1u << rows) - 1);
     for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
   }
 
   template <int T>
-  static void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb,
+  static void RowsT(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb,
                     float* out, int64_t out_stride) {
-    const ActBlock32* x[T];
-    for (int i = 0; i < T; ++i) x[i] = reinterpret_cast<const ActBlock32*>(static_cast<const char*>(xq) + i * xq_stride);
-    for (int64_t r = 0; r < rows; r += 16)
-      Group<T>(static_cast<const uint8_t*>(w) + r * w_stride, w_stride, static_cast<int>(std::min<int64_t>(16, rows - r)),
-               x, nb, out + r, out_stride);
+    const auto* w = static_cast<const uint8_t*>(wp);
+    const char* x = static_cast<const char*>(xq);
+    const __m512i full_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(static_cast<int32_t>(w_stride)));
+    int64_t r = 0;
+    for (; r + 16 <= rows; r += 16)
+      Group<T>(FullRows{w + r * w_stride, w_stride}, full_at, x, xq_stride, nb, out + r, out_stride, 0xffff);
+    if (r == rows) return;
+    const int left = static_cast<int>(rows - r);
+    const uint8_t* p[16];
+    alignas(64) int32_t at[16];
+    for (int i = 0; i < 16; ++i) p[i] = w + (r + (i < left ? i : 0)) * w_stride, at[i] = static_cast<int32_t>(p[i] - p[0]);
+    Group<T>(SomeRows{p}, _mm512_load_si512(at), x, xq_stride, nb, out + r, out_stride,
+             static_cast<__mmask16>((1u << left) - 1));
   }
 
   // dot_rows_tokens' signature; tokens 1 .. kQuantDotTokens.
