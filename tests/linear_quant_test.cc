@@ -297,6 +297,41 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
   }
 }
 
+// A serving batch of up to 16 streams: Linear keeps Q4_0 and Q8_0 on the AVX-512 row-dot through
+// 16 tokens (two passes of 8), so each token's result equals its decode alone, bit for bit, and
+// is within the row-dot's bounds; from 17 tokens on it is the GEMM's.
+TEST(LinearQuant, LinearKeepsSixteenTokensOnTheRowDot) {
+  if (ops::QuantDotAvx512() == nullptr) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(21);
+  ThreadPool pool(2);
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0}) {
+    for (int64_t n : {9, 12, 16, 17}) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
+      const QuantProblem p = MakeQuantProblem(rng, t, n, 37 * 32, 35);
+      std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
+      ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
+      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+      std::vector<double> tol_int8, tol_exact;
+      RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+      std::vector<float> y(n * p.ys, kUnwritten);
+      AlignedBuffer x_pairs(ops::GemmScratchWords(n, p.in) * sizeof(uint32_t));
+      ops::Linear(p.View(), p.x.data(), n, p.xs, y.data(), p.ys, &pool, MatmulPrecision::kF32, x_pairs.as<uint32_t>());
+      bool all_equal = true;
+      for (int64_t i = 0; i < n; ++i) {
+        const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
+        for (int64_t o = 0; o < p.out; ++o) all_equal = all_equal && one[o] == y[i * p.ys + o];
+      }
+      if (n <= 16) {
+        EXPECT_TRUE(all_equal);
+        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
+        EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+      } else {
+        EXPECT_FALSE(all_equal);  // the int8 GEMM: a different summation order
+      }
+    }
+  }
+}
+
 // The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions
 // (precision bf16 with and without the bf16 dot product's pair panels), 1 and 2 threads; a token's
 // result is the same in every batch.

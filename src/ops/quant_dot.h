@@ -1,9 +1,9 @@
 // Integer dot products of GGUF weight blocks with int8-quantized activations (ops/quant_act.h),
 // chosen once at run time for the CPU: AVX-512 VNNI (vpdpbusd), AVX2 (vpmaddubsw), or portable C++.
 // Every kernel computes, per block, the same exact integer sums (unsigned weight codes times the
-// signed activations, the format's offset of 8 / 16 / 32 or its minimums subtracted through the
-// activation sums), so the kernels differ only in the f32 order in which scaled block sums are
-// added. tests/linear_quant_test.cc checks each against the plain reference.
+// signed activations, the format's offset of 8 / 16 / 32, or 128 for Q8_0's top-bit-flipped codes
+// on AVX-512, or its minimums subtracted through the activation sums), so the kernels differ only
+// in the f32 order in which scaled block sums are added. tests/linear_quant_test.cc checks each against the plain reference.
 #pragma once
 
 #include <cstdint>

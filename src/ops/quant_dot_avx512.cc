@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 
@@ -72,31 +73,6 @@ inline __m512 PairQ5_0(const BlockQ5_0* w, const ActBlock32* x, __m512 acc) {
   const __m512i codes = _mm512_mask_add_epi8(nib, fifth, nib, _mm512_set1_epi8(16));
   const __m512i lanes = OffsetDot(codes, LoadPair(x[0], x[1]), 16);
   return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
-}
-
-inline __m512 PairQ8_0(const BlockQ8_0* w, const ActBlock32* x, __m512 acc) {
-  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(Load32(w[0].qs)), Load32(w[1].qs), 1);
-  // |q| as the unsigned operand; x negated where q < 0.
-  const __m512i xs = LoadPair(x[0], x[1]);
-  const __m512i xq = _mm512_mask_sub_epi8(xs, _mm512_movepi8_mask(q), _mm512_setzero_si512(), xs);
-  const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), xq);
-  return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
-}
-
-// PairQ8_0 for T tokens (blocks b, b + 1 of each x[i]): |q|, its signs and the weight scales once.
-template <int T>
-inline void PairQ8_0T(const BlockQ8_0* w, const ActBlock32* const* x, int64_t b, __m512* acc) {
-  const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(Load32(w[0].qs)), Load32(w[1].qs), 1);
-  const __m512i abs_q = _mm512_abs_epi8(q);
-  const __mmask64 neg = _mm512_movepi8_mask(q);
-  const __m128 dw = PairWeightScales(w[0].d, w[1].d);
-#pragma GCC unroll 8
-  for (int i = 0; i < T; ++i) {
-    const __m512i xs = LoadPair(x[i][b], x[i][b + 1]);
-    const __m512i xq = _mm512_mask_sub_epi8(xs, neg, _mm512_setzero_si512(), xs);
-    const __m512i lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), abs_q, xq);
-    acc[i] = _mm512_fmadd_ps(PairScale(dw, x[i][b].d, x[i][b + 1].d), _mm512_cvtepi32_ps(lanes), acc[i]);
-  }
 }
 
 // Pairs of blocks on two accumulators; an odd last block on the 256-bit kernel.
@@ -313,11 +289,7 @@ float RowQ6K(const void* wp, const void* xp, int64_t nb) {
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-float Row8_0(const void* w, const void* x, int64_t nb) {
-  return Row512<BlockQ8_0, PairQ8_0, DotQ8_0>(static_cast<const BlockQ8_0*>(w), static_cast<const ActBlock32*>(x), nb);
-}
-
-// The multi-token forms of RowK45, RowQ6K and Row8_0: each weight block's codes, scales and
+// The multi-token forms of RowK45 and RowQ6K: each weight block's codes, scales and
 // minimums unpacked once and used by all T tokens (x_stride bytes apart, outputs out_stride floats
 // apart). Per token every operation is the single-token kernel's, in its order, so each token's
 // result is that kernel's bit for bit; only the unpacking is shared.
@@ -463,36 +435,8 @@ struct RowQ6KTokens {
   }
 };
 
-// Row512<BlockQ8_0, PairQ8_0, DotQ8_0> for T tokens.
-struct Row8_0Tokens {
-  static constexpr int kMaxTokens = 8;
-  template <int T>
-  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
-    const auto* w = static_cast<const BlockQ8_0*>(wp);
-    const ActBlock32* x[T];
-    TokenRows<ActBlock32, T>(xp, x_stride, x);
-    __m512 a0[T], a1[T];
-    for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) PairQ8_0T<T>(w + b, x, b, a0), PairQ8_0T<T>(w + b + 2, x, b + 2, a1);
-    if (b + 2 <= nb) PairQ8_0T<T>(w + b, x, b, a0), b += 2;
-    for (int i = 0; i < T; ++i) {
-      float tail = 0.0f;
-      if (b < nb) tail = HSum(DotQ8_0(w[b], x[i][b], _mm256_setzero_ps()));
-      out[i * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i])) + tail;
-    }
-  }
-};
-
 // Row16T as a Row<T> for RowsTokens (not a class template over Row16T's arguments: vector types'
 // attributes do not survive as class template arguments).
-struct Row16TokensQ4_0 {
-  static constexpr int kMaxTokens = 8;
-  template <int T>
-  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
-    Row16T<T, BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>(wp, xp, x_stride, nb, out, out_stride);
-  }
-};
 struct Row16TokensQ5_0 {
   static constexpr int kMaxTokens = 8;
   template <int T>
@@ -501,12 +445,134 @@ struct Row16TokensQ5_0 {
   }
 };
 
+// Q4_0 and Q8_0 sixteen weight rows at a time, one row per 32-bit lane: each block's codes of the
+// sixteen rows are transposed once into eight vectors (vector k: values 4k .. 4k + 3 of each row),
+// then a token's block is eight vpdpbusd against its activation dwords broadcast, one conversion
+// and one FMA for all sixteen rows, so the per-token work is the integer products alone and the
+// unpacking is shared by every token of the call. Per token and lane the operations are the same
+// whatever the number of tokens or rows: each token's result is the same in any batch.
+
+// Where the sixteen rows are: all sixteen stride bytes apart (the addresses then come from two
+// registers), or the last rows of a call, fewer than sixteen (lanes past them repeat row 0).
+struct FullRows {
+  const uint8_t* w;
+  int64_t stride;
+  const uint8_t* operator()(int r) const { return w + r * stride; }
+};
+struct SomeRows {
+  const uint8_t* const* p;
+  const uint8_t* operator()(int r) const { return p[r]; }
+};
+
+// Bytes [off, off + 16) of the sixteen rows as four vectors, vector m holding bytes 4m .. 4m + 3 of
+// row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits).
+template <typename Rows>
+inline void Transpose16(const Rows& p, int64_t off, __m512i v[4]) {
+  auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off)); };
+  __m512i z[4];
+  for (int a = 0; a < 4; ++a) {  // z[a] 128-bit lane L: row a + 4L
+    const __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(a + 4), 1);
+    z[a] = _mm512_inserti32x4(_mm512_inserti32x4(t, row(a + 8), 2), row(a + 12), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
+  v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+// Codes (unsigned) and the offset the format's values are taken from: Q4_0 nibbles minus 8; Q8_0's
+// signed bytes with the top bit flipped are q + 128.
+template <typename Rows>
+inline void Codes16(const BlockQ4_0*, const Rows& p, int64_t off, __m512i c[8]) {
+  __m512i v[4];
+  Transpose16(p, off + offsetof(BlockQ4_0, qs), v);
+  const __m512i m4 = _mm512_set1_epi8(15);
+  for (int m = 0; m < 4; ++m) c[m] = _mm512_and_si512(v[m], m4), c[m + 4] = _mm512_and_si512(_mm512_srli_epi32(v[m], 4), m4);
+}
+template <typename Rows>
+inline void Codes16(const BlockQ8_0*, const Rows& p, int64_t off, __m512i c[8]) {
+  Transpose16(p, off + offsetof(BlockQ8_0, qs), c);
+  Transpose16(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
+  const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(c[k], top);
+}
+constexpr int Offset16(const BlockQ4_0*) { return 8; }
+constexpr int Offset16(const BlockQ8_0*) { return 128; }
+
+template <typename W>
+struct Lanes16 {
+  // Sixteen rows (p: FullRows or SomeRows, their offsets from p(0) in `at`), T tokens (token i's
+  // activation blocks at x + i * x_stride); outputs where `keep` has a lane's bit.
+  template <int T, typename Rows>
+  static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb, float* out,
+                    int64_t out_stride, __mmask16 keep) {
+    constexpr int kOffset = Offset16(static_cast<const W*>(nullptr));
+    __m512 acc[T];
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t off = b * int64_t(sizeof(W));
+      // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(at, p(0) + off, 1)));
+      __m512i c[8];
+      Codes16(static_cast<const W*>(nullptr), p, off, c);
+      const char* xb0 = x + b * int64_t(sizeof(ActBlock32));
+#pragma GCC unroll 8
+      for (int i = 0; i < T; ++i) {
+        const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
+        auto xk = [&](int k) { return _mm512_broadcastd_epi32(_mm_loadu_si32(xb.q + 4 * k)); };
+        // Two exact integer chains (half the latency of one), the offset's products taken off first.
+        __m512i s0 = _mm512_set1_epi32(-kOffset * xb.sum), s1 = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) s0 = _mm512_dpbusd_epi32(s0, c[k], xk(k)), s1 = _mm512_dpbusd_epi32(s1, c[k + 4], xk(k + 4));
+        const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
+        acc[i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[i]);
+      }
+    }
+    for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
+  }
+
+  template <int T>
+  static void RowsT(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb,
+                    float* out, int64_t out_stride) {
+    const auto* w = static_cast<const uint8_t*>(wp);
+    const char* x = static_cast<const char*>(xq);
+    const __m512i full_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(static_cast<int32_t>(w_stride)));
+    int64_t r = 0;
+    for (; r + 16 <= rows; r += 16)
+      Group<T>(FullRows{w + r * w_stride, w_stride}, full_at, x, xq_stride, nb, out + r, out_stride, 0xffff);
+    if (r == rows) return;
+    const int left = static_cast<int>(rows - r);
+    const uint8_t* p[16];
+    alignas(64) int32_t at[16];
+    for (int i = 0; i < 16; ++i) p[i] = w + (r + (i < left ? i : 0)) * w_stride, at[i] = static_cast<int32_t>(p[i] - p[0]);
+    Group<T>(SomeRows{p}, _mm512_load_si512(at), x, xq_stride, nb, out + r, out_stride,
+             static_cast<__mmask16>((1u << left) - 1));
+  }
+
+  // dot_rows_tokens' signature; tokens 1 .. kQuantDotTokens.
+  static void Rows(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
+                   int64_t nb, float* out, int64_t out_stride) {
+    static_assert(kQuantDotTokens == 8);
+    switch (tokens) {
+      case 1: return RowsT<1>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      case 2: return RowsT<2>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      case 3: return RowsT<3>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      case 4: return RowsT<4>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      case 5: return RowsT<5>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      case 6: return RowsT<6>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      case 7: return RowsT<7>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      default: return RowsT<8>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    }
+  }
+};
+
 void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   float (*row)(const void*, const void*, int64_t) = nullptr;
   switch (t) {
-    case QuantType::kQ4_0: row = Row16<BlockQ4_0, CodesQ4_0, 8, PairQ4_0, DotQ4_0>; break;
+    case QuantType::kQ4_0: return Lanes16<BlockQ4_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
     case QuantType::kQ5_0: row = Row16<BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>; break;
-    case QuantType::kQ8_0: row = Row8_0; break;
+    case QuantType::kQ8_0: return Lanes16<BlockQ8_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
     case QuantType::kQ4_K: row = RowK45<BlockQ4_K, false>; break;
     case QuantType::kQ5_K: row = RowK45<BlockQ5_K, true>; break;
     case QuantType::kQ6_K: row = RowQ6K; break;
@@ -552,9 +618,9 @@ void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows
                       int tokens, int64_t nb, float* out, int64_t out_stride) {
   void (*rows_tokens)(const void*, int64_t, int64_t, const void*, int64_t, int, int64_t, float*, int64_t) = nullptr;
   switch (t) {
-    case QuantType::kQ4_0: rows_tokens = RowsTokens<Row16TokensQ4_0>; break;
+    case QuantType::kQ4_0: rows_tokens = Lanes16<BlockQ4_0>::Rows; break;
     case QuantType::kQ5_0: rows_tokens = RowsTokens<Row16TokensQ5_0>; break;
-    case QuantType::kQ8_0: rows_tokens = RowsTokens<Row8_0Tokens>; break;
+    case QuantType::kQ8_0: rows_tokens = Lanes16<BlockQ8_0>::Rows; break;
     case QuantType::kQ4_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ4_K, false>>; break;
     case QuantType::kQ5_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ5_K, true>>; break;
     case QuantType::kQ6_K: rows_tokens = RowsTokens<RowQ6KTokens>; break;

@@ -20,6 +20,8 @@ constexpr int64_t kChunkBytes = 32 * 1024;
 // Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
 // row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls go in groups of tokens.
+constexpr int64_t kRowGroup = 16;
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
 
 }  // namespace
@@ -34,10 +36,11 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / be, row_bytes = QuantRowBytes(t, w.in);
   const int64_t group = kActBytes / act_bytes;
   const int threads = pool ? pool->num_threads() : 1;
-  const int64_t rows_per_item =
-      std::max(kMinRowsPerItem, (w.out + threads * kItemsPerThread - 1) / (threads * kItemsPerThread));
+  // Items and chunks in whole groups of kRowGroup rows (the AVX-512 Q4_0 / Q8_0 kernel's width).
+  const int64_t rows_per_item = RoundUp(
+      std::max(kMinRowsPerItem, (w.out + threads * kItemsPerThread - 1) / (threads * kItemsPerThread)), kRowGroup);
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / row_bytes);
+  const int64_t chunk = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
   const QuantDotKernels& k = QuantDot();
   const char* base = static_cast<const char*>(w.data);
   for (int64_t t0 = 0; t0 < n; t0 += group) {
