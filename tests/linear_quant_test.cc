@@ -297,15 +297,15 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
   }
 }
 
-// A serving batch of up to 16 streams: Linear keeps Q4_0 and Q8_0 on the AVX-512 row-dot through
-// 16 tokens (two passes of 8), so each token's result equals its decode alone, bit for bit, and
-// is within the row-dot's bounds; from 17 tokens on it is the GEMM's.
-TEST(LinearQuant, LinearKeepsSixteenTokensOnTheRowDot) {
+// A serving batch of up to 11 streams: Linear keeps Q4_0 and Q8_0 on the AVX-512 row-dot (passes
+// of 8 tokens), so each token's result equals its decode alone, bit for bit, and is within the
+// row-dot's bounds; from 12 tokens on it is the int8 GEMM's (two-byte activations: prefill accuracy).
+TEST(LinearQuant, LinearKeepsElevenTokensOnTheRowDot) {
   if (ops::QuantDotAvx512() == nullptr) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(21);
   ThreadPool pool(2);
   for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0}) {
-    for (int64_t n : {9, 12, 16, 17}) {
+    for (int64_t n : {9, 11, 12, 16}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, 37 * 32, 35);
       std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
@@ -321,7 +321,7 @@ TEST(LinearQuant, LinearKeepsSixteenTokensOnTheRowDot) {
         const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
         for (int64_t o = 0; o < p.out; ++o) all_equal = all_equal && one[o] == y[i * p.ys + o];
       }
-      if (n <= 16) {
+      if (n < 12) {
         EXPECT_TRUE(all_equal);
         EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
         EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));

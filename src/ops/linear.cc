@@ -25,17 +25,9 @@ constexpr int64_t kGemmMinTokensBf16 = 4;
 // tokens on the Gemma-4 MLP shapes (bench/results/quant_kernels.md). Against the int8 GEMM the row
 // dots stay faster for more tokens, but they round activations to one byte where the GEMM keeps
 // two, which short prompts' prefill accuracy does not allow (bench/results/quant_prefill.md,
-// "Row dots or the int8 GEMM"). Q4_0 and Q8_0, whose AVX-512 row-dot unpacks each block once for
-// 8 tokens and leaves each token only its byte products, stay on the row-dot through 16 tokens (two
-// passes of 8; bench/results/serve.md).
+// "Row dots or the int8 GEMM"; for Q4_0/Q8_0 too, though their AVX-512 row-dot is faster through
+// 16 tokens: a 16-token prefill through it fails the q8_0 GGUF prefill bound, bench/results/serve.md).
 constexpr int64_t kGemmMinTokensQuant = 12;
-constexpr int64_t kGemmMinTokensQuantLanes = 17;
-
-int64_t GemmMinTokensQuant(QuantType t) {
-  const QuantDotKernels* avx512 = QuantDotAvx512();
-  const bool lanes = (t == QuantType::kQ4_0 || t == QuantType::kQ8_0) && avx512 && &QuantDot() == avx512;
-  return lanes ? kGemmMinTokensQuantLanes : kGemmMinTokensQuant;
-}
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool) {
@@ -95,10 +87,9 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
   if (w.quant != QuantType::kNone) {
     // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
     // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).
-    const int64_t gemm_min = GemmMinTokensQuant(w.quant);
-    if (n >= gemm_min && x_pairs && QuantGemmAvailable(w.quant))
+    if (n >= kGemmMinTokensQuant && x_pairs && QuantGemmAvailable(w.quant))
       return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
-    if (n >= gemm_min) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
+    if (n >= kGemmMinTokensQuant) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
     return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
   }
   // Prepacked panels: one kernel for every n, so decode and prefill give each token the same
