@@ -276,8 +276,8 @@ void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
   ops::EnableBf16Amx(true);
 }
 
-// Quantized prefill: the int8 VNNI GEMM (ops/quant_gemm.h) against AMX tiles on per-block
-// dequantized bf16 pair panels (QuantAmxActive), both through Linear as a model calls it,
+// Quantized prefill at precision bf16: the int8 VNNI GEMM (ops/quant_gemm.h) against AMX tiles on
+// per-block dequantized bf16 pair panels (QuantAmxActive), both through Linear as a model calls it,
 // alternated call by call after one warm-up each; medians of `reps`.
 void RunAmxQuant(ThreadPool& pool, int reps) {
   if (!ops::Bf16AmxActive()) {
@@ -308,7 +308,7 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
         auto call = [&](bool amx) {
           ops::EnableBf16Amx(amx);
           const auto t0 = std::chrono::steady_clock::now();
-          ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kF32, scratch.as<uint32_t>());
+          ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16, scratch.as<uint32_t>());
           return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         };
         call(false), call(true);

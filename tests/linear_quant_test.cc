@@ -38,6 +38,7 @@
 #include "ops/bf16_dot.h"
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
+#include "ops/quant_gemm.h"
 #include "ops/quant_linear.h"
 #include "quant_blocks.h"
 #include "tessera/aligned_buffer.h"
@@ -344,14 +345,14 @@ TEST(LinearQuant, GemmMatchesReference) {
   ops::EnableBf16Amx(true);
 }
 
-// Linear with the x pairs scratch, as the model calls it, on AMX CPUs (n >= 12: the GEMM): each
-// block of weights dequantized into bf16 pair panels and multiplied on AMX tiles, x rounded to bf16
-// at either precision. Against LinearReference at precision bf16 (x rounded as the kernel rounds
+// Linear at precision bf16 with the x pairs scratch, as the model calls it, on AMX CPUs (n >= 12:
+// the GEMM): each block of weights dequantized into bf16 pair panels and multiplied on AMX tiles,
+// x rounded to bf16. Against LinearReference at precision bf16 (x rounded as the kernel rounds
 // it, exact products of the f32-dequantized weights in double) within GemmTolerance's bf16-weight
 // bound: bf16 x bf16 products are exact in f32 and each output is one f32 sum over `in`. Random
 // shapes with tails (n not a multiple of the 32-row block, out of the 16-column panels, `in` past
-// the 512-deep weight blocks); the same bits at both precisions, on 1 or 2 threads, and for any
-// run of tokens taken as its own batch on the same path.
+// the 512-deep weight blocks); the same bits on 1 or 2 threads and for any run of tokens taken as
+// its own batch on the same path; precision f32 keeps the int8 GEMM (exact weights).
 TEST(LinearQuant, AmxGemmMatchesReference) {
   if (!ops::QuantAmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0): the int8 GEMM runs instead";
   std::mt19937 rng(15);
@@ -379,12 +380,17 @@ TEST(LinearQuant, AmxGemmMatchesReference) {
         }
         return y;
       };
-      const std::vector<float> y = run(0, n, &pool, MatmulPrecision::kF32);
+      const std::vector<float> y = run(0, n, &pool, MatmulPrecision::kBf16);
       EXPECT_TRUE(WithinTolerances(y, ref, tol, p));
-      EXPECT_EQ(y, run(0, n, nullptr, MatmulPrecision::kF32));
-      EXPECT_EQ(y, run(0, n, &pool, MatmulPrecision::kBf16));
+      EXPECT_EQ(y, run(0, n, nullptr, MatmulPrecision::kBf16));
+      if (ops::QuantGemmAvailable(t)) {  // precision f32: the int8 GEMM, as without AMX
+        AlignedBuffer scratch(ops::GemmScratchWords(n, p.in) * sizeof(uint32_t));
+        std::vector<float> int8(n * p.ys, kUnwritten);
+        ops::QuantGemm(p.View(), p.x.data(), n, p.xs, int8.data(), p.ys, &pool, scratch.as<uint32_t>());
+        EXPECT_EQ(int8, run(0, n, &pool, MatmulPrecision::kF32));
+      }
       const int64_t t0 = rng() % n, cnt = 1 + rng() % (n - t0);
-      const std::vector<float> part = run(t0, cnt, trial % 2 ? &pool : nullptr, MatmulPrecision::kF32);
+      const std::vector<float> part = run(t0, cnt, trial % 2 ? &pool : nullptr, MatmulPrecision::kBf16);
       for (int64_t i = 0; i < cnt; ++i)
         for (int64_t o = 0; o < out; ++o)
           ASSERT_EQ(part[i * p.ys + o], y[(t0 + i) * p.ys + o]) << "token " << t0 + i << " of " << cnt << " from " << t0;
@@ -392,20 +398,20 @@ TEST(LinearQuant, AmxGemmMatchesReference) {
   }
 }
 
-// With AMX switched off (as TESSERA_AMX=0 does) Linear runs the int8 GEMM again: its bits differ
-// from the AMX path's (int8 activations vs bf16).
+// With AMX switched off (as TESSERA_AMX=0 does) Linear at precision bf16 runs the int8 GEMM again:
+// its bits differ from the AMX path's (two-byte int8 activations and exact weights vs bf16).
 TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
   if (!ops::QuantAmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0)";
   std::mt19937 rng(16);
   const QuantProblem p = MakeQuantProblem(rng, QuantType::kQ8_0, 20, 256, 40);
   AlignedBuffer x_pairs(ops::GemmScratchWords(p.n, p.in) * sizeof(uint32_t));
   std::vector<float> amx(p.n * p.ys, kUnwritten), off(p.n * p.ys, kUnwritten), gemm(p.n * p.ys, kUnwritten);
-  ops::Linear(p.View(), p.x.data(), p.n, p.xs, amx.data(), p.ys, nullptr, MatmulPrecision::kF32, x_pairs.as<uint32_t>());
-  ops::Gemm(p.View(), p.x.data(), p.n, p.xs, gemm.data(), p.ys, nullptr, MatmulPrecision::kF32, x_pairs.as<uint32_t>());
+  ops::Linear(p.View(), p.x.data(), p.n, p.xs, amx.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
+  ops::Gemm(p.View(), p.x.data(), p.n, p.xs, gemm.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
   EXPECT_EQ(amx, gemm);  // Linear's prefill is the AMX GEMM
   ops::EnableBf16Amx(false);
   EXPECT_FALSE(ops::QuantAmxActive());
-  ops::Linear(p.View(), p.x.data(), p.n, p.xs, off.data(), p.ys, nullptr, MatmulPrecision::kF32, x_pairs.as<uint32_t>());
+  ops::Linear(p.View(), p.x.data(), p.n, p.xs, off.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
   ops::EnableBf16Amx(true);
   EXPECT_NE(amx, off);
 }

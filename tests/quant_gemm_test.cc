@@ -127,10 +127,8 @@ TEST(QuantGemm, LinearRoutesPrefillWithScratch) {
   const std::vector<float> int8 = RunQuantGemm(p, 20, 0, &pool);
   std::vector<float> y(20 * p.ys, kUnwritten), f32(20 * p.ys, kUnwritten);
   AlignedBuffer scratch(ops::GemmScratchWords(20, p.in) * 4);
-  ops::EnableBf16Amx(false);  // on AMX CPUs the scratch sends prefill to AMX tiles instead (linear_quant_test.cc)
   ops::Linear(p.View(), p.x.data(), 20, p.xs, y.data(), p.ys, &pool, ops::MatmulPrecision::kF32,
               scratch.as<uint32_t>());
-  ops::EnableBf16Amx(true);
   EXPECT_EQ(y, int8);
   ops::Linear(p.View(), p.x.data(), 20, p.xs, f32.data(), p.ys, &pool, ops::MatmulPrecision::kF32);
   EXPECT_NE(f32, int8);  // the f32 panels round differently: a different path

@@ -271,10 +271,11 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // Quantized weights dequantize into f32 panels, or at precision bf16 on CPUs with the dot product
   // into bf16 pair panels: there x is rounded once per call (x_pairs) instead of per block of
   // columns, 1.2-1.9x the f32 panels with x rounded per tile (bench/results/quant_kernels.md).
-  // Quantized weights with the x pairs scratch on AMX CPUs take the AMX tiles at either precision
-  // (QuantAmxActive; x rounded to bf16 pairs, the weights to bf16: docs/quantization.md).
-  const bool quant_amx = quant && x_pairs && QuantAmxActive();
-  const Bf16DotKernels* dot = bf16 || quant_amx ? Bf16Dot() : nullptr;
+  // Quantized weights at precision bf16 with the x pairs scratch on AMX CPUs take the AMX tiles
+  // (QuantAmxActive; x and the dequantized weights rounded to bf16: docs/quantization.md). Not at
+  // precision f32, whose quantized weights stay exact (the int8 GEMM's codes, or f32 panels).
+  const bool quant_amx = quant && bf16 && x_pairs && QuantAmxActive();
+  const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   // AMX where the CPU has it, on prepacked panels with the x pairs scratch, for every token count
   // (decode included), so a token's bits do not depend on n.
   const Bf16AmxGemmFn amx = dot && (w.pairs || quant_amx) && x_pairs ? Bf16Amx() : nullptr;
