@@ -301,7 +301,7 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
       const std::vector<uint8_t> w = RandomQuantWeight(rng, t, s.out, s.in);
       ops::WeightView wv{w.data(), DType::kF32, s.out, s.in};
       wv.quant = t;
-      for (int64_t n : {16, 32, 128, 512}) {
+      for (int64_t n : {16, 32, 48, 64, 96, 128, 512}) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
         AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);

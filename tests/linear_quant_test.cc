@@ -345,8 +345,8 @@ TEST(LinearQuant, GemmMatchesReference) {
   ops::EnableBf16Amx(true);
 }
 
-// Linear at precision bf16 with the x pairs scratch, as the model calls it, on AMX CPUs (n >= 12:
-// the GEMM): each block of weights dequantized into bf16 pair panels and multiplied on AMX tiles,
+// Linear at precision bf16 with the x pairs scratch, as the model calls it, on AMX CPUs (n >=
+// QuantAmxMinTokens()): each block of weights dequantized into bf16 pair panels and multiplied on AMX tiles,
 // x rounded to bf16. Against LinearReference at precision bf16 (x rounded as the kernel rounds
 // it, exact products of the f32-dequantized weights in double) within GemmTolerance's bf16-weight
 // bound: bf16 x bf16 products are exact in f32 and each output is one f32 sum over `in`. Random
@@ -361,7 +361,7 @@ TEST(LinearQuant, AmxGemmMatchesReference) {
     const int64_t be = QuantBlockElems(t);
     for (int trial = 0; trial < 4; ++trial) {
       const int64_t blocks = be == 32 ? 1 + rng() % 48 : 1 + rng() % 6, in = blocks * be;
-      const int64_t out = 1 + rng() % 150, n = 12 + rng() % 60;
+      const int64_t out = 1 + rng() % 150, n = ops::QuantAmxMinTokens() + rng() % 60;
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
                    " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
@@ -373,7 +373,7 @@ TEST(LinearQuant, AmxGemmMatchesReference) {
       auto run = [&](int64_t t0, int64_t cnt, ThreadPool* tp, MatmulPrecision prec) {
         std::vector<float> y(cnt * p.ys, kUnwritten);
         AlignedBuffer x_pairs(ops::GemmScratchWords(cnt, p.in) * sizeof(uint32_t));
-        if (cnt >= 12) {
+        if (cnt >= ops::QuantAmxMinTokens()) {
           ops::Linear(p.View(), p.x.data() + t0 * p.xs, cnt, p.xs, y.data(), p.ys, tp, prec, x_pairs.as<uint32_t>());
         } else {  // Linear sends fewer tokens to the row-dot path: the GEMM itself, as Linear runs it
           ops::Gemm(p.View(), p.x.data() + t0 * p.xs, cnt, p.xs, y.data(), p.ys, tp, prec, x_pairs.as<uint32_t>());
@@ -398,12 +398,21 @@ TEST(LinearQuant, AmxGemmMatchesReference) {
   }
 }
 
-// With AMX switched off (as TESSERA_AMX=0 does) Linear at precision bf16 runs the int8 GEMM again:
-// its bits differ from the AMX path's (two-byte int8 activations and exact weights vs bf16).
+// From QuantAmxMinTokens() tokens Linear at precision bf16 runs the AMX GEMM, below it the int8
+// GEMM; with AMX switched off (as TESSERA_AMX=0 does) the int8 GEMM again, whose bits differ from
+// the AMX path's (two-byte int8 activations and exact weights vs bf16).
 TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
   if (!ops::QuantAmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0)";
   std::mt19937 rng(16);
-  const QuantProblem p = MakeQuantProblem(rng, QuantType::kQ8_0, 20, 256, 40);
+  const QuantProblem p = MakeQuantProblem(rng, QuantType::kQ8_0, ops::QuantAmxMinTokens(), 256, 40);
+  std::vector<float> below((p.n - 1) * p.ys, kUnwritten), int8((p.n - 1) * p.ys, kUnwritten);
+  AlignedBuffer scratch(ops::GemmScratchWords(p.n, p.in) * sizeof(uint32_t));
+  ops::Linear(p.View(), p.x.data(), p.n - 1, p.xs, below.data(), p.ys, nullptr, MatmulPrecision::kBf16,
+              scratch.as<uint32_t>());
+  if (ops::QuantGemmAvailable(p.t)) {  // one token fewer: the int8 GEMM
+    ops::QuantGemm(p.View(), p.x.data(), p.n - 1, p.xs, int8.data(), p.ys, nullptr, scratch.as<uint32_t>());
+    EXPECT_EQ(below, int8);
+  }
   AlignedBuffer x_pairs(ops::GemmScratchWords(p.n, p.in) * sizeof(uint32_t));
   std::vector<float> amx(p.n * p.ys, kUnwritten), off(p.n * p.ys, kUnwritten), gemm(p.n * p.ys, kUnwritten);
   ops::Linear(p.View(), p.x.data(), p.n, p.xs, amx.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());

@@ -63,5 +63,7 @@ void EnableBf16Amx(bool on);
 // Whether Gemm runs quantized weights at precision bf16 (given the x pairs scratch) on AMX tiles,
 // each block of weights dequantized to bf16 pair panels: Bf16AmxActive() now.
 bool QuantAmxActive();
+// The fewest tokens for which Linear takes that path (fewer: the int8 GEMM or the row-dot path).
+int64_t QuantAmxMinTokens();
 
 }  // namespace tessera::ops

@@ -259,6 +259,10 @@ void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst
 
 bool QuantAmxActive() { return Bf16Amx() != nullptr; }
 
+// Each call dequantizes every weight once, a cost that does not shrink with n: below this many
+// tokens the int8 GEMM was as fast or faster on some types (bench/results/amx_quant.md).
+int64_t QuantAmxMinTokens() { return 96; }
+
 int64_t GemmScratchWords(int64_t n, int64_t in) { return n * PairsStride(in); }
 
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
