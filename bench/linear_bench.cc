@@ -277,7 +277,8 @@ void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
 }
 
 // Quantized prefill at precision bf16: the int8 VNNI GEMM (ops/quant_gemm.h) against AMX tiles on
-// per-block dequantized bf16 pair panels (QuantAmxActive), both through Linear as a model calls it,
+// per-block dequantized bf16 pair panels (QuantAmxActive), the first through Linear as a model calls
+// it, the second through Gemm (Linear takes it only from QuantAmxMinTokens(), picked from this table),
 // alternated call by call after one warm-up each; medians of `reps`.
 void RunAmxQuant(ThreadPool& pool, int reps) {
   if (!ops::Bf16AmxActive()) {
@@ -305,10 +306,15 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
         AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);
-        auto call = [&](bool amx) {
+        auto call = [&](bool amx) {  // AMX: Gemm itself, which takes it below QuantAmxMinTokens() too
           ops::EnableBf16Amx(amx);
           const auto t0 = std::chrono::steady_clock::now();
-          ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16, scratch.as<uint32_t>());
+          if (amx) {
+            ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16, scratch.as<uint32_t>());
+          } else {
+            ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16,
+                        scratch.as<uint32_t>());
+          }
           return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         };
         call(false), call(true);
