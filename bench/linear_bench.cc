@@ -12,7 +12,8 @@
 //
 // The amx section: Linear at precision bf16 on pair panels as a model runs it, the AMX tiles
 // (ops/bf16_amx.h) against the AVX-512-BF16 dot-product kernels, alternated call by call, for
-// Gemma-3-1B and Gemma-4 widths from decode to a 512-token prefill chunk.
+// Gemma-3-1B and Gemma-4 widths from decode to a 512-token prefill chunk. The amx-quant section:
+// quantized prefill, the int8 VNNI GEMM against AMX tiles on per-block dequantized bf16 panels.
 //
 // The small-batch section: Linear as a model runs it for n = 1..16 token rows (speculative
 // verification, a serving batch), each weight kind on one Gemma-4-width shape, as the cost of n rows
@@ -20,7 +21,7 @@
 // once for all rows stays near 1x while memory-bound.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
-//       [--section all|dense|quant|quant-compute|quant-prefill|quant-crossover|small-batch|amx]
+//       [--section all|dense|quant|quant-compute|quant-prefill|quant-crossover|small-batch|amx|amx-quant]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -315,11 +316,64 @@ void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
   ops::EnableBf16Amx(true);
 }
 
+// Quantized prefill at precision bf16: the int8 VNNI GEMM (ops/quant_gemm.h) against AMX tiles on
+// per-block dequantized bf16 pair panels (QuantAmxActive), the first through Linear as a model calls
+// it, the second through Gemm (Linear takes it only from QuantAmxMinTokens(), picked from this table),
+// alternated call by call after one warm-up each; medians of `reps`.
+void RunAmxQuant(ThreadPool& pool, int reps) {
+  if (!ops::Bf16AmxActive()) {
+    std::printf("amx-quant: no AMX-BF16 on this CPU (or TESSERA_AMX=0); nothing to compare\n");
+    return;
+  }
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{"gemma3-1b mlp up", 6912, 1152}, {"gemma3-1b mlp down", 1152, 6912},
+                          {"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360}};
+  std::printf("quantized Linear, prefill: int8 VNNI GEMM vs AMX on dequantized bf16 panels, alternated\n");
+  std::printf("%-24s %-5s %5s %10s %10s %12s %12s %8s\n", "weight", "type", "n", "vnni ms", "amx ms", "vnni GFLOP/s",
+              "amx GFLOP/s", "amx x");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Shape& s : shapes)
+    for (QuantType t : kQuantTypes) {
+      if (s.in % QuantBlockElems(t) != 0) continue;
+      const std::vector<uint8_t> w = RandomQuantWeight(rng, t, s.out, s.in);
+      ops::WeightView wv{w.data(), DType::kF32, s.out, s.in};
+      wv.quant = t;
+      for (int64_t n : {16, 32, 48, 64, 96, 128, 512}) {
+        std::vector<float> x(n * s.in), y(n * s.out);
+        for (float& v : x) v = nd(rng);
+        AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);
+        auto call = [&](bool amx) {  // AMX: Gemm itself, which takes it below QuantAmxMinTokens() too
+          ops::EnableBf16Amx(amx);
+          const auto t0 = std::chrono::steady_clock::now();
+          if (amx) {
+            ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16, scratch.as<uint32_t>());
+          } else {
+            ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16,
+                        scratch.as<uint32_t>());
+          }
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        };
+        call(false), call(true);
+        std::vector<double> vnni, amx;
+        for (int r = 0; r < reps; ++r) vnni.push_back(call(false)), amx.push_back(call(true));
+        std::sort(vnni.begin(), vnni.end()), std::sort(amx.begin(), amx.end());
+        const double v = vnni[reps / 2], a = amx[reps / 2], flops = 2.0 * n * s.out * s.in;
+        std::printf("%-24s %-5s %5lld %10.3f %10.3f %12.1f %12.1f %8.2f\n", s.name, QuantTypeName(t), (long long)n, v, a,
+                    flops / v / 1e6, flops / a / 1e6, v / a);
+      }
+    }
+  ops::EnableBf16Amx(true);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
-                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill|quant-crossover|small-batch|amx]\n");
+                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-prefill|quant-crossover|small-batch|amx|amx-quant]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
@@ -334,6 +388,7 @@ int main(int argc, char** argv) {
   if (section == "small-batch") return RunSmallBatch(pool, reps, bwn), 0;
   if (section == "amx") return RunAmx(pool, reps, dot_peak), 0;
   if (section == "quant-crossover") return RunQuantCrossover(pool, reps), 0;
+  if (section == "amx-quant") return RunAmxQuant(pool, reps), 0;
   if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
   if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;

@@ -166,7 +166,7 @@ TEST(LinearAmx, KernelWritesOnlyItsBlock) {
     std::vector<float> y(n * p.ys, testing::kUnwritten);
     for (int64_t t = 0; t < rows; ++t)
       for (int64_t o = 0; o < cols; ++o) y[t * p.ys + o] = 1e30f;  // overwritten, not added to
-    ops::Bf16Amx()(xp, stride, rows, p.panels.as<uint32_t>(), (in + 1) / 2, cols, y.data(), p.ys);
+    ops::Bf16Amx()(xp, stride, rows, p.panels.as<uint32_t>(), (in + 1) / 2, cols, y.data(), p.ys, false);
     for (int64_t t = 0; t < n; ++t)
       for (int64_t o = 0; o < p.ys; ++o) {
         const float v = y[t * p.ys + o];

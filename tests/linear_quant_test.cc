@@ -38,6 +38,7 @@
 #include "ops/bf16_dot.h"
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
+#include "ops/quant_gemm.h"
 #include "ops/quant_linear.h"
 #include "quant_blocks.h"
 #include "tessera/aligned_buffer.h"
@@ -334,10 +335,12 @@ TEST(LinearQuant, LinearKeepsElevenTokensOnTheRowDot) {
 
 // The GEMM on dequantized panels (n = 4..64; Linear sends it 12 tokens or more), both precisions
 // (precision bf16 with and without the bf16 dot product's pair panels), 1 and 2 threads; a token's
-// result is the same in every batch.
+// result is the same in every batch. AMX off: with the x pairs scratch the GEMM would take the AMX
+// tiles (AmxGemmMatchesReference below), and here both calls must run the same kernels.
 TEST(LinearQuant, GemmMatchesReference) {
   std::mt19937 rng(5);
   ThreadPool pool(2);
+  ops::EnableBf16Amx(false);
   for (QuantType t : kTypes) {
     const int64_t be = QuantBlockElems(t);
     for (int64_t blocks : {1, 3, be == 32 ? 40 : 5}) {
@@ -374,6 +377,87 @@ TEST(LinearQuant, GemmMatchesReference) {
       }
     }
   }
+  ops::EnableBf16Amx(true);
+}
+
+// Linear at precision bf16 with the x pairs scratch, as the model calls it, on AMX CPUs (n >=
+// QuantAmxMinTokens()): each block of weights dequantized into bf16 pair panels and multiplied on AMX tiles,
+// x rounded to bf16. Against LinearReference at precision bf16 (x rounded as the kernel rounds
+// it, exact products of the f32-dequantized weights in double) within GemmTolerance's bf16-weight
+// bound: bf16 x bf16 products are exact in f32 and each output is one f32 sum over `in`. Random
+// shapes with tails (n not a multiple of the 32-row block, out of the 16-column panels, `in` past
+// the 512-deep weight blocks); the same bits on 1 or 2 threads and for any run of tokens taken as
+// its own batch on the same path; precision f32 keeps the int8 GEMM (exact weights).
+TEST(LinearQuant, AmxGemmMatchesReference) {
+  if (!ops::QuantAmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0): the int8 GEMM runs instead";
+  std::mt19937 rng(15);
+  ThreadPool pool(2);
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t);
+    for (int trial = 0; trial < 4; ++trial) {
+      const int64_t blocks = be == 32 ? 1 + rng() % 48 : 1 + rng() % 6, in = blocks * be;
+      const int64_t out = 1 + rng() % 150, n = ops::QuantAmxMinTokens() + rng() % 60;
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
+                   " n=" + std::to_string(n));
+      const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
+      std::vector<float> ref(n * p.ys);
+      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys, MatmulPrecision::kBf16);
+      std::vector<double> tol(n * p.ys);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t o = 0; o < out; ++o) tol[i * p.ys + o] = GemmTolerance(p, MatmulPrecision::kBf16, true, ref, i, o);
+      auto run = [&](int64_t t0, int64_t cnt, ThreadPool* tp, MatmulPrecision prec) {
+        std::vector<float> y(cnt * p.ys, kUnwritten);
+        AlignedBuffer x_pairs(ops::GemmScratchWords(cnt, p.in) * sizeof(uint32_t));
+        if (cnt >= ops::QuantAmxMinTokens()) {
+          ops::Linear(p.View(), p.x.data() + t0 * p.xs, cnt, p.xs, y.data(), p.ys, tp, prec, x_pairs.as<uint32_t>());
+        } else {  // Linear sends fewer tokens to the row-dot path: the GEMM itself, as Linear runs it
+          ops::Gemm(p.View(), p.x.data() + t0 * p.xs, cnt, p.xs, y.data(), p.ys, tp, prec, x_pairs.as<uint32_t>());
+        }
+        return y;
+      };
+      const std::vector<float> y = run(0, n, &pool, MatmulPrecision::kBf16);
+      EXPECT_TRUE(WithinTolerances(y, ref, tol, p));
+      EXPECT_EQ(y, run(0, n, nullptr, MatmulPrecision::kBf16));
+      if (ops::QuantGemmAvailable(t)) {  // precision f32: the int8 GEMM, as without AMX
+        AlignedBuffer scratch(ops::GemmScratchWords(n, p.in) * sizeof(uint32_t));
+        std::vector<float> int8(n * p.ys, kUnwritten);
+        ops::QuantGemm(p.View(), p.x.data(), n, p.xs, int8.data(), p.ys, &pool, scratch.as<uint32_t>());
+        EXPECT_EQ(int8, run(0, n, &pool, MatmulPrecision::kF32));
+      }
+      const int64_t t0 = rng() % n, cnt = 1 + rng() % (n - t0);
+      const std::vector<float> part = run(t0, cnt, trial % 2 ? &pool : nullptr, MatmulPrecision::kBf16);
+      for (int64_t i = 0; i < cnt; ++i)
+        for (int64_t o = 0; o < out; ++o)
+          ASSERT_EQ(part[i * p.ys + o], y[(t0 + i) * p.ys + o]) << "token " << t0 + i << " of " << cnt << " from " << t0;
+    }
+  }
+}
+
+// From QuantAmxMinTokens() tokens Linear at precision bf16 runs the AMX GEMM, below it the int8
+// GEMM; with AMX switched off (as TESSERA_AMX=0 does) the int8 GEMM again, whose bits differ from
+// the AMX path's (two-byte int8 activations and exact weights vs bf16).
+TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
+  if (!ops::QuantAmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0)";
+  std::mt19937 rng(16);
+  const QuantProblem p = MakeQuantProblem(rng, QuantType::kQ8_0, ops::QuantAmxMinTokens(), 256, 40);
+  std::vector<float> below((p.n - 1) * p.ys, kUnwritten), int8((p.n - 1) * p.ys, kUnwritten);
+  AlignedBuffer scratch(ops::GemmScratchWords(p.n, p.in) * sizeof(uint32_t));
+  ops::Linear(p.View(), p.x.data(), p.n - 1, p.xs, below.data(), p.ys, nullptr, MatmulPrecision::kBf16,
+              scratch.as<uint32_t>());
+  if (ops::QuantGemmAvailable(p.t)) {  // one token fewer: the int8 GEMM
+    ops::QuantGemm(p.View(), p.x.data(), p.n - 1, p.xs, int8.data(), p.ys, nullptr, scratch.as<uint32_t>());
+    EXPECT_EQ(below, int8);
+  }
+  AlignedBuffer x_pairs(ops::GemmScratchWords(p.n, p.in) * sizeof(uint32_t));
+  std::vector<float> amx(p.n * p.ys, kUnwritten), off(p.n * p.ys, kUnwritten), gemm(p.n * p.ys, kUnwritten);
+  ops::Linear(p.View(), p.x.data(), p.n, p.xs, amx.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
+  ops::Gemm(p.View(), p.x.data(), p.n, p.xs, gemm.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
+  EXPECT_EQ(amx, gemm);  // Linear's prefill is the AMX GEMM
+  ops::EnableBf16Amx(false);
+  EXPECT_FALSE(ops::QuantAmxActive());
+  ops::Linear(p.View(), p.x.data(), p.n, p.xs, off.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
+  ops::EnableBf16Amx(true);
+  EXPECT_NE(amx, off);
 }
 
 // A NaN or infinite activation makes every output of its token NaN on the row-dot path (never a

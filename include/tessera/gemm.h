@@ -60,5 +60,10 @@ bool Bf16AmxActive();
 // For tests and benchmarks: off sends precision bf16 back to the AVX-512-BF16 dot-product kernels
 // (their results differ from AMX's in the last bits). On by default.
 void EnableBf16Amx(bool on);
+// Whether Gemm runs quantized weights at precision bf16 (given the x pairs scratch) on AMX tiles,
+// each block of weights dequantized to bf16 pair panels: Bf16AmxActive() now.
+bool QuantAmxActive();
+// The fewest tokens for which Linear takes that path (fewer: the int8 GEMM or the row-dot path).
+int64_t QuantAmxMinTokens();
 
 }  // namespace tessera::ops

@@ -100,14 +100,14 @@ void RunBlock(bool rows2, bool cols2, const uint32_t* x, int64_t x_stride, const
 }  // namespace
 
 void Bf16AmxGemm(const uint32_t* x, int64_t x_stride, int64_t rows, const uint32_t* panels, int64_t pairs,
-                 int64_t cols, float* y, int64_t y_stride) {
+                 int64_t cols, float* y, int64_t y_stride, bool accumulate) {
   const int64_t steps = pairs / 16, tail = pairs % 16;
   alignas(64) uint32_t tail_a[32 * 16];      // the rows' last pairs, zero-padded to a step
   alignas(64) uint32_t tail_b[2 * 16 * 16];  // the two panels' last pair rows, zero-padded
   alignas(64) float c[32 * 32];              // C of a partial block
   int configured = -1;                       // r0 * 32 + r1 of the loaded configuration
   for (int64_t p0 = 0; p0 < pairs; p0 += kBlockPairs) {
-    const bool first = p0 == 0, last = p0 + kBlockPairs >= pairs;
+    const bool first = p0 == 0 && !accumulate, last = p0 + kBlockPairs >= pairs;
     const int64_t block_steps = (last ? steps * 16 - p0 : kBlockPairs) / 16;
     for (int64_t m0 = 0; m0 < rows; m0 += 32) {
       const int mr = static_cast<int>(rows - m0 < 32 ? rows - m0 : 32);

@@ -20,9 +20,11 @@ namespace tessera::ops {
 // summed by tdpbf16ps in steps of 16 pairs in order (the last step zero-padded), C kept in f32
 // between steps (k blocks pass it through y: exact), so a row's bits depend only on its data and `pairs`.
 // x rows: `pairs` words read (the padding after them never); panels: the ceil(cols / 16) panels
-// holding the columns (pairs * 16 words apart). Overwrites y (columns past cols untouched).
+// holding the columns (pairs * 16 words apart). Overwrites y (columns past cols untouched), or with
+// accumulate adds to it: C starts from y's f32 values, so a depth split into calls gives the same
+// bits as one call (the quantized path's per-block dequantized panels rely on this).
 using Bf16AmxGemmFn = void (*)(const uint32_t* x, int64_t x_stride, int64_t rows, const uint32_t* panels,
-                               int64_t pairs, int64_t cols, float* y, int64_t y_stride);
+                               int64_t pairs, int64_t cols, float* y, int64_t y_stride, bool accumulate);
 
 // The kernel, or null where the CPU lacks AMX-BF16 and AMX-TILE, Linux refuses the tile data
 // permission, the bf16 dot product is off (Bf16Dot() null: the panels and x pairs are its work),
@@ -31,6 +33,6 @@ Bf16AmxGemmFn Bf16Amx();
 
 // Compiled with the AMX flags; call only when Bf16Amx() is not null.
 void Bf16AmxGemm(const uint32_t* x, int64_t x_stride, int64_t rows, const uint32_t* panels, int64_t pairs,
-                 int64_t cols, float* y, int64_t y_stride);
+                 int64_t cols, float* y, int64_t y_stride, bool accumulate);
 
 }  // namespace tessera::ops

@@ -205,7 +205,23 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
 void RunAmx(Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y, int64_t y_stride, const Item& it) {
   const int64_t pairs = (w.in + 1) / 2, stride = PairsStride(w.in);
   amx(xr + it.t_begin * stride, stride, it.t_end - it.t_begin, w.pairs + it.o0 / 16 * pairs * 16, pairs, it.nc,
-      y + it.t_begin * y_stride + it.o0, y_stride);
+      y + it.t_begin * y_stride + it.o0, y_stride, false);
+}
+
+// AMX tiles on quantized weights: each kKcDot-deep block of the item's columns dequantized into
+// bf16 pair panels (128 KiB, L2-resident while every token of the item passes over them), the
+// blocks summed into y by the kernel's accumulate (f32 C between blocks: the bits of one call).
+// Quantized blocks are 32 or 256 values, so a block is whole 16-pair steps and no step straddles two.
+void RunAmxQuant(const Bf16DotKernels& dot, Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y,
+                 int64_t y_stride, const Item& it) {
+  alignas(64) uint32_t bp[kKcDot / 2 * kNc];  // the block's pair panels, [nc / 16][kc / 2][16]
+  const int64_t stride = PairsStride(w.in);
+  for (int64_t k0 = 0; k0 < w.in; k0 += kKcDot) {
+    const int64_t kc = std::min(kKcDot, w.in - k0);
+    PackQuantPairs(dot, w, it.o0, it.nc, k0, kc, bp);
+    amx(xr + it.t_begin * stride + k0 / 2, stride, it.t_end - it.t_begin, bp, kc / 2, it.nc,
+        y + it.t_begin * y_stride + it.o0, y_stride, k0 > 0);
+  }
 }
 
 }  // namespace
@@ -241,6 +257,12 @@ void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst
   for (int64_t i = 0; i < in; ++i) dst[i] = Bf16ToF32(static_cast<uint16_t>(lane[(i / 2) * 16] >> (16 * (i % 2))));
 }
 
+bool QuantAmxActive() { return Bf16Amx() != nullptr; }
+
+// Each call dequantizes every weight once, a cost that does not shrink with n: below this many
+// tokens the int8 GEMM was as fast or faster on some types (bench/results/amx_quant.md).
+int64_t QuantAmxMinTokens() { return 96; }
+
 int64_t GemmScratchWords(int64_t n, int64_t in) { return n * PairsStride(in); }
 
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
@@ -253,10 +275,14 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // Quantized weights dequantize into f32 panels, or at precision bf16 on CPUs with the dot product
   // into bf16 pair panels: there x is rounded once per call (x_pairs) instead of per block of
   // columns, 1.2-1.9x the f32 panels with x rounded per tile (bench/results/quant_kernels.md).
+  // Quantized weights at precision bf16 with the x pairs scratch on AMX CPUs take the AMX tiles
+  // (QuantAmxActive; x and the dequantized weights rounded to bf16: docs/quantization.md). Not at
+  // precision f32, whose quantized weights stay exact (the int8 GEMM's codes, or f32 panels).
+  const bool quant_amx = quant && bf16 && x_pairs && QuantAmxActive();
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   // AMX where the CPU has it, on prepacked panels with the x pairs scratch, for every token count
   // (decode included), so a token's bits do not depend on n.
-  const Bf16AmxGemmFn amx = dot && w.pairs && x_pairs ? Bf16Amx() : nullptr;
+  const Bf16AmxGemmFn amx = dot && (w.pairs || quant_amx) && x_pairs ? Bf16Amx() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols =
       dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
@@ -270,6 +296,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
     const Item it{o0, std::min(block_cols, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * mr)};
+    if (amx && quant) return RunAmxQuant(*dot, amx, w, x_pairs, y, y_stride, it);
     if (amx) return RunAmx(amx, w, x_pairs, y, y_stride, it);
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
