@@ -128,6 +128,35 @@ TEST(LinearAmx, RandomShapesMatchTheReference) {
               static_cast<long long>(outputs));
 }
 
+// bf16 weights read as stored (no pair panels: --no-repack, the vision towers) take AMX on blocks
+// packed per call, from the token count at which Linear leaves the row-dot: same bound, and bits
+// that differ from the dot product's (so AMX did run).
+TEST(LinearAmx, StoredWeightsMatchTheReference) {
+  if (!HasAmx()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0): Linear at bf16 runs the dot product";
+  std::mt19937 rng(34);
+  std::uniform_int_distribution<int64_t> tokens(4, 100), depth(1, 2100), width(1, 300);
+  ThreadPool pool(2);
+  int64_t differ = 0;
+  for (int c = 0; c < 24; ++c) {
+    const int64_t n = tokens(rng), in = depth(rng) | 1, out = width(rng);  // odd depths: a half pair
+    Problem p = MakeProblem(rng, n, in, out, c % 3);
+    ops::WeightView stored = p.View();
+    stored.pairs = nullptr;
+    std::vector<double> ref, bound;
+    Reference(p, ref, bound);
+    ThreadPool* tp = c % 2 ? &pool : nullptr;
+    std::vector<float> amx(n * p.ys, testing::kUnwritten), dot(n * p.ys, testing::kUnwritten);
+    ops::Linear(stored, p.x.data(), n, p.xs, amx.data(), p.ys, tp, MatmulPrecision::kBf16, p.XPairs());
+    ops::EnableBf16Amx(false);
+    ops::Linear(stored, p.x.data(), n, p.xs, dot.data(), p.ys, tp, MatmulPrecision::kBf16, p.XPairs());
+    ops::EnableBf16Amx(true);
+    ASSERT_TRUE(WithinBound(p, amx, ref, bound)) << "AMX n=" << n << " in=" << in << " out=" << out << " case " << c;
+    ASSERT_TRUE(WithinBound(p, dot, ref, bound)) << "dot n=" << n << " in=" << in << " out=" << out << " case " << c;
+    for (int64_t i = 0; i < n * p.ys; ++i) differ += amx[i] != dot[i];
+  }
+  EXPECT_GT(differ, 0);
+}
+
 // A row's chain depends only on `in`: each token gives the same bits alone (decode), at any place
 // of a 32-row block, in any batch, with or without threads.
 TEST(LinearAmx, TokenAloneOrInABatchIsBitIdentical) {

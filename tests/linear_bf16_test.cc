@@ -103,10 +103,12 @@ TEST(LinearBf16, GemmIsBatchInvariant) {
 // With the rounded-x scratch (x rounded to pairs once per call) the GEMM gives the same bits as
 // without it (each column block rounding its tiles), on both paths, over odd feature counts and
 // several k blocks (in > 512), with and without threads; nothing is written past the scratch, and
-// the f32 kernels' path does not use it.
+// the f32 kernels' path does not use it. (AMX is off here: its tiles read x only from the scratch,
+// so with AMX the scratch does choose the kernel; tests/linear_amx_test.cc covers that path.)
 TEST(LinearBf16, GemmScratchChangesNoBit) {
   std::mt19937 rng(14);
   ThreadPool pool(2);
+  ops::EnableBf16Amx(false);
   for (int64_t in : {7, 150, 1100, 1537}) {
     Problem p = MakeProblem(rng, 21, in, 70);
     const ops::WeightView wv{p.w.data(), DType::kBF16, p.out, p.in};
@@ -138,6 +140,7 @@ TEST(LinearBf16, GemmScratchChangesNoBit) {
     }
   }
   ops::EnableBf16Dot(true);
+  ops::EnableBf16Amx(true);
 }
 
 // pack_weight_pairs16's layout, element by element: partial panels, an odd last column (its pair's

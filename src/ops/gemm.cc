@@ -212,14 +212,18 @@ void RunAmx(Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y
 // bf16 pair panels (128 KiB, L2-resident while every token of the item passes over them), the
 // blocks summed into y by the kernel's accumulate (f32 C between blocks: the bits of one call).
 // Quantized blocks are 32 or 256 values, so a block is whole 16-pair steps and no step straddles two.
-void RunAmxQuant(const Bf16DotKernels& dot, Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y,
-                 int64_t y_stride, const Item& it) {
-  alignas(64) uint32_t bp[kKcDot / 2 * kNc];  // the block's pair panels, [nc / 16][kc / 2][16]
+void RunAmxPacked(const Bf16DotKernels& dot, Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y,
+                  int64_t y_stride, const Item& it) {
+  alignas(64) uint32_t bp[kKcDot / 2 * kNc];  // the block's pair panels, [nc / 16][ceil(kc / 2)][16]
   const int64_t stride = PairsStride(w.in);
   for (int64_t k0 = 0; k0 < w.in; k0 += kKcDot) {
     const int64_t kc = std::min(kKcDot, w.in - k0);
-    PackQuantPairs(dot, w, it.o0, it.nc, k0, kc, bp);
-    amx(xr + it.t_begin * stride + k0 / 2, stride, it.t_end - it.t_begin, bp, kc / 2, it.nc,
+    if (w.quant != QuantType::kNone) {
+      PackQuantPairs(dot, w, it.o0, it.nc, k0, kc, bp);
+    } else {
+      dot.pack_weight_pairs16(static_cast<const uint16_t*>(w.data) + it.o0 * w.in + k0, w.in, it.nc, kc, bp);
+    }
+    amx(xr + it.t_begin * stride + k0 / 2, stride, it.t_end - it.t_begin, bp, (kc + 1) / 2, it.nc,
         y + it.t_begin * y_stride + it.o0, y_stride, k0 > 0);
   }
 }
@@ -281,8 +285,11 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   const bool quant_amx = quant && bf16 && x_pairs && QuantAmxActive();
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   // AMX where the CPU has it, on prepacked panels with the x pairs scratch, for every token count
-  // (decode included), so a token's bits do not depend on n.
-  const Bf16AmxGemmFn amx = dot && (w.pairs || quant_amx) && x_pairs ? Bf16Amx() : nullptr;
+  // (decode included), so a token's bits do not depend on n. bf16 weights read as stored (not
+  // repacked: --no-repack, the vision towers) take it too, on blocks packed per call as the dot
+  // product's are (Linear sends them here from kGemmMinTokensBf16 tokens; fewer go to the row-dot).
+  const bool stored_amx = !quant && bf16 && w.pairs == nullptr;
+  const Bf16AmxGemmFn amx = dot && (w.pairs || quant_amx || stored_amx) && x_pairs ? Bf16Amx() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols =
       dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
@@ -296,7 +303,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
     const Item it{o0, std::min(block_cols, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * mr)};
-    if (amx && quant) return RunAmxQuant(*dot, amx, w, x_pairs, y, y_stride, it);
+    if (amx && w.pairs == nullptr) return RunAmxPacked(*dot, amx, w, x_pairs, y, y_stride, it);
     if (amx) return RunAmx(amx, w, x_pairs, y, y_stride, it);
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
