@@ -37,6 +37,39 @@ double BreakEven(double round_ms, double decode_ms, int k) {
   return hi;
 }
 
+// End to end with the drafter: generated tok/s for k drafted tokens against plain decoding (k = 0),
+// the acceptance, and the draft step's cost derived from the verification times (verify_at[k]).
+// Each k's rounds: decode_seconds = rounds x (verification of k + 1 tokens) + drafts x (one draft
+// step); the verification times were measured at --context, the generation runs at a 256-token
+// prompt: an estimate. Tokens must equal plain decoding's (k = 0). False when a step failed.
+bool PrintGeneration(Session& s, Prompt p, int64_t context, const std::vector<double>& verify_at) {
+  bool ok = true;
+  std::printf("\n| k | generated tok/s | / plain | acceptance | tokens per round | draft step (ms, derived) "
+              "| same tokens as plain |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  std::vector<int32_t> plain_tokens;
+  double plain_tps = 0;
+  for (int k : {0, 1, 2, 3, 4, 8}) {
+    GenerateOptions g;
+    g.max_new_tokens = 48;
+    g.draft_tokens = k;
+    GenerateOutput out;
+    p.tokens.resize(std::min<int64_t>(context, 256));
+    ok &= s.Generate({p}, g, &out).ok();
+    const GenerateStats& st = out.stats;
+    const double tps = st.decode_seconds > 0 ? (st.generated_tokens - 1) / st.decode_seconds : 0;
+    if (k == 0) plain_tokens = out.rows.at(0).tokens, plain_tps = tps;
+    const double rounds = static_cast<double>(st.decode_steps);
+    const double draft_ms =
+        st.drafted_tokens ? (1e3 * st.decode_seconds - rounds * verify_at[k]) / static_cast<double>(st.drafted_tokens)
+                          : 0.0;
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.1f | %s |\n", k, tps, plain_tps > 0 ? tps / plain_tps : 0.0,
+                st.drafted_tokens ? double(st.accepted_tokens) / st.drafted_tokens : 0.0,
+                rounds > 0 ? double(st.generated_tokens - 1) / rounds : 0.0, draft_ms,
+                out.rows.at(0).tokens == plain_tokens ? "yes" : "NO");
+  }
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,34 +139,7 @@ int main(int argc, char** argv) {
     const double v = verify_at[k] = verify_ms(k + 1);
     std::printf("| %d | %.2f | %.2f | %.2f |\n", k, v, v / decode, BreakEven(v, decode, k));
   }
-  if (!draft.empty()) {
-    // Each k's rounds: decode_seconds = rounds x (verification of k + 1 tokens) + drafts x (one draft step),
-    // so the draft step's cost follows from the verification times above (measured at --context, the
-    // generation runs at a 256-token prompt: an estimate). Tokens must equal plain decoding's (k = 0).
-    std::printf("\n| k | generated tok/s | / plain | acceptance | tokens per round | draft step (ms, derived) "
-                "| same tokens as plain |\n| --- | --- | --- | --- | --- | --- | --- |\n");
-    std::vector<int32_t> plain_tokens;
-    double plain_tps = 0;
-    for (int k : {0, 1, 2, 3, 4, 8}) {
-      GenerateOptions g;
-      g.max_new_tokens = 48;
-      g.draft_tokens = k;
-      GenerateOutput out;
-      p.tokens.resize(std::min<int64_t>(context, 256));
-      ok &= s.Generate({p}, g, &out).ok();
-      const GenerateStats& st = out.stats;
-      const double tps = st.decode_seconds > 0 ? (st.generated_tokens - 1) / st.decode_seconds : 0;
-      if (k == 0) plain_tokens = out.rows.at(0).tokens, plain_tps = tps;
-      const double rounds = static_cast<double>(st.decode_steps);
-      const double draft_ms =
-          st.drafted_tokens ? (1e3 * st.decode_seconds - rounds * verify_at[k]) / static_cast<double>(st.drafted_tokens)
-                            : 0.0;
-      std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.1f | %s |\n", k, tps, plain_tps > 0 ? tps / plain_tps : 0.0,
-                  st.drafted_tokens ? double(st.accepted_tokens) / st.drafted_tokens : 0.0,
-                  rounds > 0 ? double(st.generated_tokens - 1) / rounds : 0.0, draft_ms,
-                  out.rows.at(0).tokens == plain_tokens ? "yes" : "NO");
-    }
-  }
+  if (!draft.empty()) ok &= PrintGeneration(s, p, context, verify_at);
   if (!ok) return std::fprintf(stderr, "a step failed\n"), 1;
   return 0;
 }
