@@ -317,7 +317,7 @@ void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
 }
 
 // Quantized prefill at precision bf16: the int8 VNNI GEMM (ops/quant_gemm.h) against AMX tiles on
-// per-block dequantized bf16 pair panels (QuantAmxActive), the first through Linear as a model calls
+// per-block dequantized bf16 pair panels (Bf16AmxActive), the first through Linear as a model calls
 // it, the second through Gemm (Linear takes it only from QuantAmxMinTokens(), picked from this table),
 // alternated call by call after one warm-up each; medians of `reps`.
 void RunAmxQuant(ThreadPool& pool, int reps) {

@@ -389,7 +389,7 @@ TEST(LinearQuant, GemmMatchesReference) {
 // the 512-deep weight blocks); the same bits on 1 or 2 threads and for any run of tokens taken as
 // its own batch on the same path; precision f32 keeps the int8 GEMM (exact weights).
 TEST(LinearQuant, AmxGemmMatchesReference) {
-  if (!ops::QuantAmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0): the int8 GEMM runs instead";
+  if (!ops::Bf16AmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0): the int8 GEMM runs instead";
   std::mt19937 rng(15);
   ThreadPool pool(2);
   for (QuantType t : kTypes) {
@@ -437,7 +437,7 @@ TEST(LinearQuant, AmxGemmMatchesReference) {
 // GEMM; with AMX switched off (as TESSERA_AMX=0 does) the int8 GEMM again, whose bits differ from
 // the AMX path's (two-byte int8 activations and exact weights vs bf16).
 TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
-  if (!ops::QuantAmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0)";
+  if (!ops::Bf16AmxActive()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0)";
   std::mt19937 rng(16);
   const QuantProblem p = MakeQuantProblem(rng, QuantType::kQ8_0, ops::QuantAmxMinTokens(), 256, 40);
   std::vector<float> below((p.n - 1) * p.ys, kUnwritten), int8((p.n - 1) * p.ys, kUnwritten);
@@ -454,7 +454,7 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
   ops::Gemm(p.View(), p.x.data(), p.n, p.xs, gemm.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
   EXPECT_EQ(amx, gemm);  // Linear's prefill is the AMX GEMM
   ops::EnableBf16Amx(false);
-  EXPECT_FALSE(ops::QuantAmxActive());
+  EXPECT_FALSE(ops::Bf16AmxActive());
   ops::Linear(p.View(), p.x.data(), p.n, p.xs, off.data(), p.ys, nullptr, MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
   ops::EnableBf16Amx(true);
   EXPECT_NE(amx, off);

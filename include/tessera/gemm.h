@@ -9,8 +9,9 @@
 // load (WeightView::panels, PackF32Panels): the GEMM reads its blocks in place.
 // Block-quantized weights (WeightView::quant) are dequantized per block (whole quant blocks per k
 // block) into the f32 panels, or at precision bf16 on CPUs with the dot product into bf16 pair
-// panels (the weights then rounded to bf16 like x). On CPUs with Intel AMX, prepacked pair panels
-// with the x pairs scratch go to AMX tiles instead (src/ops/bf16_amx.h), every token count.
+// panels (the weights then rounded to bf16 like x). On CPUs with Intel AMX, precision bf16 with the
+// x pairs scratch goes to AMX tiles instead (src/ops/bf16_amx.h): prepacked panels read in place,
+// other weights packed per block.
 #pragma once
 
 #include <cstdint>
@@ -54,16 +55,14 @@ void F32PanelRowToF32(const float* panels, int64_t in, int64_t r, float* dst);
 // embedding lookup on a tied embedding whose stored rows were released after packing).
 void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst);
 
-// Whether precision bf16 on prepacked pair panels runs on AMX tiles now: the CPU has AMX-BF16,
+// Whether precision bf16 (with the x pairs scratch) runs on AMX tiles now: the CPU has AMX-BF16,
 // Linux granted the tile state, TESSERA_AMX=0 is not set, and neither switch below is off.
 bool Bf16AmxActive();
 // For tests and benchmarks: off sends precision bf16 back to the AVX-512-BF16 dot-product kernels
 // (their results differ from AMX's in the last bits). On by default.
 void EnableBf16Amx(bool on);
-// Whether Gemm runs quantized weights at precision bf16 (given the x pairs scratch) on AMX tiles,
-// each block of weights dequantized to bf16 pair panels: Bf16AmxActive() now.
-bool QuantAmxActive();
-// The fewest tokens for which Linear takes that path (fewer: the int8 GEMM or the row-dot path).
+// The fewest tokens for which Linear runs quantized weights at precision bf16 on AMX tiles (each
+// block of weights dequantized to bf16 pair panels; fewer: the int8 GEMM or the row-dot path).
 int64_t QuantAmxMinTokens();
 
 }  // namespace tessera::ops

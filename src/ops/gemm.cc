@@ -208,10 +208,11 @@ void RunAmx(Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y
       y + it.t_begin * y_stride + it.o0, y_stride, false);
 }
 
-// AMX tiles on quantized weights: each kKcDot-deep block of the item's columns dequantized into
-// bf16 pair panels (128 KiB, L2-resident while every token of the item passes over them), the
-// blocks summed into y by the kernel's accumulate (f32 C between blocks: the bits of one call).
-// Quantized blocks are 32 or 256 values, so a block is whole 16-pair steps and no step straddles two.
+// AMX tiles on weights without pair panels: each kKcDot-deep block of the item's columns packed
+// (bf16 weights) or dequantized (quantized ones) into bf16 pair panels (128 KiB, L2-resident while
+// every token of the item passes over them), the blocks summed into y by the kernel's accumulate
+// (f32 C between blocks: the bits of one call). kKcDot is a multiple of 32, so only the last block
+// can end in a partial step or a half pair (zero-padded by the packers).
 void RunAmxPacked(const Bf16DotKernels& dot, Bf16AmxGemmFn amx, const WeightView& w, const uint32_t* xr, float* y,
                   int64_t y_stride, const Item& it) {
   alignas(64) uint32_t bp[kKcDot / 2 * kNc];  // the block's pair panels, [nc / 16][ceil(kc / 2)][16]
@@ -261,8 +262,6 @@ void PairPanelRowToF32(const uint32_t* panels, int64_t in, int64_t r, float* dst
   for (int64_t i = 0; i < in; ++i) dst[i] = Bf16ToF32(static_cast<uint16_t>(lane[(i / 2) * 16] >> (16 * (i % 2))));
 }
 
-bool QuantAmxActive() { return Bf16Amx() != nullptr; }
-
 // Each call dequantizes every weight once, a cost that does not shrink with n: below this many
 // tokens the int8 GEMM was as fast or faster on some types (bench/results/amx_quant.md).
 int64_t QuantAmxMinTokens() { return 96; }
@@ -279,17 +278,14 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // Quantized weights dequantize into f32 panels, or at precision bf16 on CPUs with the dot product
   // into bf16 pair panels: there x is rounded once per call (x_pairs) instead of per block of
   // columns, 1.2-1.9x the f32 panels with x rounded per tile (bench/results/quant_kernels.md).
-  // Quantized weights at precision bf16 with the x pairs scratch on AMX CPUs take the AMX tiles
-  // (QuantAmxActive; x and the dequantized weights rounded to bf16: docs/quantization.md). Not at
-  // precision f32, whose quantized weights stay exact (the int8 GEMM's codes, or f32 panels).
-  const bool quant_amx = quant && bf16 && x_pairs && QuantAmxActive();
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
-  // AMX where the CPU has it, on prepacked panels with the x pairs scratch, for every token count
-  // (decode included), so a token's bits do not depend on n. bf16 weights read as stored (not
-  // repacked: --no-repack, the vision towers) take it too, on blocks packed per call as the dot
-  // product's are (Linear sends them here from kGemmMinTokensBf16 tokens; fewer go to the row-dot).
-  const bool stored_amx = !quant && bf16 && w.pairs == nullptr;
-  const Bf16AmxGemmFn amx = dot && (w.pairs || quant_amx || stored_amx) && x_pairs ? Bf16Amx() : nullptr;
+  // Precision bf16 with the x pairs scratch runs on AMX tiles where the CPU has them: prepacked
+  // panels for every token count (decode included), so a token's bits do not depend on n; bf16
+  // weights read as stored (--no-repack, the vision towers) and quantized ones (x and the
+  // dequantized weights rounded to bf16: docs/quantization.md) on blocks packed per call. Linear
+  // decides which calls come here (the row-dot below kGemmMinTokensBf16, the int8 GEMM for
+  // quantized weights below QuantAmxMinTokens). Precision f32 never does: its weights stay exact.
+  const Bf16AmxGemmFn amx = dot && x_pairs ? Bf16Amx() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
   const int64_t block_cols =
       dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;

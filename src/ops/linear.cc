@@ -87,9 +87,9 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
   if (w.quant != QuantType::kNone) {
     // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
     // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).
-    // At precision bf16 on AMX CPUs, AMX tiles on dequantized bf16 panels instead (QuantAmxActive).
+    // At precision bf16 on AMX CPUs, AMX tiles on dequantized bf16 panels instead (Bf16AmxActive).
     if (n >= std::max(kGemmMinTokensQuant, QuantAmxMinTokens()) && x_pairs && precision == MatmulPrecision::kBf16 &&
-        QuantAmxActive())
+        Bf16AmxActive())
       return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
     if (n >= kGemmMinTokensQuant && x_pairs && QuantGemmAvailable(w.quant))
       return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
