@@ -136,8 +136,9 @@ std::vector<bool> SameBitsPerN(const Weight& w, ThreadPool* pool, MatmulPrecisio
 }
 
 void CheckKind(std::mt19937& rng, Kind kind, QuantType quant, MatmulPrecision prec, ThreadPool* pool) {
-  // Shapes: 40 or 5 blocks of 32 / 256 values and rows past whole 16-row groups; 3 blocks, 17 rows.
-  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{1280, 35}, {768, 17}}) {
+  // Shapes: 40 or 5 blocks of 32 / 256 values and rows past whole 16-row groups; 3 blocks, 17 rows;
+  // 300 rows: several 16-row groups per thread's range (the next group prefetched).
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{1280, 35}, {768, 17}, {256, 300}}) {
     const Weight w = MakeWeight(rng, kind, quant, in, out);
     for (bool amx : {true, false}) {
       ops::EnableBf16Amx(amx);

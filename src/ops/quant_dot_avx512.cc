@@ -503,15 +503,21 @@ template <typename W>
 struct Lanes16 {
   // Sixteen rows (p: FullRows or SomeRows, their offsets from p(0) in `at`), T tokens (token i's
   // activation blocks at x + i * x_stride); outputs where `keep` has a lane's bit.
+  // `next` (or null): the next group's rows, next_bytes from there, prefetched a slice per block so
+  // they arrive while this group computes (the hardware prefetcher does not keep up with sixteen
+  // short interleaved row streams when the weights come from memory).
   template <int T, typename Rows>
   static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb, float* out,
-                    int64_t out_stride, __mmask16 keep) {
+                    int64_t out_stride, __mmask16 keep, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
     constexpr int kOffset = Offset16(static_cast<const W*>(nullptr));
+    const int64_t slice = (next_bytes + nb - 1) / nb;
     __m512 acc[T];
 #pragma GCC unroll 8
     for (int i = 0; i < T; ++i) acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t off = b * int64_t(sizeof(W));
+      if (next)
+        for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T0);
       // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(at, p(0) + off, 1)));
       __m512i c[8];
@@ -539,8 +545,11 @@ struct Lanes16 {
     const __m512i full_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32(static_cast<int32_t>(w_stride)));
     int64_t r = 0;
-    for (; r + 16 <= rows; r += 16)
-      Group<T>(FullRows{w + r * w_stride, w_stride}, full_at, x, xq_stride, nb, out + r, out_stride, 0xffff);
+    for (; r + 16 <= rows; r += 16) {
+      const int64_t next_rows = std::min<int64_t>(16, rows - r - 16);
+      Group<T>(FullRows{w + r * w_stride, w_stride}, full_at, x, xq_stride, nb, out + r, out_stride, 0xffff,
+               next_rows > 0 ? w + (r + 16) * w_stride : nullptr, next_rows * w_stride);
+    }
     if (r == rows) return;
     const int left = static_cast<int>(rows - r);
     const uint8_t* p[16];

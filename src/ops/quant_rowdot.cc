@@ -40,14 +40,19 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   const int64_t rows_per_item = RoundUp(
       std::max(kMinRowsPerItem, (w.out + threads * kItemsPerThread - 1) / (threads * kItemsPerThread)), kRowGroup);
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
-  const int64_t chunk = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
+  const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
   const QuantDotKernels& k = QuantDot();
   const char* base = static_cast<const char*>(w.data);
   for (int64_t t0 = 0; t0 < n; t0 += group) {
     const int64_t g = std::min(group, n - t0);
     for (int64_t i = 0; i < g; ++i) k.quantize_act(t, x + (t0 + i) * x_stride, w.in, xq + i * act_bytes);
+    // Chunks serve tokens that take several passes over the rows; one token walks the item's rows
+    // as one range, so a kernel's prefetch of its next rows runs through the whole item. (Each
+    // output is the same either way: a row's result never depends on its neighbours.)
+    const bool one_pass = g == 1;
     auto run = [&](int64_t item, int) {
       const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
+      const int64_t chunk = one_pass ? rows_per_item : chunk_rows;
       for (int64_t o = item * rows_per_item; o < o1; o += chunk) {
         const int64_t rows = std::min(chunk, o1 - o);
         if (k.dot_rows_tokens && g > 1) {  // one token: dot_rows, as decode always ran
