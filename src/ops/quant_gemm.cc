@@ -253,7 +253,9 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
   const QuantDotKernels& dq = QuantDot();
   auto quantize = [&](int64_t t, int) { QuantizeRow(dq, x + t * x_stride, w.in, sub, xq + t * stride); };
   const int threads = pool ? pool->num_threads() : 1;
-  const bool amx = QuantGemmAmxActive();
+  // Q6_K's 16-value sub-blocks fill a quarter of a tile product's depth and double the f32 steps per
+  // value: there the AMX tile measured no faster than the VNNI one (bench/results/quant_prefill.md).
+  const bool amx = QuantGemmAmxActive() && sub == 32;
   const int64_t col_blocks = (w.out + kNcQ - 1) / kNcQ, tiles = (n + kMr - 1) / kMr;
   const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
