@@ -4,7 +4,8 @@
 // results are the same bits, not a tolerance: the tile alone on random and extreme codes and
 // activations (every code 255 against +-127 bytes: the largest integer sums), and QuantGemm with
 // AMX on and off on random shapes of every GGUF type (token counts with and without a remainder
-// past the 16-token tiles, k deeper than one block, 1 and 2 threads).
+// past the 16-token tiles, k deeper than one block, 1 and 2 threads; QuantGemm keeps Q6_K on the
+// VNNI tile, so the tile test is what covers 16-value sub-blocks on AMX).
 #include <gtest/gtest.h>
 
 #include <cstring>
