@@ -64,5 +64,12 @@ void EnableBf16Amx(bool on);
 // The fewest tokens for which Linear runs quantized weights at precision bf16 on AMX tiles (each
 // block of weights dequantized to bf16 pair panels; fewer: the int8 GEMM or the row-dot path).
 int64_t QuantAmxMinTokens();
+// Whether the int8 GEMM of quantized prefill (any precision below QuantAmxMinTokens, every token
+// count from 12 at precision f32) runs its 16-token tiles on AMX-INT8 tiles: the CPU has AMX-TILE
+// and AMX-INT8, Linux granted the tile state, TESSERA_AMX=0 is not set and the switch is on. Its
+// results are the AVX-512 VNNI tile's bits (both sum exact integers), so the switch changes speed
+// only. For tests and benchmarks; on by default.
+bool QuantGemmAmxActive();
+void EnableQuantGemmAmx(bool on);
 
 }  // namespace tessera::ops

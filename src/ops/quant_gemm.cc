@@ -1,6 +1,7 @@
 #include "ops/quant_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,6 +18,13 @@ constexpr int64_t kMr = kQuantTileTokens;  // tokens per micro-tile
 constexpr int64_t kNcQ = 64;    // output rows per work item (two panel pairs)
 constexpr int64_t kKcQ = 2048;  // values per k block at most: 64 x 2048 code bytes, L2-resident
 constexpr int64_t kMaxSub = kKcQ / 16;
+
+std::atomic<bool> amx_enabled{true};
+
+bool AmxWanted() {
+  const char* off = std::getenv("TESSERA_AMX");
+  return !(off && (std::strcmp(off, "0") == 0 || std::strcmp(off, "off") == 0));
+}
 
 bool CpuHasKernel() {
   const char* want = std::getenv("TESSERA_SIMD");
@@ -157,24 +165,39 @@ void PackPanels(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t
   }
 }
 
+// Token rows t .. t + mr of the scratch at k block k0, as the VNNI micro-tile reads them.
+QuantTile TileRows(const char* xq, int64_t stride, int64_t in, int64_t sub, int64_t k0, int64_t t, int mr) {
+  QuantTile tile;
+  for (int r = 0; r < mr; ++r) {
+    const char* row = xq + (t + r) * stride;
+    tile.hi[r] = reinterpret_cast<const int8_t*>(row) + k0;
+    tile.lo[r] = tile.hi[r] + in;
+    tile.xd[r] = reinterpret_cast<const float*>(row + 2 * in) + k0 / 32;
+    tile.xs[r] = reinterpret_cast<const float*>(row + 2 * in) + in / 32 + k0 / sub;
+  }
+  return tile;
+}
+
+// Tokens in whole AMX tiles of 16 go to QuantGemmTileAmx, the rest 4 at a time to the VNNI tile:
+// the same bits either way, so a token's result does not depend on which tile took it.
 void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, float* y, int64_t y_stride,
-             const Item& it) {
+             const Item& it, bool amx) {
   alignas(64) uint8_t codes[kNcQ * kKcQ];
   alignas(64) float a[kNcQ * kMaxSub], b[kNcQ * kMaxSub];
   const int64_t depth = std::min<int64_t>(QuantBlockDepth(w.quant, w.in, kKcQ), kKcQ);
   for (int64_t k0 = 0; k0 < w.in; k0 += depth) {
     const int64_t kc = std::min(depth, w.in - k0), groups = kc / sub;
     PackPanels(w, it.o0, it.nc, k0, kc, sub, codes, a, b);
-    for (int64_t t = it.t_begin; t < it.t_end; t += kMr) {
+    int64_t t = it.t_begin;
+    for (; amx && it.t_end - t >= kQuantAmxTokens; t += kQuantAmxTokens) {
+      const QuantAmxRows rows{xq + t * stride, stride, w.in, k0};
+      for (int64_t j = 0; j < it.nc; j += 16)
+        QuantGemmTileAmx(rows, codes + j * kc, a + j * groups, b + j * groups, kc, sub, y + t * y_stride + it.o0 + j,
+                         y_stride, static_cast<int>(std::min<int64_t>(16, it.nc - j)), k0 > 0);
+    }
+    for (; t < it.t_end; t += kMr) {
       const int mr = static_cast<int>(std::min(kMr, it.t_end - t));
-      QuantTile tile;
-      for (int r = 0; r < mr; ++r) {
-        const char* row = xq + (t + r) * stride;
-        tile.hi[r] = reinterpret_cast<const int8_t*>(row) + k0;
-        tile.lo[r] = tile.hi[r] + w.in;
-        tile.xd[r] = reinterpret_cast<const float*>(row + 2 * w.in) + k0 / 32;
-        tile.xs[r] = reinterpret_cast<const float*>(row + 2 * w.in) + w.in / 32 + k0 / sub;
-      }
+      const QuantTile tile = TileRows(xq, stride, w.in, sub, k0, t, mr);
       for (int64_t j = 0; j < it.nc; j += 32) {
         const int64_t p = j / 16;
         QuantGemmTileAvx512(tile, mr, codes + p * kc * 16, a + p * groups * 16, b + p * groups * 16, kc, sub,
@@ -183,6 +206,7 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
       }
     }
   }
+  if (amx) QuantAmxRelease();
 }
 
 }  // namespace
@@ -195,6 +219,13 @@ bool QuantGemmAvailable(QuantType t) {
   static const bool cpu = CpuHasKernel();
   return cpu && t != QuantType::kNone;
 }
+
+bool QuantGemmAmxActive() {
+  static const bool cpu = CpuHasKernel() && AmxWanted() && CpuHasAmxInt8();
+  return cpu && amx_enabled.load(std::memory_order_relaxed);
+}
+
+void EnableQuantGemmAmx(bool on) { amx_enabled.store(on, std::memory_order_relaxed); }
 
 void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes, float* a, float* b) {
   const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t), sub = QuantGemmSubBlock(t);
@@ -222,6 +253,9 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
   const QuantDotKernels& dq = QuantDot();
   auto quantize = [&](int64_t t, int) { QuantizeRow(dq, x + t * x_stride, w.in, sub, xq + t * stride); };
   const int threads = pool ? pool->num_threads() : 1;
+  // Q6_K's 16-value sub-blocks fill a quarter of a tile product's depth and double the f32 steps per
+  // value: there the AMX tile measured no faster than the VNNI one (bench/results/quant_prefill.md).
+  const bool amx = QuantGemmAmxActive() && sub == 32;
   const int64_t col_blocks = (w.out + kNcQ - 1) / kNcQ, tiles = (n + kMr - 1) / kMr;
   const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
@@ -229,7 +263,7 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * kNcQ, t_begin = rb * tiles_per_block * kMr;
     RunItem(w, xq, stride, sub, y, y_stride,
-            Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)});
+            Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)}, amx);
   };
   if (pool) {
     pool->ParallelFor(n, quantize);

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "tessera/gemm.h"
 #include "tessera/linear.h"
 #include "tessera/quant.h"
 #include "tessera/thread_pool.h"
@@ -66,5 +67,28 @@ struct QuantTile {
 };
 void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
                          int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);
+
+// Tokens per AMX micro-tile: full tiles of 16 take it, the rest of a token range the VNNI tile.
+// QuantGemmAmxActive / EnableQuantGemmAmx (tessera/gemm.h) say whether whole tiles of this many
+// tokens run on QuantGemmTileAmx.
+constexpr int kQuantAmxTokens = 16;
+
+// kQuantAmxTokens token rows of QuantGemm's activation scratch from row0 (stride bytes apart, a
+// multiple of 64), of a weight `in` values deep, at the k block starting at k0.
+struct QuantAmxRows {
+  const char* row0;
+  int64_t stride, in, k0;
+};
+
+// The micro-tile on AMX (quant_gemm_amx.cc): kQuantAmxTokens tokens by one 16-row panel over kc
+// values. codes: the panel, [kc / 4][16][4] bytes; a, b: [kc / sub][16]; y[r * y_stride + c] for
+// c < nr, added to when accumulate. The same bits as QuantGemmTileAvx512 on those tokens and rows.
+// Loads its own tile configuration; QuantAmxRelease() frees the tile state after the last call.
+void QuantGemmTileAmx(const QuantAmxRows& x, const uint8_t* codes, const float* a, const float* b, int64_t kc,
+                      int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);
+void QuantAmxRelease();
+
+// CPUID AMX-TILE and AMX-INT8 and the tile data permission (simd_dispatch.cc; asked once).
+bool CpuHasAmxInt8();
 
 }  // namespace tessera::ops

@@ -8,6 +8,7 @@
 
 #include "ops/bf16_amx.h"
 #include "ops/bf16_dot.h"
+#include "ops/quant_gemm.h"
 #include "ops/simd.h"
 
 namespace tessera::ops {
@@ -25,9 +26,10 @@ std::atomic<bool> bf16_amx_enabled{true};
 // AMX-BF16 and AMX-TILE (CPUID leaf 7: EDX bits 22 and 24), and Linux's permission for this
 // process to use the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, feature 18):
 // without it the first tile instruction faults. Asked once (a function-local static).
-bool AmxUsable() {
+// `bit`: the data type's feature (22 AMX-BF16, 25 AMX-INT8).
+bool AmxUsable(int bit) {
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << bit)) || !(d & (1u << 24))) return false;
 #ifdef SYS_arch_prctl
   constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
@@ -39,7 +41,7 @@ bool AmxUsable() {
 Bf16AmxGemmFn ChooseBf16Amx() {
   const char* off = std::getenv("TESSERA_AMX");
   if (off && (std::strcmp(off, "0") == 0 || std::strcmp(off, "off") == 0)) return nullptr;
-  return AmxUsable() ? &Bf16AmxGemm : nullptr;
+  return AmxUsable(22) ? &Bf16AmxGemm : nullptr;
 }
 
 const Bf16DotKernels* ChooseBf16Dot() {
@@ -90,6 +92,11 @@ Bf16AmxGemmFn Bf16Amx() {
   if (Bf16Dot() == nullptr || !bf16_amx_enabled.load(std::memory_order_relaxed)) return nullptr;
   static const Bf16AmxGemmFn chosen = ChooseBf16Amx();
   return chosen;
+}
+
+bool CpuHasAmxInt8() {
+  static const bool usable = AmxUsable(25);
+  return usable;
 }
 
 bool Bf16AmxActive() { return Bf16Amx() != nullptr; }
