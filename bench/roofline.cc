@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tessera/check.h"
+#include "tessera/gemm.h"
 
 namespace tessera::bench {
 namespace {
@@ -86,6 +87,49 @@ __attribute__((target("avx512f,avx512bf16"))) float Bf16DotLoop(int64_t iters) {
   return t[0];
 }
 
+// The LDTILECFG operand (palette 1): per tile, its rows and bytes per row.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-5: C accumulators, each its own dependency chain; 6: A, 7: B, loaded once. The tile
+// state is per thread, so every thread configures and releases its own.
+__attribute__((target("amx-tile,amx-bf16"))) float AmxBf16Loop(int64_t iters) {
+  AmxTileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t ab[16 * 32];
+  for (uint16_t& v : ab) v = 0x3a83;  // bf16 1e-3: 32 products per step stay far from overflow
+  alignas(64) float c[16 * 16];
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 6, 7);
+    _tile_dpbf16ps(1, 6, 7);
+    _tile_dpbf16ps(2, 6, 7);
+    _tile_dpbf16ps(3, 6, 7);
+    _tile_dpbf16ps(4, 6, 7);
+    _tile_dpbf16ps(5, 6, 7);
+  }
+  _tile_stored(0, c, 64);
+  float s = c[0];
+  _tile_stored(5, c, 64);
+  _tile_release();
+  return s + c[0];
+}
+
 // Wall seconds for fn(t) on `threads` threads started together.
 double TimeOnThreads(int threads, const std::function<void(int)>& fn) {
   std::vector<std::thread> ts;
@@ -140,6 +184,11 @@ double FmaPeakGflops(int threads) {
 double Bf16DotPeakGflops(int threads) {
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bf16")) return 0;
   return LoopPeakGflops(threads, Bf16DotLoop, 10'000'000, 12.0 * 16 * 4);  // 12 chains x 16 lanes x 2 FMAs
+}
+
+double AmxBf16PeakGflops(int threads) {
+  if (!tessera::ops::Bf16AmxActive()) return 0;
+  return LoopPeakGflops(threads, AmxBf16Loop, 2'000'000, 6.0 * 16 * 16 * 32 * 2);  // 6 tiles x 16 x 16 x 32 MACs
 }
 
 }  // namespace tessera::bench

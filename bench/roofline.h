@@ -28,6 +28,12 @@ double FmaPeakGflops(int threads);
 // compute peak of attention at precision bf16; 0 where the CPU lacks it.
 double Bf16DotPeakGflops(int threads);
 
+// The same for Intel AMX's tdpbf16ps (a 16 x 16 f32 tile += 16 x 32 bf16 by 32 x 16 bf16 per
+// instruction) on six independent accumulator tiles kept in the tile registers: the compute peak
+// of Linear at precision bf16 where the engine runs it on AMX (tessera::ops::Bf16AmxActive(), which
+// also asks Linux for the tile state); 0 where it does not.
+double AmxBf16PeakGflops(int threads);
+
 // Median wall milliseconds of `reps` calls of f, after one untimed warm-up call.
 template <typename F>
 double MedianMs(int reps, F&& f) {

@@ -175,12 +175,23 @@ StatusOr<image::PixelInput> MakeInput(const Args& a, const Model& m, const Tower
   return p;
 }
 
-Status WriteJson(const std::string& path, const std::string& model, int threads, double fma, double dot,
+// The probed compute peaks (bench/roofline.h) a row's "% of peak" is against.
+struct Peaks {
+  double fma = 0, dot = 0, amx = 0;
+  // f32 against the FMA peak; bf16 against AMX's where Linear runs on it, else the bf16 dot
+  // product's (twice the FMA rate, where present).
+  double For(const std::string& prec) const {
+    if (prec != "bf16" && prec != "bfloat16") return fma;
+    return amx > 0 ? amx : dot > 0 ? dot : fma;
+  }
+};
+
+Status WriteJson(const std::string& path, const std::string& model, int threads, const Peaks& peaks,
                  const std::vector<Row>& rows) {
   std::ofstream f(path);
   if (!f) return InvalidArgument("cannot write " + path);
-  f << "{\"model\": \"" << model << "\", \"threads\": " << threads << ", \"fma_peak_gflops\": " << fma
-    << ", \"bf16_dot_peak_gflops\": " << dot << ", \"rows\": [";
+  f << "{\"model\": \"" << model << "\", \"threads\": " << threads << ", \"fma_peak_gflops\": " << peaks.fma
+    << ", \"bf16_dot_peak_gflops\": " << peaks.dot << ", \"amx_bf16_peak_gflops\": " << peaks.amx << ", \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     f << (i ? ", " : "") << "{\"what\": \"" << r.what << "\", \"precision\": \"" << r.precision
@@ -289,24 +300,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera_bench_vision: %s\n", img.status().message().c_str());
     return 2;
   }
-  const double fma = bench::FmaPeakGflops(a.threads), dot = bench::Bf16DotPeakGflops(a.threads);
+  Peaks peaks;
+  peaks.fma = bench::FmaPeakGflops(a.threads);
+  peaks.dot = bench::Bf16DotPeakGflops(a.threads);
+  peaks.amx = bench::AmxBf16PeakGflops(a.threads);
   std::printf("model %s, image %s (%lld x %lld), %d threads, median of %d; peaks: f32 FMA %.1f GFLOP/s, "
-              "bf16 dot %.1f GFLOP/s\n\n",
+              "bf16 dot %.1f GFLOP/s, AMX bf16 %.1f GFLOP/s (bf16 rows against %s)\n\n",
               a.model.c_str(), a.image.c_str(), (long long)(img.ok() ? img.value().width : 0), (long long)(img.ok() ? img.value().height : 0),
-              a.threads, a.reps, fma, dot);
+              a.threads, a.reps, peaks.fma, peaks.dot, peaks.amx, peaks.amx > 0 ? "AMX" : "the dot product");
   std::printf("%-13s %-5s %10s %10s %10s %8s %6s\n", "call", "prec", "s/image", "GFLOP/s", "% peak", "patches",
               "soft");
   std::vector<Row> rows;
   for (const std::string& p : a.precisions) {
-    // f32 against the FMA peak; bf16 against the bf16 dot product's (twice it, where present).
-    const double peak = (p == "bf16" || p == "bfloat16") && dot > 0 ? dot : fma;
-    if (Status s = RunPrecision(a, p, shape.value(), img, peak, &rows); !s.ok()) {
+    if (Status s = RunPrecision(a, p, shape.value(), img, peaks.For(p), &rows); !s.ok()) {
       std::fprintf(stderr, "tessera_bench_vision: %s: %s\n", p.c_str(), s.message().c_str());
       return 1;
     }
   }
   if (!a.json.empty()) {
-    if (Status s = WriteJson(a.json, a.model, a.threads, fma, dot, rows); !s.ok()) {
+    if (Status s = WriteJson(a.json, a.model, a.threads, peaks, rows); !s.ok()) {
       std::fprintf(stderr, "tessera_bench_vision: %s\n", s.message().c_str());
       return 1;
     }

@@ -103,6 +103,10 @@ def gemma4_vision_config():
 
 
 SHAPES = {"siglip": gemma3_siglip_config, "gemma4v": gemma4_vision_config}
+# Pieces the synthetic vocabulary carries at the config's marker ids: llama.cpp's Gemma 3 path wraps
+# the image in `<start_of_image>` / `<end_of_image>` and looks them up by text (mtmd_tokenize fails
+# without them).
+MARKERS = {"siglip": {6: "<start_of_image>", 7: "<end_of_image>", 8: "<image_soft_token>"}}
 # The image each tower encodes (width, height): 896^2 for SigLIP; for Gemma 4 a size whose patch
 # grid (60 x 42, a multiple of the 3 x 3 pooling) is exactly the 280-token budget, so no engine
 # computes padding rows and the aspect-preserving resize leaves it as it is.
@@ -174,7 +178,7 @@ def prepare_checkpoint(shape, work):
     base = os.path.join(work, shape)
     hf = os.path.join(base, "hf")
     cfg = SHAPES[shape]()
-    info = checkpoint.make_checkpoint(hf, cfg, log=log)
+    info = checkpoint.make_checkpoint(hf, cfg, log=log, markers=MARKERS.get(shape))
     with open(os.path.join(hf, "config.json")) as f:
         saved = json.load(f)
     if not os.path.exists(os.path.join(hf, "preprocessor_config.json")):
@@ -389,8 +393,22 @@ def worker_main(spec):
     print("RESULT " + json.dumps(r), flush=True)
 
 
+# The package each peer's worker imports. The peers' venv holds llama.cpp's build, the project's
+# .venv onnxruntime and torch (for the export); a worker runs in whichever of the two has its package,
+# so one run can alternate all engines.
+WORKER_MODULE = {"llamacpp": "llama_cpp", "onnxruntime": "onnxruntime"}
+
+
+def worker_python(engine):
+    import importlib.util
+    if importlib.util.find_spec(WORKER_MODULE[engine]) is not None:
+        return sys.executable
+    from e2e.peers_venv import VENV_PY
+    return VENV_PY if os.path.exists(VENV_PY) else sys.executable
+
+
 def run_worker(spec, timeout):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
+    cmd = [worker_python(spec["engine"]), os.path.abspath(__file__), "--worker", json.dumps(spec)]
     rc, so, se, rss, wall = engines.run_measured(cmd, timeout, env=dict(os.environ, TESSERA_E2E_NO_REEXEC="1"))
     for line in so.splitlines():
         if line.startswith("RESULT "):
@@ -508,13 +526,16 @@ def measure_shape(shape, args, eng, log_probe):
     rows, good_t = table_rows(tess, res, args.precisions, notes)
     fma = statistics.median(r["fma_peak_gflops"] for r in good_t) if good_t else None
     dot = statistics.median(r["bf16_dot_peak_gflops"] for r in good_t) if good_t else None
-    peak = {"f32": fma or gemm, "bf16": dot or (2 * (fma or gemm) if fma or gemm else None)}
+    amx = statistics.median(r.get("amx_bf16_peak_gflops", 0) for r in good_t) if good_t else None
+    # bf16 against AMX's tile peak where the machine has it (Tessera's Linear runs there), else the dot product's
+    peak = {"f32": fma or gemm, "bf16": amx or dot or (2 * (fma or gemm) if fma or gemm else None)}
     tess_s = {dt: s for n, dt, s in rows if n == "Tessera EncodePixels"}
     title = "Gemma 3 SigLIP-So400m, 896 x 896" if shape == "siglip" else "Gemma 4 vision, 280 soft tokens"
     lines = [f"### {shape}: {title}", "",
              f"{g['patches']} patches, {g['soft_tokens']} soft tokens of width {g['text_hidden']}; "
              f"{flops / 1e9:.1f} GFLOP per image; {args.threads} threads; peaks: f32 FMA {fmt(fma, 1)}, "
-             f"bf16 dot {fmt(dot, 1)} GFLOP/s (tessera_bench_vision's probes), numpy f32 GEMM {fmt(gemm, 1)} "
+             f"bf16 dot {fmt(dot, 1)}, AMX bf16 {fmt(amx, 1)} GFLOP/s (tessera_bench_vision's probes; bf16 rows "
+             f"against {'AMX' if amx else 'the dot product'}), numpy f32 GEMM {fmt(gemm, 1)} "
              f"GFLOP/s; medians of {args.repeat} process(es) x {args.reps} encodes", "",
              "| engine | precision | s / image | GFLOP/s | % of peak | Tessera EncodePixels faster by |",
              "|---|---|---|---|---|---|"]

@@ -242,11 +242,16 @@ def write_safetensors(path, specs, seed=SEED, emb_std=STD, dtype="f32"):
     return {name: int(np.prod(shape)) * es for name, shape, _ in specs}
 
 
-def write_tokenizer(d, V):
-    """Synthetic Gemma-style tokenizer, exactly V ids (PEERS.md): specials 0-4, t5.., x, y, xy."""
+def write_tokenizer(d, V, markers=None):
+    """Synthetic Gemma-style tokenizer, exactly V ids (PEERS.md): specials 0-4, t5.., x, y, xy;
+    markers ({id: piece}) replace t<id> with a control piece (a multimodal marker a peer looks up
+    by its text, e.g. llama.cpp's Gemma 3 image wrapping `<start_of_image>`)."""
     from sentencepiece import sentencepiece_model_pb2 as spm
     special = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
     pieces = special + [f"t{i}" for i in range(len(special), V - 3)] + ["x", "y", "xy"]
+    markers = markers or {}
+    for i, p in markers.items():
+        pieces[i] = p
     m = spm.ModelProto()
     m.trainer_spec.model_type = spm.TrainerSpec.BPE
     m.trainer_spec.vocab_size = V
@@ -255,6 +260,7 @@ def write_tokenizer(d, V):
     m.normalizer_spec.add_dummy_prefix = False
     P = spm.ModelProto.SentencePiece
     kinds = {0: P.CONTROL, 1: P.CONTROL, 2: P.CONTROL, 3: P.UNKNOWN, 4: P.CONTROL}
+    kinds.update({i: P.CONTROL for i in markers})
     for i, p in enumerate(pieces):
         sp = m.pieces.add()
         sp.piece, sp.score, sp.type = p, 0.0 if i < 5 else -float(i), kinds.get(i, P.NORMAL)
@@ -262,7 +268,8 @@ def write_tokenizer(d, V):
         f.write(m.SerializeToString())
     tj = {"version": "1.0", "truncation": None, "padding": None,
           "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                            "normalized": False, "special": True} for i, t in enumerate(special)],
+                            "normalized": False, "special": True}
+                         for i, t in list(enumerate(special)) + sorted(markers.items())],
           "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
           "pre_tokenizer": None, "post_processor": None,
           "decoder": {"type": "Sequence", "decoders": [
@@ -280,9 +287,9 @@ def write_tokenizer(d, V):
                    "add_bos_token": True, "add_eos_token": False}, f, indent=1)
 
 
-def make_checkpoint(d, cfg, log=print, dtype="f32"):
+def make_checkpoint(d, cfg, log=print, dtype="f32", markers=None):
     """Writes d/{config.json, model.safetensors, tokenizer*} unless d/READY exists (weights in f32, or
-    bf16 with dtype "bf16"). Returns info: weight bytes (text decoder only: what an engine reads per
+    bf16 with dtype "bf16"; markers: write_tokenizer's). Returns info: weight bytes (text decoder only: what an engine reads per
     decode step, tied lm_head = embedding)."""
     ready = os.path.join(d, "READY")
     if os.path.exists(ready):
@@ -303,7 +310,7 @@ def make_checkpoint(d, cfg, log=print, dtype="f32"):
     total = sum(int(np.prod(s)) * (2 if dtype == "bf16" else 4) for _, s, _ in specs)
     log(f"writing {d}/model.safetensors ({total / 2**30:.2f} GiB {dtype}, {len(specs)} tensors)")
     sizes = write_safetensors(os.path.join(d, "model.safetensors"), specs, emb_std=embedding_std(cfg), dtype=dtype)
-    write_tokenizer(d, text_config(cfg)["vocab_size"])
+    write_tokenizer(d, text_config(cfg)["vocab_size"], markers)
     text = sum(n for k, n in sizes.items() if not any(v in k for v in ("vision", "audio", "embed_vision")))
     info = {"total_bytes": total, "text_weight_bytes": text}
     with open(ready, "w") as f:
