@@ -94,6 +94,12 @@ struct AttentionParams {
   // entries are no sink. A row with no visible key still yields zeros.
   const float* sink = nullptr;
   SoftmaxPrecision softmax_precision = SoftmaxPrecision::kF32;
+  // Each query row gets the bits a one-query step at its position would get, whatever else the
+  // call holds (speculative verification must reproduce plain decoding exactly). For caches a
+  // session fills: row i's keys are slots [0, min(kv_valid, q_pos + 1)), what the cache held once
+  // its own token was appended, which holds when positions start at 0 with no gaps. No query may
+  // be in a block (a one-query step cannot see later block members). Runs the decode kernel.
+  bool rows_as_steps = false;
 };
 
 enum class AttentionKernel { kAuto, kReference, kPrefill, kDecode };

@@ -55,10 +55,11 @@ const char* SoftmaxPrecisionName(SoftmaxPrecision p) {
 // kMaxHeadDim, any strides, any mask) except a softmax precision other than f32, which only the
 // reference kernel implements. Otherwise dispatch is a pure cost choice: the split-K decode kernel
 // when one query row per head must spread the keys over threads, the tiled kernel otherwise. The
-// reference kernel runs only on request.
+// reference kernel runs only on request. rows_as_steps takes the decode kernel at any S_q: it
+// computes each query position on its own, as the one-row step it must reproduce.
 AttentionKernel ChooseAttentionKernel(const AttentionParams& p) {
   if (p.softmax_precision != SoftmaxPrecision::kF32) return AttentionKernel::kReference;
-  return p.q.seq == 1 ? AttentionKernel::kDecode : AttentionKernel::kPrefill;
+  return p.q.seq == 1 || p.rows_as_steps ? AttentionKernel::kDecode : AttentionKernel::kPrefill;
 }
 
 size_t AttentionScratchBytes(const AttentionParams& p, int num_threads, AttentionKernel kernel) {
@@ -81,6 +82,8 @@ Status Attention(const AttentionParams& p, AttentionContext& ctx, AttentionKerne
   if (p.softmax_precision != SoftmaxPrecision::kF32)
     return InvalidArgument(std::string("Attention: softmax precision ") + SoftmaxPrecisionName(p.softmax_precision) +
                            " runs on the reference kernel only, not " + AttentionKernelName(kernel));
+  if (p.rows_as_steps && kernel == AttentionKernel::kPrefill)
+    return InvalidArgument("Attention: rows_as_steps runs on the decode or reference kernel, not prefill");
   if (ctx.scratch == nullptr) return InvalidArgument("Attention: context has no scratch arena");
   const int threads = ctx.pool ? ctx.pool->num_threads() : 1;
   const size_t need = AttentionScratchBytes(p, threads, kernel);

@@ -14,8 +14,8 @@ void ReferenceAttention(const AttentionParams& p);
 size_t PrefillScratchBytes(const AttentionParams& p, int num_threads);
 void PrefillAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch);
 
-// Keys split across threads, partial softmax states merged by log-sum-exp. Meant for S_q = 1
-// (any S_q is correct).
+// Keys split across threads, partial softmax states merged by log-sum-exp. Meant for S_q = 1;
+// any S_q is correct, each query position computed on its own (AttentionParams::rows_as_steps).
 size_t DecodeScratchBytes(const AttentionParams& p, int num_threads);
 void DecodeAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch);
 

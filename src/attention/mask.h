@@ -15,6 +15,14 @@ inline int64_t KvValid(const MaskSpec& m, int64_t b, int64_t s_kv) {
   return m.kv_valid ? m.kv_valid[b] : s_kv;
 }
 
+// Key slots query i of batch row b may read: [0, kv_valid[b]), or with AttentionParams::rows_as_steps
+// only those its cache held once the query's own token was appended.
+inline int64_t QueryKvValid(const AttentionParams& p, int64_t b, int64_t i) {
+  const int64_t valid = KvValid(p.mask, b, p.k.seq);
+  if (!p.rows_as_steps) return valid;
+  return std::clamp<int64_t>(static_cast<int64_t>(p.mask.q_pos[b * p.q.seq + i]) + 1, 0, valid);
+}
+
 // Structured part of the predicate (everything but the dense mask) for key j of batch row b,
 // given the query's position and block. Key validity is checked by the caller.
 inline bool StructuredVisible(const MaskSpec& m, int32_t qp, int32_t qb, int32_t kp, int32_t kb) {

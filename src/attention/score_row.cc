@@ -35,7 +35,7 @@ double ScoreRow(const AttentionParams& p, int64_t b, int64_t h, int64_t i, bool 
   const bool bf16 = p.precision == AttentionPrecision::kBf16;
   const float* q_in = reinterpret_cast<const float*>(p.q.At(b, h, i));
   for (int64_t d = 0; d < D; ++d) rs.q[d] = bf16 ? Bf16ToF32(F32ToBf16(q_in[d])) : q_in[d];
-  const int64_t valid = KvValid(m, b, S_kv);
+  const int64_t valid = QueryKvValid(p, b, i);
   const int32_t qp = m.q_pos[b * S_q + i];
   const int32_t qb = m.q_block ? m.q_block[b * S_q + i] : -1;
   double max_s = kNegInfD;

@@ -139,7 +139,7 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
 
 void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
   b_ = b, g_ = g, i0_ = i0, n_q_ = n_q, rows_ = group_ * n_q;
-  valid_ = KvValid(p_.mask, b, p_.k.seq);
+  valid_ = n_q == 1 ? QueryKvValid(p_, b, i0) : KvValid(p_.mask, b, p_.k.seq);
   path_ = rows_ >= kPackedRows ? wide_path_ : TilePath::kInPlace;
   const bool dot = DotScores();  // scores from the q panels, not from q_
   for (int64_t r = 0; r < rows_; ++r) {

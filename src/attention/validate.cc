@@ -90,6 +90,11 @@ Status ValidateAttention(const AttentionParams& p) {
     for (int64_t i = 0; i < B * S_kv; ++i)
       if (m.k_block[i] < -1) return InvalidArgument("Attention: k_block[" + std::to_string(i) + "] = " + std::to_string(m.k_block[i]) + " < -1");
   }
+  if (p.rows_as_steps && m.q_block)
+    for (int64_t i = 0; i < B * p.q.seq; ++i)
+      if (m.q_block[i] >= 0)
+        return InvalidArgument("Attention: rows_as_steps with query " + std::to_string(i) + " in block " +
+                               std::to_string(m.q_block[i]) + " (a one-query step cannot see later block members)");
   if (m.dense.present()) {
     if (m.dense.data == nullptr) return InvalidArgument("Attention: dense mask has no data");
     // Keys at or beyond kv_valid[b] are never read, so the mask may stop there (ONNX short masks).

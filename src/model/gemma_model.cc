@@ -186,6 +186,7 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   p.scale = arch_.attn_scale;
   p.softcap = arch_.attn_softcap;
   p.precision = in.attention_precision;
+  p.rows_as_steps = in.rows_as_steps;
   AttentionContext ctx{pool, &attn_scratch};
   TESSERA_RETURN_IF_ERROR(in.attention ? in.attention->Attend(p, ctx) : tessera::Attention(p, ctx));
   ops::Linear(w.o_proj, F(act.attn), n, Hq * D, x, arch_.hidden, pool, in.matmul_precision, XPairs(act));

@@ -50,6 +50,9 @@ struct ForwardBatch {
   // Same math for the tokens read, not the same kernels: docs/runtime.md "Prefill skips".
   bool skip_unread = false;
   bool logits_read = true;
+  // Each token's logits carry the bits a one-token step at its position would give
+  // (AttentionParams::rows_as_steps; speculative verification). Text tokens only.
+  bool rows_as_steps = false;
   ForwardCounts* counts = nullptr;     // optional: this pass's work is added here
   AttentionHook* attention = nullptr;  // null: the structured kernels (the engine's way)
   AttentionPrecision attention_precision = AttentionPrecision::kF32;  // bf16 needs a bf16 cache

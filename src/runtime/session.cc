@@ -224,7 +224,8 @@ int64_t Session::Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq) {
   return S;
 }
 
-Status Session::RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read, const model::ActivationTap* tap) {
+Status Session::RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read, const model::ActivationTap* tap,
+                        bool rows_as_steps) {
   model::ForwardBatch in;
   in.batch = B;
   in.seq = S;
@@ -241,6 +242,7 @@ Status Session::RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read,
   in.attention = baseline_ && live_ != cache_.get() ? baseline_.get() : nullptr;
   in.attention_precision = opt_.attention_precision;
   in.matmul_precision = opt_.matmul_precision;
+  in.rows_as_steps = rows_as_steps;
   TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, act_.logits.as<float>(), tap));
   for (int64_t b = 0; b < B; ++b) next_pos_[b] += count_[b];
   return Status::Ok();
@@ -367,7 +369,9 @@ Status Session::Verify(const int32_t* tokens, int64_t n, float* logits, float* h
                       std::to_string(n) + " more exceed max_context " + std::to_string(opt_.max_context));
   chunks_[0] = {tokens, nullptr, nullptr, n};
   const int64_t S = Stage(chunks_.data(), 1, 1);
-  TESSERA_RETURN_IF_ERROR(RunStep(1, S, /*all_logits=*/true, true, nullptr));
+  // Each row as the Decode step it stands for, to the bit: greedy speculative output is then plain
+  // greedy output even at near-ties (docs/speculative.md).
+  TESSERA_RETURN_IF_ERROR(RunStep(1, S, /*all_logits=*/true, true, nullptr, /*rows_as_steps=*/true));
   const int64_t V = model_.arch().vocab, H = model_.arch().hidden;
   std::memcpy(logits, act_.logits.as<float>(), n * V * sizeof(float));
   if (hidden) std::memcpy(hidden, act_.x.as<float>(), n * H * sizeof(float));

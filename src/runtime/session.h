@@ -121,7 +121,8 @@ class Session {
   int64_t Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq);
   // Runs the staged step [B, S] on the live cache and advances each row's position. logits_read:
   // whether the caller reads any row's last-token logits (all_logits and taps read everything).
-  Status RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read, const model::ActivationTap* tap);
+  Status RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read, const model::ActivationTap* tap,
+                 bool rows_as_steps = false);
 
   const model::GemmaModel& model_;
   SessionOptions opt_;

@@ -39,7 +39,7 @@ size_t ScratchBytes(const model::GemmaArch& a, const SessionOptions& o, const kv
     p.v = p.k;
     p.precision = o.attention_precision;
     need = std::max(need, AttentionScratchBytes(p, threads, AttentionKernel::kPrefill));
-    p.q.seq = 1;
+    p.q.seq = std::max<int64_t>(1, o.verify_tokens);  // a verification step decodes every row
     need = std::max(need, AttentionScratchBytes(p, threads, AttentionKernel::kDecode));
   }
   return need;

@@ -1,0 +1,139 @@
+// Session::Verify (a multi-row step that speculative decoding checks drafts
+// with) gives each of its rows the very bits a one-row Decode step at that
+// position gives, so that speculative greedy output equals plain greedy output
+// even where the top two logits nearly tie (docs/speculative.md). Covers the
+// sliding layers' rings after they wrap, global layers over several key tiles
+// and decode splits, KV-shared layers, rewinds, thread counts, bf16 attention
+// and matmuls, MoE, and quantized weights.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/loaded_model.h"
+#include "runtime/quantize_model_meta.h"
+#include "runtime/session.h"
+#include "tiny_model.h"
+
+namespace tessera::runtime {
+namespace {
+
+const std::string kModels = std::string(TESSERA_TESTDATA_DIR) + "/models/";
+
+struct Precision {
+  DType kv = DType::kF32;
+  AttentionPrecision attention = AttentionPrecision::kF32;
+  ops::MatmulPrecision matmul = ops::MatmulPrecision::kF32;
+};
+
+std::unique_ptr<Session> NewSession(const model::GemmaModel &m, const Precision &pr, ThreadPool *pool) {
+  SessionOptions o;
+  o.max_context = 320;
+  o.max_chunk = 16;
+  o.verify_tokens = 8;
+  o.kv_dtype = pr.kv;
+  o.attention_precision = pr.attention;
+  o.matmul_precision = pr.matmul;
+  auto s = Session::Create(m, o, pool);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? std::move(s.value()) : nullptr;
+}
+
+// Feeds the same rounds to two sessions holding the same prompt: `plain` one
+// token per Decode step, `spec` each round in one Verify step, then drops what
+// a round rejected from both (plain by RewindRow too, so the two caches stay
+// alike). Every Verify row must equal its Decode step's logits bit for bit.
+// Returns the number of rows compared.
+int64_t CompareRounds(Session &plain, Session &spec, int64_t vocab, std::mt19937 &rng, const std::string &what) {
+  std::uniform_int_distribution<int32_t> tok(0, 80), len(1, 8);
+  std::vector<float> one(vocab), rows(8 * vocab);
+  int64_t compared = 0;
+  for (int round = 0; round < 6; ++round) {
+    const int64_t n = len(rng);
+    std::vector<int32_t> t(n);
+    for (int32_t &x : t) x = tok(rng);
+    EXPECT_TRUE(spec.Verify(t.data(), n, rows.data(), nullptr).ok()) << what;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t active = 1;
+      EXPECT_TRUE(plain.Decode(&t[i], &active, one.data()).ok()) << what;
+      const bool same = std::memcmp(one.data(), rows.data() + i * vocab, vocab * sizeof(float)) == 0;
+      EXPECT_TRUE(same) << what << ": round " << round << ", row " << i << " of " << n;
+      if (!same) return compared;
+      ++compared;
+    }
+    const int64_t rejected = std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
+    EXPECT_TRUE(spec.RewindRow(0, rejected).ok()) << what;
+    EXPECT_TRUE(plain.RewindRow(0, rejected).ok()) << what;
+  }
+  return compared;
+}
+
+void CheckModel(const model::GemmaModel &m, const Precision &pr, const std::string &what) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    // Prompts past one key tile and well past the sliding window, and a short
+    // one.
+    for (int64_t prompt_len : {9, 150}) {
+      std::mt19937 rng(static_cast<uint32_t>(prompt_len * 10 + threads));
+      Prompt p;
+      std::uniform_int_distribution<int32_t> tok(0, 80);
+      for (int64_t i = 0; i < prompt_len; ++i) p.tokens.push_back(tok(rng));
+      auto plain = NewSession(m, pr, &pool);
+      auto spec = NewSession(m, pr, &pool);
+      ASSERT_TRUE(plain && spec);
+      std::vector<float> a(m.arch().vocab), b(m.arch().vocab);
+      ASSERT_TRUE(plain->Prefill({p}, a.data()).ok());
+      ASSERT_TRUE(spec->Prefill({p}, b.data()).ok());
+      const std::string at = what + ", " + std::to_string(threads) + " threads, prompt " + std::to_string(prompt_len);
+      EXPECT_GT(CompareRounds(*plain, *spec, m.arch().vocab, rng, at), 6) << at;
+    }
+  }
+}
+
+TEST(SessionVerify, RowsEqualDecodeStepsOnTinyModels) {
+  for (bool gemma4 : {true, false})
+    for (int64_t shared : {0, 2}) {
+      if (!gemma4 && shared) continue;
+      testing::TinyModelOptions mo;
+      mo.gemma4 = gemma4;
+      mo.ple = gemma4;
+      mo.shared_layers = shared;
+      auto m = testing::MakeTinyModel(mo);
+      const std::string what = std::string(gemma4 ? "gemma4" : "gemma3") + " shared " + std::to_string(shared);
+      CheckModel(*m, {}, what + " f32");
+      CheckModel(*m, {DType::kBF16, AttentionPrecision::kBf16, ops::MatmulPrecision::kF32}, what + " bf16 attention");
+    }
+}
+
+TEST(SessionVerify, RowsEqualDecodeStepsOnCheckpoints) {
+  for (const char *name : {"gemma3_text", "gemma4_text", "gemma4_moe"}) {
+    auto m = model::LoadedModel::Load(kModels + name);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    CheckModel(m.value()->model(), {}, std::string(name) + " f32");
+    model::WeightLoadOptions bf16;
+    bf16.convert_to = DType::kBF16;
+    bf16.pack_panels_for = ops::MatmulPrecision::kBf16;
+    auto mb = model::LoadedModel::Load(kModels + name, bf16);
+    ASSERT_TRUE(mb.ok()) << mb.status().message();
+    CheckModel(mb.value()->model(), {DType::kBF16, AttentionPrecision::kBf16, ops::MatmulPrecision::kBf16},
+               std::string(name) + " bf16");
+  }
+}
+
+TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
+  for (QuantizeFileType type : {QuantizeFileType::kQ8_0, QuantizeFileType::kQ4_0, QuantizeFileType::kQ4_K_M})
+    for (const char *name : {"gemma4_text", "gemma4_moe"}) {
+      model::WeightLoadOptions o;
+      auto rewrite = QuantizeOnLoad(kModels + name, type);
+      ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
+      o.rewrite_matrix = std::move(rewrite.value());
+      auto m = model::LoadedModel::Load(kModels + name, o);
+      ASSERT_TRUE(m.ok()) << m.status().message();
+      CheckModel(m.value()->model(), {}, std::string(name) + " " + QuantizeFileTypeName(type));
+    }
+}
+
+}  // namespace
+}  // namespace tessera::runtime
