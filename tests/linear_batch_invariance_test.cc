@@ -14,7 +14,8 @@
 // - weights without panels (bf16 at precision f32, as the loader leaves them; f32 or bf16 where
 //   nothing packed them) take the GEMM from kGemmMinTokens = 10 tokens (kGemmMinTokensBf16 = 4 at
 //   precision bf16).
-// Every other (kind, precision, n) must be memcmp-equal to the token alone.
+// Every other (kind, precision, n) must be memcmp-equal to the token alone, and with rows_as_steps
+// (decode batches, speculative verification) every (kind, precision, n) must.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -90,10 +91,12 @@ Weight MakeWeight(std::mt19937& rng, Kind kind, QuantType quant, int64_t in, int
 }
 
 // Linear on tokens [t0, t0 + n) as a model calls it (the x pairs scratch for n rows), y [n, out].
-std::vector<float> RunLinear(const Weight& w, int64_t t0, int64_t n, ThreadPool* pool, MatmulPrecision prec) {
+std::vector<float> RunLinear(const Weight& w, int64_t t0, int64_t n, ThreadPool* pool, MatmulPrecision prec,
+                             bool rows_as_steps) {
   std::vector<float> y(n * w.out, -7.0f);
   AlignedBuffer x_pairs(ops::GemmScratchWords(n, w.in) * sizeof(uint32_t));
-  ops::Linear(w.View(), w.x.data() + t0 * w.xs, n, w.xs, y.data(), w.out, pool, prec, x_pairs.as<uint32_t>());
+  ops::Linear(w.View(), w.x.data() + t0 * w.xs, n, w.xs, y.data(), w.out, pool, prec, x_pairs.as<uint32_t>(),
+              rows_as_steps);
   return y;
 }
 
@@ -118,16 +121,16 @@ std::string Name(Kind kind, QuantType q) {
   return "?";
 }
 
-// Every token of every batch n = 1..16 against the token alone; returns, per n, whether all rows
-// were the same bits.
-std::vector<bool> SameBitsPerN(const Weight& w, ThreadPool* pool, MatmulPrecision prec) {
+// Every token of every batch n = 1..16 (Linear called with rows_as_steps as given) against the token
+// alone (a plain one-row call); returns, per n, whether all rows were the same bits.
+std::vector<bool> SameBitsPerN(const Weight& w, ThreadPool* pool, MatmulPrecision prec, bool rows_as_steps) {
   std::vector<std::vector<float>> alone(kMaxN);
-  for (int64_t i = 0; i < kMaxN; ++i) alone[i] = RunLinear(w, i, 1, pool, prec);
+  for (int64_t i = 0; i < kMaxN; ++i) alone[i] = RunLinear(w, i, 1, pool, prec, false);
   std::vector<bool> same(kMaxN + 1, true);
   for (int64_t n = 1; n <= kMaxN; ++n) {
     // Batches starting at token 0 and (where they fit) at token kMaxN - n: each token at two places.
     for (int64_t t0 : {int64_t{0}, kMaxN - n}) {
-      const std::vector<float> y = RunLinear(w, t0, n, pool, prec);
+      const std::vector<float> y = RunLinear(w, t0, n, pool, prec, rows_as_steps);
       for (int64_t i = 0; i < n; ++i)
         if (std::memcmp(y.data() + i * w.out, alone[t0 + i].data(), w.out * sizeof(float)) != 0) same[n] = false;
     }
@@ -142,12 +145,14 @@ void CheckKind(std::mt19937& rng, Kind kind, QuantType quant, MatmulPrecision pr
     const Weight w = MakeWeight(rng, kind, quant, in, out);
     for (bool amx : {true, false}) {
       ops::EnableBf16Amx(amx);
-      const std::vector<bool> same = SameBitsPerN(w, pool, prec);
+      const std::vector<bool> same = SameBitsPerN(w, pool, prec, false);
+      const std::vector<bool> as_steps = SameBitsPerN(w, pool, prec, true);
       const int64_t at = SwitchAt(kind, prec);
       for (int64_t n = 1; n <= kMaxN; ++n) {
         SCOPED_TRACE(Name(kind, quant) + (prec == MatmulPrecision::kBf16 ? " precision bf16" : " precision f32") +
                      (amx ? " AMX allowed" : " AMX off") + " in=" + std::to_string(in) + " out=" +
                      std::to_string(out) + " n=" + std::to_string(n));
+        EXPECT_TRUE(as_steps[n]) << "with rows_as_steps a token's row in a batch of n differs from the token alone";
         if (n < at) {
           EXPECT_TRUE(same[n]) << "a token's row in a batch of n differs from the token alone";
         } else if (n == at) {

@@ -167,7 +167,7 @@ TEST(MoeForward, SweepAgainstReference) {
             MoeScratch sc = MoeScratch::Carve(s, c.n, scratch.as<float>());
             sc.x_pairs = pairs.as<uint32_t>();
             ThreadPool pool(2);
-            MoeForward(b.w, s, h.data(), c.n, mp, &pool, sc, fast.data());
+            MoeForward(b.w, s, h.data(), c.n, mp, false, &pool, sc, fast.data());
             std::vector<int32_t> choice(c.n * s.top_k);
             std::vector<float> weight(c.n * s.top_k);
             MoeReference(b.w, s, h.data(), c.n, mp, ref.data(), choice.data(), weight.data());
@@ -200,10 +200,10 @@ TEST(MoeForward, TokenAloneEqualsInBatch) {
   for (float& v : h) v = nd(rng);
   AlignedBuffer scratch(MoeScratch::Words(s, n) * 4);
   MoeScratch sc = MoeScratch::Carve(s, n, scratch.as<float>());
-  MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, all.data());
+  MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, false, nullptr, sc, all.data());
   for (int64_t t = 0; t < n; ++t) {
     MoeScratch sc1 = MoeScratch::Carve(s, 1, scratch.as<float>());
-    MoeForward(b.w, s, h.data() + t * s.hidden, 1, MatmulPrecision::kF32, nullptr, sc1, one.data());
+    MoeForward(b.w, s, h.data() + t * s.hidden, 1, MatmulPrecision::kF32, false, nullptr, sc1, one.data());
     for (int64_t i = 0; i < s.hidden; ++i)
       ASSERT_NEAR(one[i], all[t * s.hidden + i], 1e-5f * std::max(1.0f, std::abs(one[i]))) << t << " " << i;
   }
@@ -235,7 +235,7 @@ TEST(MoeForward, UnchosenExpertsAreNotRead) {
     ASSERT_GE(removed, s.experts - n * s.top_k);
     AlignedBuffer scratch(MoeScratch::Words(s, n) * 4);
     MoeScratch sc = MoeScratch::Carve(s, n, scratch.as<float>());
-    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, fast.data());
+    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, false, nullptr, sc, fast.data());
     for (int64_t i = 0; i < n * s.hidden; ++i)
       ASSERT_NEAR(fast[i], ref[i], 2e-4f * std::max(1.0f, std::abs(ref[i]))) << i;
   }
@@ -273,7 +273,7 @@ TEST(MoeForward, QuantizedUnchosenExpertsAreNotRead) {
     MoeReference(b.w, s, h.data(), n, MatmulPrecision::kF32, ref.data(), choice.data(), weight.data());
     AlignedBuffer scratch(MoeScratch::Words(s, n) * 4);
     MoeScratch sc = MoeScratch::Carve(s, n, scratch.as<float>());
-    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, full.data());
+    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, false, nullptr, sc, full.data());
     // Every block's leading f16 scale NaN (0x7e00), the rest zero.
     std::vector<char> nan_blocks(s.hidden * QuantRowBytes(q, s.hidden), 0);
     for (size_t at = 0; at < nan_blocks.size(); at += QuantBlockBytes(q)) {
@@ -287,7 +287,7 @@ TEST(MoeForward, QuantizedUnchosenExpertsAreNotRead) {
       ++removed;
     }
     ASSERT_GE(removed, s.experts - n * s.top_k);
-    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, nullptr, sc, fast.data());
+    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, false, nullptr, sc, fast.data());
     for (int64_t i = 0; i < n * s.hidden; ++i) {
       ASSERT_TRUE(std::isfinite(fast[i])) << QuantTypeName(q) << " " << i;
       ASSERT_EQ(fast[i], full[i]) << QuantTypeName(q) << " " << i;

@@ -32,7 +32,7 @@ std::unique_ptr<Session> NewSession(const model::GemmaModel &m, const Precision 
   SessionOptions o;
   o.max_context = 320;
   o.max_chunk = 16;
-  o.verify_tokens = 8;
+  o.verify_tokens = 16;
   o.kv_dtype = pr.kv;
   o.attention_precision = pr.attention;
   o.matmul_precision = pr.matmul;
@@ -47,8 +47,10 @@ std::unique_ptr<Session> NewSession(const model::GemmaModel &m, const Precision 
 // alike). Every Verify row must equal its Decode step's logits bit for bit.
 // Returns the number of rows compared.
 int64_t CompareRounds(Session &plain, Session &spec, int64_t vocab, std::mt19937 &rng, const std::string &what) {
-  std::uniform_int_distribution<int32_t> tok(0, 80), len(1, 8);
-  std::vector<float> one(vocab), rows(8 * vocab);
+  // Up to 14 rows: past the token counts where Linear would switch to a GEMM (10 for weights
+  // without panels, 12 for quantized ones) if the step did not ask for rows as steps.
+  std::uniform_int_distribution<int32_t> tok(0, 80), len(1, 14);
+  std::vector<float> one(vocab), rows(16 * vocab);
   int64_t compared = 0;
   for (int round = 0; round < 6; ++round) {
     const int64_t n = len(rng);
@@ -119,6 +121,12 @@ TEST(SessionVerify, RowsEqualDecodeStepsOnCheckpoints) {
     ASSERT_TRUE(mb.ok()) << mb.status().message();
     CheckModel(mb.value()->model(), {DType::kBF16, AttentionPrecision::kBf16, ops::MatmulPrecision::kBf16},
                std::string(name) + " bf16");
+    // bf16 weights as stored at precision f32 (no panels: Linear's row-dot or GEMM by token count).
+    model::WeightLoadOptions stored;
+    stored.convert_to = DType::kBF16;
+    auto ms = model::LoadedModel::Load(kModels + name, stored);
+    ASSERT_TRUE(ms.ok()) << ms.status().message();
+    CheckModel(ms.value()->model(), {}, std::string(name) + " bf16 weights as stored");
   }
 }
 
@@ -133,6 +141,48 @@ TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
       ASSERT_TRUE(m.ok()) << m.status().message();
       CheckModel(m.value()->model(), {}, std::string(name) + " " + QuantizeFileTypeName(type));
     }
+}
+
+// A decode step over many rows gives each row the bits it gets decoded alone (tessera serve's
+// exactness with many streams), here with 13 rows of quantized weights: past the 12 tokens from which
+// Linear would take the int8 GEMM. One-token prompts, so the prefill is such a step too.
+TEST(SessionVerify, DecodeRowsEqualRowsAlone) {
+  model::WeightLoadOptions o;
+  auto rewrite = QuantizeOnLoad(kModels + "gemma4_text", QuantizeFileType::kQ4_0);
+  ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
+  o.rewrite_matrix = std::move(rewrite.value());
+  auto lm = model::LoadedModel::Load(kModels + "gemma4_text", o);
+  ASSERT_TRUE(lm.ok()) << lm.status().message();
+  const model::GemmaModel& m = lm.value()->model();
+  const int64_t B = 13, V = m.arch().vocab, steps = 4;
+  ThreadPool pool(2);
+  SessionOptions so;
+  so.max_context = 16;
+  so.max_chunk = 16;
+  so.max_batch = B;
+  auto batch = Session::Create(m, so, &pool);
+  ASSERT_TRUE(batch.ok()) << batch.status().message();
+  std::vector<Prompt> prompts(B);
+  std::vector<int32_t> tokens(steps * B);
+  for (int64_t b = 0; b < B; ++b) prompts[b].tokens = {static_cast<int32_t>(3 + 5 * b)};
+  for (int64_t i = 0; i < steps * B; ++i) tokens[i] = static_cast<int32_t>((i * 37) % 80);
+  std::vector<float> all(B * V), one(V);
+  ASSERT_TRUE(batch.value()->Prefill(prompts, all.data()).ok());
+  std::vector<std::vector<float>> batched(steps, std::vector<float>(B * V));
+  for (int64_t s = 0; s < steps; ++s)
+    ASSERT_TRUE(batch.value()->Decode(tokens.data() + s * B, nullptr, batched[s].data()).ok());
+  for (int64_t b = 0; b < B; ++b) {
+    SessionOptions so1 = so;
+    so1.max_batch = 1;
+    auto alone = Session::Create(m, so1, &pool);
+    ASSERT_TRUE(alone.ok()) << alone.status().message();
+    ASSERT_TRUE(alone.value()->Prefill({prompts[b]}, one.data()).ok());
+    for (int64_t s = 0; s < steps; ++s) {
+      ASSERT_TRUE(alone.value()->Decode(tokens.data() + s * B + b, nullptr, one.data()).ok());
+      EXPECT_EQ(std::memcmp(one.data(), batched[s].data() + b * V, V * sizeof(float)), 0)
+          << "row " << b << ", decode step " << s;
+    }
+  }
 }
 
 }  // namespace

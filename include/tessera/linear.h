@@ -59,8 +59,12 @@ struct WeightView {
 // (tessera/gemm.h: GemmScratchWords(n, in) words; x rounded into it once per call instead of once
 // per block of output columns); needed for w.pairs to be used. At precision f32, w.panels (where
 // set) serve every n.
+// rows_as_steps: every token's row gets the bits it gets alone (n = 1), at any n: the GEMMs Linear
+// switches to from a token count on are skipped (decode batches and speculative verification,
+// whose rows must equal one-token steps; tests/linear_batch_invariance_test.cc).
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr);
+            ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr,
+            bool rows_as_steps = false);
 
 // The row-dot path alone: a few row ranges per thread, four weight rows share each token-row load.
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

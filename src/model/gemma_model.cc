@@ -117,7 +117,7 @@ void GemmaModel::Embed(const ForwardBatch& in, Activations& act) const {
 void GemmaModel::PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const {
   const int64_t P = arch_.ple_dim, L = arch_.num_layers(), n = in.batch * in.seq, LP = L * P;
   float* ple = F(act.ple);
-  ops::Linear(weights_.ple_model_proj, F(act.h), n, arch_.hidden, ple, LP, pool, in.matmul_precision, XPairs(act));
+  ops::Linear(weights_.ple_model_proj, F(act.h), n, arch_.hidden, ple, LP, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   const float proj_scale = 1.0f / std::sqrt(static_cast<float>(arch_.hidden));
   for (int64_t i = 0; i < n * LP; ++i) ple[i] *= proj_scale;
   ops::RmsNorm(ple, P, weights_.ple_proj_norm, 0.0f, arch_.rms_eps, n * L, P, ple, P);
@@ -149,15 +149,15 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   const int64_t B = in.batch, S = in.seq, n = B * S, D = la.head_dim, Hq = arch_.q_heads, Hkv = la.kv_heads;
   float* x = F(act.x);
   float* q = F(act.q);
-  ops::Linear(w.q_proj, x, n, arch_.hidden, q, Hq * D, pool, in.matmul_precision, XPairs(act));
+  ops::Linear(w.q_proj, x, n, arch_.hidden, q, Hq * D, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   ops::RmsNorm(q, D, w.q_norm, arch_.norm_offset, arch_.rms_eps, n * Hq, D, q, D);
   ops::Rope(q, n, Hq, D, Hq * D, D, in.pos, la.inv_freq.data(), la.rope_attention_scaling);
   if (!la.shared_kv) {
     float* k = F(act.k);
     float* v = F(act.v);
-    ops::Linear(w.k_proj, x, n, arch_.hidden, k, Hkv * D, pool, in.matmul_precision, XPairs(act));
+    ops::Linear(w.k_proj, x, n, arch_.hidden, k, Hkv * D, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
     if (la.has_v_proj) {
-      ops::Linear(w.v_proj, x, n, arch_.hidden, v, Hkv * D, pool, in.matmul_precision, XPairs(act));
+      ops::Linear(w.v_proj, x, n, arch_.hidden, v, Hkv * D, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
     } else {
       std::memcpy(v, k, n * Hkv * D * sizeof(float));  // attention_k_eq_v: V is the raw k_proj output
     }
@@ -186,37 +186,37 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   p.scale = arch_.attn_scale;
   p.softcap = arch_.attn_softcap;
   p.precision = in.attention_precision;
-  p.rows_as_steps = in.rows_as_steps;
+  p.rows_as_steps = in.rows_as_steps && S > 1;  // one query row is a step already
   AttentionContext ctx{pool, &attn_scratch};
   TESSERA_RETURN_IF_ERROR(in.attention ? in.attention->Attend(p, ctx) : tessera::Attention(p, ctx));
-  ops::Linear(w.o_proj, F(act.attn), n, Hq * D, x, arch_.hidden, pool, in.matmul_precision, XPairs(act));
+  ops::Linear(w.o_proj, F(act.attn), n, Hq * D, x, arch_.hidden, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   return Status::Ok();
 }
 
-void GemmaModel::Mlp(int64_t l, int64_t n, ops::MatmulPrecision mp, Activations& act, ThreadPool* pool) const {
+void GemmaModel::Mlp(int64_t l, int64_t n, const ForwardBatch& in, Activations& act, ThreadPool* pool) const {
   const LayerWeights& w = weights_.layers[l];
   const int64_t I = arch_.layers[l].intermediate, H = arch_.hidden;
   float* gate = F(act.gate);
   float* up = F(act.up);
-  ops::Linear(w.gate, F(act.x), n, H, gate, I, pool, mp, XPairs(act));
-  ops::Linear(w.up, F(act.x), n, H, up, I, pool, mp, XPairs(act));
+  ops::Linear(w.gate, F(act.x), n, H, gate, I, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
+  ops::Linear(w.up, F(act.x), n, H, up, I, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   ops::GeGlu(gate, up, n * I, gate, pool);
-  ops::Linear(w.down, gate, n, I, F(act.x), H, pool, mp, XPairs(act));
+  ops::Linear(w.down, gate, n, I, F(act.x), H, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
 }
 
 // Gemma 4 PLE residual: h += norm(proj(gelu(gate(h)) * ple[:, layer])).
-void GemmaModel::PerLayerResidual(int64_t l, int64_t n, ops::MatmulPrecision mp, Activations& act,
+void GemmaModel::PerLayerResidual(int64_t l, int64_t n, const ForwardBatch& in, Activations& act,
                                   ThreadPool* pool) const {
   const LayerWeights& w = weights_.layers[l];
   const int64_t P = arch_.ple_dim, H = arch_.hidden, LP = arch_.num_layers() * P;
   float* g = F(act.ple_tmp);
-  ops::Linear(w.ple_gate, F(act.h), n, H, g, P, pool, mp, XPairs(act));
+  ops::Linear(w.ple_gate, F(act.h), n, H, g, P, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   ops::GeluTanh(g, n * P, pool);
   const float* ple = F(act.ple);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < P; ++i) g[t * P + i] *= ple[t * LP + l * P + i];
   float* x = F(act.x);
-  ops::Linear(w.ple_proj, g, n, P, x, H, pool, mp, XPairs(act));
+  ops::Linear(w.ple_proj, g, n, P, x, H, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   ops::RmsNorm(x, H, w.ple_post_norm, arch_.norm_offset, arch_.rms_eps, n, H, x, H);
   float* h = F(act.h);
   for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
@@ -234,19 +234,19 @@ Status GemmaModel::Layer(int64_t l, const ForwardBatch& in, kv::KvCache& cache, 
   ops::RmsNorm(x, H, w.post_attn_norm, off, eps, n, H, x, H);
   for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
   ops::RmsNorm(h, H, w.pre_ffw_norm, off, eps, n, H, x, H);
-  Mlp(l, n, in.matmul_precision, act, pool);
+  Mlp(l, n, in, act, pool);
   if (arch_.experts > 0) {
     // Gemma 4 MoE: the dense branch normed, plus the routed experts on the pre-MLP residual h.
     ops::RmsNorm(x, H, w.post_ffw_norm_1, off, eps, n, H, x, H);
     const MoeShape shape = MoeShapeOf(arch_);
     MoeScratch scratch = MoeScratch::Carve(shape, n, F(act.moe));
     scratch.x_pairs = XPairs(act);
-    MoeForward(w, shape, h, n, in.matmul_precision, pool, scratch, scratch.result);
+    MoeForward(w, shape, h, n, in.matmul_precision, in.rows_as_steps, pool, scratch, scratch.result);
     for (int64_t i = 0; i < n * H; ++i) x[i] += scratch.result[i];
   }
   ops::RmsNorm(x, H, w.post_ffw_norm, off, eps, n, H, x, H);
   for (int64_t i = 0; i < n * H; ++i) h[i] += x[i];
-  if (arch_.ple_dim > 0) PerLayerResidual(l, n, in.matmul_precision, act, pool);
+  if (arch_.ple_dim > 0) PerLayerResidual(l, n, in, act, pool);
   if (w.layer_scalar != 1.0f)
     for (int64_t i = 0; i < n * H; ++i) h[i] *= w.layer_scalar;
   return Status::Ok();
@@ -296,7 +296,7 @@ int64_t GemmaModel::Head(const ForwardBatch& in, Activations& act, ThreadPool* p
     }
   }
   ops::RmsNorm(x, H, weights_.final_norm, arch_.norm_offset, arch_.rms_eps, rows, H, x, H);
-  ops::Linear(weights_.lm_head, x, rows, H, logits, arch_.vocab, pool, in.matmul_precision, XPairs(act));
+  ops::Linear(weights_.lm_head, x, rows, H, logits, arch_.vocab, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   if (arch_.final_softcap > 0) ops::SoftCap(logits, rows * arch_.vocab, arch_.final_softcap);
   return rows;
 }

@@ -51,7 +51,8 @@ struct ForwardBatch {
   bool skip_unread = false;
   bool logits_read = true;
   // Each token's logits carry the bits a one-token step at its position would give
-  // (AttentionParams::rows_as_steps; speculative verification). Text tokens only.
+  // (AttentionParams::rows_as_steps, ops::Linear's rows_as_steps): speculative verification and
+  // decode batches. Text tokens only.
   bool rows_as_steps = false;
   ForwardCounts* counts = nullptr;     // optional: this pass's work is added here
   AttentionHook* attention = nullptr;  // null: the structured kernels (the engine's way)
@@ -101,8 +102,8 @@ class GemmaModel {
   void PerLayerInputs(const ForwardBatch& in, Activations& act, ThreadPool* pool) const;
   Status Attention(int64_t layer, const ForwardBatch& in, kv::KvCache& cache, Activations& act, ThreadPool* pool,
                    Arena& attn_scratch) const;
-  void Mlp(int64_t layer, int64_t n, ops::MatmulPrecision mp, Activations& act, ThreadPool* pool) const;
-  void PerLayerResidual(int64_t layer, int64_t n, ops::MatmulPrecision mp, Activations& act, ThreadPool* pool) const;
+  void Mlp(int64_t layer, int64_t n, const ForwardBatch& in, Activations& act, ThreadPool* pool) const;
+  void PerLayerResidual(int64_t layer, int64_t n, const ForwardBatch& in, Activations& act, ThreadPool* pool) const;
 
   GemmaArch arch_;
   GemmaWeights weights_;

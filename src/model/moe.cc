@@ -109,10 +109,10 @@ void SelectExperts(const float* probs, int64_t experts, int64_t top_k, const flo
 }
 
 void MoeForward(const LayerWeights& w, const MoeShape& s, const float* h, int64_t n, ops::MatmulPrecision mp,
-                ThreadPool* pool, const MoeScratch& sc, float* out) {
+                bool rows_as_steps, ThreadPool* pool, const MoeScratch& sc, float* out) {
   const int64_t H = s.hidden, E = s.experts, K = s.top_k, I = s.inter;
   RouterInput(w, s, h, n, sc.normed);
-  ops::Linear(w.router, sc.normed, n, H, sc.scores, E, pool, mp, sc.x_pairs);
+  ops::Linear(w.router, sc.normed, n, H, sc.scores, E, pool, mp, sc.x_pairs, rows_as_steps);
   for (int64_t t = 0; t < n; ++t) {
     SoftmaxRow(sc.scores + t * E, E);
     SelectExperts(sc.scores + t * E, E, K, w.expert_scale, sc.choice + t * K, sc.weight + t * K);
@@ -126,10 +126,10 @@ void MoeForward(const LayerWeights& w, const MoeShape& s, const float* h, int64_
     if (m == 0) continue;  // an expert no token chose: its weights are not read
     for (int64_t r = 0; r < m; ++r)
       std::memcpy(sc.rows + r * H, sc.normed + sc.order[first + r] / K * H, H * sizeof(float));
-    ops::Linear(w.expert_gate[e], sc.rows, m, H, sc.gate, I, pool, mp, sc.x_pairs);
-    ops::Linear(w.expert_up[e], sc.rows, m, H, sc.up, I, pool, mp, sc.x_pairs);
+    ops::Linear(w.expert_gate[e], sc.rows, m, H, sc.gate, I, pool, mp, sc.x_pairs, rows_as_steps);
+    ops::Linear(w.expert_up[e], sc.rows, m, H, sc.up, I, pool, mp, sc.x_pairs, rows_as_steps);
     ops::GeGlu(sc.gate, sc.up, m * I, sc.gate, pool);
-    ops::Linear(w.expert_down[e], sc.gate, m, I, sc.out, H, pool, mp, sc.x_pairs);
+    ops::Linear(w.expert_down[e], sc.gate, m, I, sc.out, H, pool, mp, sc.x_pairs, rows_as_steps);
     for (int64_t r = 0; r < m; ++r) {
       const int64_t slot = sc.order[first + r];
       const float wt = sc.weight[slot];

@@ -52,8 +52,9 @@ void SelectExperts(const float* probs, int64_t experts, int64_t top_k, const flo
 
 // out [n, hidden] (row stride hidden) = the block's output for the residual h [n, hidden].
 // Allocation-free; `out` must not alias h or the scratch.
+// rows_as_steps: each token's result is the bits it gets alone (ops::Linear's rows_as_steps).
 void MoeForward(const LayerWeights& w, const MoeShape& s, const float* h, int64_t n, ops::MatmulPrecision mp,
-                ThreadPool* pool, const MoeScratch& scratch, float* out);
+                bool rows_as_steps, ThreadPool* pool, const MoeScratch& scratch, float* out);
 
 // The executable spec: token by token, double accumulation, ops::LinearReference for every matrix,
 // the selection by a stable sort. `choice` / `weight` ([n, top_k], optional) receive its routing.

@@ -83,7 +83,8 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 }
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-            ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs) {
+            ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs, bool rows_as_steps) {
+  if (w.quant != QuantType::kNone && rows_as_steps) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
   if (w.quant != QuantType::kNone) {
     // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
     // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).
@@ -102,7 +103,7 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
   if (precision == MatmulPrecision::kBf16 && w.pairs && x_pairs && Bf16Dot())
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   if (precision == MatmulPrecision::kF32 && w.panels) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision);
-  if (n >= (precision == MatmulPrecision::kBf16 ? kGemmMinTokensBf16 : kGemmMinTokens))
+  if (!rows_as_steps && n >= (precision == MatmulPrecision::kBf16 ? kGemmMinTokensBf16 : kGemmMinTokens))
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   LinearRowDot(w, x, n, x_stride, y, y_stride, pool, precision);
 }

@@ -242,7 +242,9 @@ Status Session::RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read,
   in.attention = baseline_ && live_ != cache_.get() ? baseline_.get() : nullptr;
   in.attention_precision = opt_.attention_precision;
   in.matmul_precision = opt_.matmul_precision;
-  in.rows_as_steps = rows_as_steps;
+  // A one-token step (decode, of any row count) gives each row its bits alone: tessera serve's
+  // streams then equal the same requests run alone, whatever else is decoding.
+  in.rows_as_steps = rows_as_steps || S == 1;
   TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, act_.logits.as<float>(), tap));
   for (int64_t b = 0; b < B; ++b) next_pos_[b] += count_[b];
   return Status::Ok();
