@@ -1,6 +1,6 @@
 """Speculative decoding end to end on an E2B-shaped model with a drafter whose acceptance is set by a knob.
 
-  .venv/bin/python bench/spec_controlled.py [--layers 10] [--scales 1,4,16] [--context 512] [--reps 5]
+  .venv/bin/python bench/spec_controlled.py [--layers 10] [--scales 1,4,16] [--context 512] [--reps 5] [--ordered]
 
 The main model: bench/e2e/checkpoint.py's `gemma4_e2b` (E2B's real widths, `--layers` layers, vocabulary
 262144, random bf16 weights), as in bench/results/speculative.md. The drafter: a `gemma4_assistant` at the
@@ -16,6 +16,11 @@ made small so that the layers pick the token, bench/e2e/checkpoint.py embedding_
 directory whose model.safetensors.index.json maps every tensor to the base file (a symlink) but the
 embedding, which lives in a file of its own: no copy of the 3 GB. The drafter's LM head is the base
 embedding (a scale multiplies every row, so the drafter's argmax is the same for every scale).
+
+--ordered gives the drafter the E2B/E4B assistants' clustered head (use_ordered_embeddings, docs/speculative.md):
+2048 clusters of 128 tokens (a seeded random permutation), each centroid the mean of its tokens' LM-head rows,
+the top 32 scored. The copy token's own cluster then usually ranks among the top 32 (its row's self product
+outweighs the others' noise), so the drafter still mostly proposes the last seen token, at 1/64 of the head.
 
 Each scale then runs build/release/tessera_bench_speculative --model MAIN --draft DRAFTER at bf16 under
 /tmp/tessera-cpu.lock: the verification step for k = 1..8 against one decode step, and generation of
@@ -48,9 +53,9 @@ def read_header(path):
 def write_safetensors(path, tensors):
     """tensors: [(name, uint16 bf16 bits or float32 array)] in order."""
     header, off = {}, 0
+    names = {np.dtype(np.uint16): "BF16", np.dtype(np.float32): "F32", np.dtype(np.int64): "I64"}
     for name, a in tensors:
-        header[name] = {"dtype": "BF16" if a.dtype == np.uint16 else "F32", "shape": list(a.shape),
-                        "data_offsets": [off, off + a.nbytes]}
+        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         off += a.nbytes
     hb = json.dumps(header, separators=(",", ":")).encode()
     hb += b" " * (-len(hb) % 8)
@@ -101,7 +106,10 @@ def make_scaled(base, out, scale):
     return out
 
 
-def drafter_config(main_cfg):
+CENTROIDS, CENTROID_TOP_K = 2048, 32
+
+
+def drafter_config(main_cfg, ordered=False):
     import transformers as T
     text = dict(main_cfg)
     for k in ("architectures", "model_type", "dtype"):
@@ -109,16 +117,31 @@ def drafter_config(main_cfg):
     text.update(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], intermediate_size=DRAFT_MLP,
                 use_double_wide_mlp=False, hidden_size_per_layer_input=0, vocab_size_per_layer_input=0,
                 num_kv_shared_layers=2, enable_moe_block=False)
-    cfg = T.Gemma4AssistantConfig(text_config=T.Gemma4TextConfig(**text), backbone_hidden_size=main_cfg["hidden_size"])
+    extra = dict(use_ordered_embeddings=True, num_centroids=CENTROIDS, centroid_intermediate_top_k=CENTROID_TOP_K) \
+        if ordered else {}
+    cfg = T.Gemma4AssistantConfig(text_config=T.Gemma4TextConfig(**text), backbone_hidden_size=main_cfg["hidden_size"],
+                                  **extra)
     return cfg
 
 
-def make_drafter(base, out, main_cfg):
+def ordered_head(base, vocab):
+    """token_ordering (a seeded permutation) and centroids [CENTROIDS, H]: each the mean of its cluster's rows."""
+    _, emb = base_embedding(os.path.join(base, "model.safetensors"))
+    order = np.random.default_rng(2027).permutation(vocab).astype(np.int64)
+    per = vocab // CENTROIDS
+    cent = np.empty((CENTROIDS, emb.shape[1]), np.float32)
+    for c in range(CENTROIDS):
+        rows = emb[np.sort(order[c * per:(c + 1) * per])]
+        cent[c] = (rows.astype(np.uint32) << 16).view(np.float32).mean(axis=0)
+    return [("masked_embedding.centroids.weight", bf16(cent)), ("masked_embedding.token_ordering", order)]
+
+
+def make_drafter(base, out, main_cfg, ordered=False):
     """The copy drafter (module docstring) at the main model's width; its LM head maps to the base file."""
     if os.path.exists(os.path.join(out, "model.safetensors.index.json")):
         return out
     os.makedirs(out, exist_ok=True)
-    cfg = drafter_config(main_cfg)
+    cfg = drafter_config(main_cfg, ordered)
     cfg.save_pretrained(out)
     H = main_cfg["hidden_size"]
     rng = np.random.default_rng(2026)
@@ -145,6 +168,8 @@ def make_drafter(base, out, main_cfg):
     # outweigh the small embedding of the copy, and the drafter would stop proposing the last token)
     t += [("model.norm.weight", np.ones(H, np.float32)), ("post_projection.weight", bf16(std * rng.standard_normal(
         (H, H), np.float32))), ("pre_projection.weight", bf16(pre))]
+    if ordered:
+        t += ordered_head(base, main_cfg["vocab_size"])
     write_safetensors(os.path.join(out, "drafter.safetensors"), t)
     link = os.path.join(out, "base.safetensors")
     if not os.path.lexists(link):
@@ -164,11 +189,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default=os.path.join(HERE, ".work"))
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "release", "tessera_bench_speculative"))
+    ap.add_argument("--ordered", action="store_true", help="the drafter with the clustered head (use_ordered_embeddings)")
     args = ap.parse_args()
     cfg = checkpoint.gemma4_e2b_config(layers=args.layers, vocab=262144)
     base = os.path.join(args.work, f"spec_e2b{args.layers}")
     checkpoint.make_checkpoint(base, cfg, dtype="bf16")
-    drafter = make_drafter(base, os.path.join(args.work, f"spec_e2b{args.layers}_copy_drafter_v2"), cfg)
+    name = f"spec_e2b{args.layers}_copy_drafter_" + ("ordered" if args.ordered else "v2")
+    drafter = make_drafter(base, os.path.join(args.work, name), cfg, args.ordered)
     for s in args.scales.split(","):
         main_dir = make_scaled(base, os.path.join(args.work, f"spec_e2b{args.layers}_embx{s}"), float(s))
         cmd = ["flock", "/tmp/tessera-cpu.lock", args.bench, "--model", main_dir, "--draft", drafter, "--context",

@@ -1,12 +1,14 @@
 // libFuzzer target: one safetensors file image (io::SafetensorsFile::FromBytes, the parser that
 // Open runs on a mapped file). Invariants on success, checked against an independent reading of
 // the header: every tensor's data_offsets lie inside the data section and span numel * element
-// size; Get() answers exactly for F32/BF16/F16 with an aligned, readable view of that size; and
+// size; Get() answers exactly for F32/BF16/F16 with an aligned, readable view of that size,
+// GetIntegers() exactly for I64/I32 with the file's values; and
 // re-writing the tensors with SafetensorsWriter gives a file that parses to the same tensors.
 #include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "fuzz_check.h"
 #include "io/safetensors.h"
@@ -80,6 +82,27 @@ void Check(const std::string& bytes) {
     FUZZ_CHECK(begin <= end && end <= data_size, "data_offsets outside the data section");
     const std::string& dtype = e["dtype"].get_ref<const std::string&>();
     FUZZ_CHECK(f.StoredDTypeName(name) == dtype, "stored dtype name");
+    std::vector<int64_t> ishape;
+    StatusOr<std::vector<int64_t>> ints = f.GetIntegers(name, &ishape);
+    const size_t width = dtype == "I64" ? 8 : dtype == "I32" ? 4 : 0;
+    FUZZ_CHECK(ints.ok() == (width != 0), "GetIntegers answers exactly for I64/I32");
+    if (ints.ok()) {
+      FUZZ_CHECK(ints.value().size() * width == end - begin, "GetIntegers count != data_offsets span / width");
+      int64_t numel = 1;
+      for (int64_t d : ishape) numel *= d;
+      FUZZ_CHECK(static_cast<size_t>(numel) == ints.value().size(), "GetIntegers count != numel of its shape");
+      for (size_t i = 0; i < ints.value().size(); ++i) {
+        int64_t want = 0;
+        if (width == 8) {
+          std::memcpy(&want, bytes.data() + 8 + header_len + begin + 8 * i, 8);
+        } else {
+          int32_t v;
+          std::memcpy(&v, bytes.data() + 8 + header_len + begin + 4 * i, 4);
+          want = v;
+        }
+        FUZZ_CHECK(ints.value()[i] == want, "GetIntegers value differs from the file's bytes");
+      }
+    }
     StatusOr<SafetensorsTensor> t = f.Get(name);
     const bool supported = dtype == "F32" || dtype == "BF16" || dtype == "F16";
     FUZZ_CHECK(t.ok() == supported, "Get answers exactly for F32/BF16/F16");

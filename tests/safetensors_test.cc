@@ -261,6 +261,42 @@ TEST(SafetensorsTest, UnsupportedDType) {
   EXPECT_NE(t.status().message().find("unsupported dtype I64"), std::string::npos);
 }
 
+// Integer buffers (an assistant's token_ordering): I64 and I32 read as int64 values, little-endian
+// as stored; a float tensor refused by GetIntegers, an integer one by Get, each naming the dtype.
+TEST(SafetensorsTest, GetIntegers) {
+  const std::string header = Padded(
+      R"({"i64": {"dtype": "I64", "shape": [2, 2], "data_offsets": [0, 32]},)"
+      R"( "i32": {"dtype": "I32", "shape": [3], "data_offsets": [32, 44]},)"
+      R"( "f": {"dtype": "F32", "shape": [1], "data_offsets": [44, 48]}})");
+  std::string data;
+  for (int64_t v : {int64_t{7}, int64_t{-1}, int64_t{1} << 40, int64_t{0}}) data += Le64(static_cast<uint64_t>(v));
+  for (int32_t v : {3, -5, 2147483647}) {
+    char b[4];
+    std::memcpy(b, &v, 4);  // the test machine is little-endian, as the format
+    data.append(b, 4);
+  }
+  data.append(4, '\0');
+  StatusOr<SafetensorsFile> f = SafetensorsFile::FromBytes(Le64(header.size()) + header + data, "ints.st");
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  std::vector<int64_t> shape;
+  StatusOr<std::vector<int64_t>> a = f.value().GetIntegers("i64", &shape);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a.value(), (std::vector<int64_t>{7, -1, int64_t{1} << 40, 0}));
+  EXPECT_EQ(shape, (std::vector<int64_t>{2, 2}));
+  StatusOr<std::vector<int64_t>> b = f.value().GetIntegers("i32", &shape);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_EQ(b.value(), (std::vector<int64_t>{3, -5, 2147483647}));
+  EXPECT_EQ(shape, (std::vector<int64_t>{3}));
+  StatusOr<std::vector<int64_t>> c = f.value().GetIntegers("f");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(c.status().message().find("has dtype F32"), std::string::npos) << c.status().message();
+  StatusOr<std::vector<int64_t>> none = f.value().GetIntegers("nope");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("'nope'"), std::string::npos) << none.status().message();
+}
+
 TEST(SafetensorsTest, HugeAndInvalidShapes) {
   ExpectError(OneTensor("F32", "[4611686018427387904, 8]", "[0, 8]"), 8, "overflows");
   ExpectError(OneTensor("F32", "[4294967296, 4294967296]", "[0, 8]"), 8, "overflows");

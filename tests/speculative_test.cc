@@ -7,7 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -16,7 +20,9 @@
 #include "runtime/generator.h"
 #include "runtime/speculative.h"
 #include "tessera/engine.h"
+#include "temp_dir.h"
 #include "tessera/npy.h"
+#include "tessera/thread_pool.h"
 
 namespace tessera {
 namespace {
@@ -66,6 +72,21 @@ std::vector<int32_t> Greedy(runtime::Session& s, const std::vector<int32_t>& pro
   return out;
 }
 
+// Speculative generation through runtime::GenerateSpeculative: one prompt, greedy.
+GenerateOutput Speculate(runtime::Session& s, const model::Drafter& d, const std::vector<int32_t>& prompt, int64_t k,
+                         int64_t max_new, std::vector<int32_t> stop = {}) {
+  GenerateOptions o;
+  o.draft_tokens = k;
+  o.max_new_tokens = max_new;
+  o.stop_tokens = std::move(stop);
+  GenerateOutput out;
+  Status r = runtime::GenerateSpeculative(s, d, {TextPrompt(prompt)}, o, &out);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return out;
+}
+
+const std::vector<int32_t> kGenPrompt = {2, 194, 85, 418, 371, 196, 220, 385, 382, 299};  // gemma4_text gen_prompt
+
 class Speculative : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -81,33 +102,30 @@ class Speculative : public ::testing::Test {
   std::unique_ptr<model::LoadedModel> main_;
 };
 
-// Four draft steps after a prompt, against transformers' drafter on the same K/V and hidden state:
-// a 14-token prompt (the sliding layers see only the W + 1 = 9 newest positions) and a 6-token one.
-TEST_F(Speculative, DraftLogitsMatchTransformers) {
-  auto d = Drafter("gemma4_assistant");
-  ASSERT_NE(d, nullptr);
-  EXPECT_EQ(d->source_layer(0), 3);  // sliding: the main model's last non-shared sliding layer
-  EXPECT_EQ(d->source_layer(1), 1);  // full
-  const int64_t V = main_->model().arch().vocab, H = main_->model().arch().hidden;
-  for (const char* c : {"case0", "case1"}) {
-    SCOPED_TRACE(c);
-    const std::vector<int32_t> prompt = Ints(Npy("gemma4_assistant", std::string(c) + "_prompt"));
-    const int32_t first = Ints(Npy("gemma4_assistant", std::string(c) + "_first"))[0];
-    const std::vector<int32_t> want_tokens = Ints(Npy("gemma4_assistant", std::string(c) + "_draft_tokens"));
+// Four draft steps after each golden prompt of `name`, against transformers' drafter on the same
+// K/V and hidden state.
+void CheckDraftGoldens(const model::GemmaModel& main, const model::Drafter& d, const std::string& name,
+                       const std::vector<std::string>& cases) {
+  const int64_t V = main.arch().vocab, H = main.arch().hidden;
+  for (const std::string& c : cases) {
+    SCOPED_TRACE(name + " " + c);
+    const std::vector<int32_t> prompt = Ints(Npy(name, c + "_prompt"));
+    const int32_t first = Ints(Npy(name, c + "_first"))[0];
+    const std::vector<int32_t> want_tokens = Ints(Npy(name, c + "_draft_tokens"));
     std::vector<int64_t> shape;
-    const std::vector<float> want = Npy("gemma4_assistant", std::string(c) + "_draft_logits", &shape);
+    const std::vector<float> want = Npy(name, c + "_draft_logits", &shape);
     ASSERT_EQ(shape, (std::vector<int64_t>{4, V}));
-    auto s = NewSession(main_->model(), 5);
+    auto s = NewSession(main, 5);
     std::vector<float> logits(V);
     ASSERT_TRUE(s->Prefill({TextPrompt(prompt)}, logits.data()).ok());
     ASSERT_EQ(Argmax(logits), first);
     std::vector<float> state(s->last_hidden(0), s->last_hidden(0) + H);
-    auto scratch = d->NewScratch(s->cache(), nullptr);
+    auto scratch = d.NewScratch(s->cache(), nullptr);
     ASSERT_TRUE(scratch.ok());
     int32_t token = first;
     for (int64_t j = 0; j < 4; ++j) {
-      ASSERT_TRUE(d->Step(s->cache(), 0, token, static_cast<int32_t>(prompt.size()), state.data(), logits.data(),
-                          state.data(), *scratch.value(), nullptr)
+      ASSERT_TRUE(d.Step(s->cache(), 0, token, static_cast<int32_t>(prompt.size()), state.data(), logits.data(),
+                         state.data(), *scratch.value(), nullptr)
                       .ok());
       double worst = 0;
       for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(double(logits[v]) - want[j * V + v]));
@@ -118,20 +136,77 @@ TEST_F(Speculative, DraftLogitsMatchTransformers) {
   }
 }
 
-// Speculative generation through runtime::GenerateSpeculative: one prompt, greedy.
-GenerateOutput Speculate(runtime::Session& s, const model::Drafter& d, const std::vector<int32_t>& prompt, int64_t k,
-                         int64_t max_new, std::vector<int32_t> stop = {}) {
-  GenerateOptions o;
-  o.draft_tokens = k;
-  o.max_new_tokens = max_new;
-  o.stop_tokens = std::move(stop);
-  GenerateOutput out;
-  Status r = runtime::GenerateSpeculative(s, d, {TextPrompt(prompt)}, o, &out);
-  EXPECT_TRUE(r.ok()) << r.message();
-  return out;
+// A 14-token prompt (the sliding layers see only the W + 1 = 9 newest positions) and a 6-token one.
+TEST_F(Speculative, DraftLogitsMatchTransformers) {
+  auto d = Drafter("gemma4_assistant");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->source_layer(0), 3);  // sliding: the main model's last non-shared sliding layer
+  EXPECT_EQ(d->source_layer(1), 1);  // full
+  CheckDraftGoldens(main_->model(), *d, "gemma4_assistant", {"case0", "case1"});
 }
 
-const std::vector<int32_t> kGenPrompt = {2, 194, 85, 418, 371, 196, 220, 385, 382, 299};  // gemma4_text gen_prompt
+// use_ordered_embeddings: only the top-4 of 16 clusters' tokens scored, the rest at the smallest
+// score minus one, as transformers' masked embedder; tested with and without a pool.
+TEST_F(Speculative, OrderedEmbeddingsMatchTransformers) {
+  auto d = Drafter("gemma4_assistant_ordered");
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(d->config().ordered_embeddings);
+  CheckDraftGoldens(main_->model(), *d, "gemma4_assistant_ordered", {"case0"});
+  // The same steps on two threads: the clusters are scored in parallel.
+  ThreadPool pool(2);
+  const std::vector<int32_t> prompt = Ints(Npy("gemma4_assistant_ordered", "case0_prompt"));
+  const int64_t V = main_->model().arch().vocab, H = main_->model().arch().hidden;
+  const std::vector<float> want = Npy("gemma4_assistant_ordered", "case0_draft_logits");
+  auto s = NewSession(main_->model(), 5);
+  std::vector<float> logits(V);
+  ASSERT_TRUE(s->Prefill({TextPrompt(prompt)}, logits.data()).ok());
+  std::vector<float> state(s->last_hidden(0), s->last_hidden(0) + H);
+  auto scratch = d->NewScratch(s->cache(), &pool);
+  ASSERT_TRUE(scratch.ok());
+  ASSERT_TRUE(d->Step(s->cache(), 0, Argmax(logits), static_cast<int32_t>(prompt.size()), state.data(), logits.data(),
+                      state.data(), *scratch.value(), &pool)
+                  .ok());
+  for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(logits[v], want[v], 1e-4) << v;
+  // Speculative generation with it still equals plain greedy decoding.
+  auto plain_session = NewSession(main_->model(), 1);
+  const std::vector<int32_t> plain = Greedy(*plain_session, kGenPrompt, 24);
+  for (int64_t k : {1, 3}) {
+    auto sk = NewSession(main_->model(), k + 1);
+    EXPECT_EQ(Speculate(*sk, *d, kGenPrompt, k, 24).rows[0].tokens, plain) << "k=" << k;
+  }
+}
+
+// A token_ordering that is not a permutation of the vocabulary is refused at load, naming it.
+TEST_F(Speculative, OrderedEmbeddingsRefuseABadTokenOrdering) {
+  const std::string src = kModels + "gemma4_assistant_ordered/";
+  std::ifstream in(src + "model.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 8u);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  const auto header = nlohmann::json::parse(bytes.substr(8, header_len));
+  const auto& e = header.at("masked_embedding.token_ordering");
+  ASSERT_EQ(e.at("dtype"), "I64");
+  const size_t at = 8 + header_len + e.at("data_offsets")[0].get<size_t>();
+  testing::TempDir dir("tessera_ordered");
+  std::ifstream cfg(src + "config.json");
+  testing::WriteText(dir.File("config.json"), std::string((std::istreambuf_iterator<char>(cfg)), std::istreambuf_iterator<char>()));
+  std::string dup = bytes;
+  std::memcpy(dup.data() + at + 8, dup.data() + at, 8);  // token_ordering[1] = token_ordering[0]
+  testing::WriteText(dir.File("model.safetensors"), dup);
+  auto d = model::Drafter::Load(dir.path(), main_->model());
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("masked_embedding.token_ordering"), std::string::npos) << d.status().message();
+  EXPECT_NE(d.status().message().find("twice"), std::string::npos) << d.status().message();
+  std::string out = bytes;
+  const int64_t big = 512;  // == vocab: out of range
+  std::memcpy(out.data() + at, &big, 8);
+  testing::WriteText(dir.File("model.safetensors"), out);
+  d = model::Drafter::Load(dir.path(), main_->model());
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("outside [0, 512)"), std::string::npos) << d.status().message();
+}
+
 
 // Greedy speculative output equals plain greedy decoding for every k, with a drafter that is
 // right sometimes (acceptance strictly between 0 and 1) and one that is almost never right; and
@@ -331,7 +406,7 @@ TEST(SpeculativeApi, GenerateWithDraft) {
   EXPECT_NE(refused.status().message().find("gemma4_assistant"), std::string::npos) << refused.status().message();
 }
 
-TEST(DrafterConfig, RefusesWhatItDoesNotImplement) {
+TEST(DrafterConfig, ParsesAndNamesBadFields) {
   const std::string text =
       R"("text_config": {"model_type": "gemma4_text", "hidden_size": 32, "intermediate_size": 64,
          "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
@@ -340,11 +415,21 @@ TEST(DrafterConfig, RefusesWhatItDoesNotImplement) {
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_EQ(ok.value().backbone_hidden_size, 64);
   EXPECT_EQ(ok.value().text.num_hidden_layers, 2);
-  auto ordered = model::ParseDrafterConfig(R"({"model_type": "gemma4_assistant", "use_ordered_embeddings": true, )" +
-                                           text + "}");
-  ASSERT_FALSE(ordered.ok());
-  EXPECT_EQ(ordered.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(ordered.status().message().find("use_ordered_embeddings"), std::string::npos);
+  auto ordered = model::ParseDrafterConfig(R"({"model_type": "gemma4_assistant", "use_ordered_embeddings": true,
+      "num_centroids": 16, "centroid_intermediate_top_k": 4, )" + text + "}");
+  ASSERT_TRUE(ordered.ok()) << ordered.status().message();
+  EXPECT_TRUE(ordered.value().ordered_embeddings);
+  EXPECT_EQ(ordered.value().num_centroids, 16);
+  EXPECT_EQ(ordered.value().centroid_top_k, 4);
+  // 512 tokens in 24 clusters: not equal clusters.
+  auto uneven = model::ParseDrafterConfig(R"({"model_type": "gemma4_assistant", "use_ordered_embeddings": true,
+      "num_centroids": 24, )" + text + "}");
+  ASSERT_FALSE(uneven.ok());
+  EXPECT_NE(uneven.status().message().find("num_centroids"), std::string::npos) << uneven.status().message();
+  auto top = model::ParseDrafterConfig(R"({"model_type": "gemma4_assistant", "use_ordered_embeddings": true,
+      "num_centroids": 16, "centroid_intermediate_top_k": 17, )" + text + "}");
+  ASSERT_FALSE(top.ok());
+  EXPECT_NE(top.status().message().find("centroid_intermediate_top_k"), std::string::npos) << top.status().message();
   auto type = model::ParseDrafterConfig(R"({"model_type": "gemma4_text", )" + text + "}");
   ASSERT_FALSE(type.ok());
   EXPECT_NE(type.status().message().find("model_type"), std::string::npos);

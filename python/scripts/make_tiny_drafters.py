@@ -17,11 +17,14 @@ Goldens (docs/speculative.md, "One draft step"). For each case c of gemma4_assis
   case<c>_draft_logits [4, V]   its logits at each step
 computed by transformers' Gemma4AssistantForCausalLM on the K/V and final hidden state of a fresh main-model forward
 over the prompt; the script checks that transformers' own assisted generate() drafts exactly these in its first round.
+gemma4_assistant_ordered  gemma4_assistant's shape with use_ordered_embeddings: 16 centroids of 32 tokens (a random
+                       token_ordering permutation), the top 4 scored; the same goldens as gemma4_assistant (case0:
+                       14-token prompt), where every unscored token's logit is the smallest scored one minus 1.
 For gemma4_assistant_copy:
   assisted_tokens [32]          transformers' assisted generate() (greedy, 4 draft tokens, eos off) on the gemma4_text
                                 golden's gen_prompt; checked equal to that golden's plain greedy gen_tokens
 
-Usage: .venv/bin/python python/scripts/make_tiny_drafters.py
+Usage: .venv/bin/python python/scripts/make_tiny_drafters.py [--ordered-only]
 """
 import json
 import os
@@ -52,14 +55,42 @@ def text_config(hidden, layer_types):
         pad_token_id=mtc.PAD, eos_token_id=mtc.EOS, bos_token_id=mtc.BOS)
 
 
-def build_drafter(hidden, layer_types, seed):
+def build_drafter(hidden, layer_types, seed, **ordered):
     import torch
     import transformers as T
-    cfg = T.Gemma4AssistantConfig(text_config=text_config(hidden, layer_types), backbone_hidden_size=64)
+    cfg = T.Gemma4AssistantConfig(text_config=text_config(hidden, layer_types), backbone_hidden_size=64, **ordered)
     torch.manual_seed(seed)
     d = T.Gemma4AssistantForCausalLM._from_config(cfg, attn_implementation="eager", dtype=torch.float32).eval()
     mtc.randomize(d, seed)
+    if ordered:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            d.masked_embedding.token_ordering.copy_(torch.randperm(mtc.VOCAB, generator=g))
     return d
+
+
+def golden_cases(main_m, d, plens, seed):
+    """Four reference draft steps per prompt length, checked against transformers' assisted generate()."""
+    import torch
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for c, plen in enumerate(plens):
+        prompt = [mtc.BOS] + [int(x) for x in rng.integers(mtc.TEXT_LO, mtc.VOCAB, size=plen - 1)]
+        first, toks, logits = reference_drafts(main_m, d, prompt)
+        _, seen = assisted(main_m, d, prompt, max_new=K + 2)
+        got = torch.stack(seen[:K])
+        assert torch.allclose(got, logits, atol=1e-5, rtol=0), float((got - logits).abs().max())
+        arrays[f"case{c}_prompt"] = prompt
+        arrays[f"case{c}_first"] = [first]
+        arrays[f"case{c}_draft_tokens"] = toks
+        arrays[f"case{c}_draft_logits"] = logits.numpy()
+    return arrays
+
+
+def make_ordered(main_m):
+    d = build_drafter(48, [S, F, F], 7008, use_ordered_embeddings=True, num_centroids=16,
+                      centroid_intermediate_top_k=4)
+    save(d, "gemma4_assistant_ordered", golden_cases(main_m, d, [14], 7008))
 
 
 def make_copy_drafter(main):
@@ -146,23 +177,13 @@ def save(model, name, arrays):
 
 
 def main():
-    import torch
     main_m = main_model()
-    rng = np.random.default_rng(7007)
+    make_ordered(main_m)
+    if "--ordered-only" in sys.argv:
+        return
     d = build_drafter(48, [S, F, F], 7007)
-    arrays = {}
     # 14 > W + 1 = 9: the sliding layers see only the last W + 1 positions; 6: they see all.
-    for c, plen in enumerate([14, 6]):
-        prompt = [mtc.BOS] + [int(x) for x in rng.integers(mtc.TEXT_LO, mtc.VOCAB, size=plen - 1)]
-        first, toks, logits = reference_drafts(main_m, d, prompt)
-        _, seen = assisted(main_m, d, prompt, max_new=K + 2)
-        got = torch.stack(seen[:K])
-        assert torch.allclose(got, logits, atol=1e-5, rtol=0), float((got - logits).abs().max())
-        arrays[f"case{c}_prompt"] = prompt
-        arrays[f"case{c}_first"] = [first]
-        arrays[f"case{c}_draft_tokens"] = toks
-        arrays[f"case{c}_draft_logits"] = logits.numpy()
-    save(d, "gemma4_assistant", arrays)
+    save(d, "gemma4_assistant", golden_cases(main_m, d, [14, 6], 7007))
 
     golden = np.load(os.path.join(MAIN, "golden.npz"))
     prompt = [int(t) for t in golden["gen_prompt"][0]]

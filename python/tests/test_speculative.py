@@ -9,7 +9,7 @@ import tessera
 from helpers.models import MODELS_DIR, load_golden
 
 MAIN = os.path.join(MODELS_DIR, "gemma4_text")
-DRAFTERS = ["gemma4_assistant_copy", "gemma4_assistant"]
+DRAFTERS = ["gemma4_assistant_copy", "gemma4_assistant", "gemma4_assistant_ordered"]
 
 
 def prompts():

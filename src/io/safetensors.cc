@@ -281,4 +281,30 @@ StatusOr<SafetensorsTensor> SafetensorsFile::Get(std::string_view tensor) const 
   return t;
 }
 
+StatusOr<std::vector<int64_t>> SafetensorsFile::GetIntegers(std::string_view tensor, std::vector<int64_t>* shape) const {
+  auto it = index_.find(tensor);
+  if (it == index_.end())
+    return InvalidArgument("SafetensorsFile::GetIntegers: no tensor " + Quote(tensor) + " in " + Quote(name_));
+  const Entry& e = entries_[it->second];
+  const size_t width = e.dtype_name == "I64" ? 8 : e.dtype_name == "I32" ? 4 : 0;
+  if (width == 0)
+    return Unimplemented("SafetensorsFile::GetIntegers: tensor " + Quote(tensor) + " in " + Quote(name_) +
+                         " has dtype " + e.dtype_name + " (integers: I64, I32)");
+  // Parse checked end - begin == numel * width.
+  const size_t n = static_cast<size_t>(e.end - e.begin) / width;
+  std::vector<int64_t> out(n);
+  const uint8_t* p = bytes_ + data_start_ + e.begin;
+  for (size_t i = 0; i < n; ++i) {
+    if (width == 8) {
+      std::memcpy(&out[i], p + 8 * i, 8);
+    } else {
+      int32_t v;
+      std::memcpy(&v, p + 4 * i, 4);
+      out[i] = v;
+    }
+  }
+  if (shape) *shape = e.shape;
+  return out;
+}
+
 }  // namespace tessera::io

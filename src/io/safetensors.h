@@ -74,6 +74,10 @@ class SafetensorsFile {
   std::string_view StoredDTypeName(std::string_view tensor) const;
   // kInvalidArgument when absent, kUnimplemented when its dtype is not F32/BF16/F16.
   StatusOr<SafetensorsTensor> Get(std::string_view tensor) const;
+  // An integer tensor (I64 or I32: index buffers such as an assistant's token_ordering), its
+  // elements widened to int64 in row-major order; its shape into *shape when given.
+  // kInvalidArgument when absent, kUnimplemented for any other dtype.
+  StatusOr<std::vector<int64_t>> GetIntegers(std::string_view tensor, std::vector<int64_t>* shape = nullptr) const;
   // The "__metadata__" object (empty if none).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Total file size in bytes.

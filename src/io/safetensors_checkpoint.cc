@@ -148,6 +148,15 @@ StatusOr<SafetensorsTensor> SafetensorsCheckpoint::Get(std::string_view tensor) 
   return shards_[it->second].Get(tensor);
 }
 
+StatusOr<std::vector<int64_t>> SafetensorsCheckpoint::GetIntegers(std::string_view tensor,
+                                                                 std::vector<int64_t>* shape) const {
+  auto it = owner_.find(tensor);
+  if (it == owner_.end())
+    return InvalidArgument("SafetensorsCheckpoint::GetIntegers: no tensor " + Quote(tensor) + " in checkpoint " +
+                           Quote(path_));
+  return shards_[it->second].GetIntegers(tensor, shape);
+}
+
 StatusOr<std::string> SafetensorsCheckpoint::DetectLanguageModelPrefix(const std::function<bool(std::string_view)>& has,
                                                                        std::string_view where) {
   std::vector<std::string> found;

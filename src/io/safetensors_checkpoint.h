@@ -60,6 +60,8 @@ class SafetensorsCheckpoint {
   // kInvalidArgument when absent (the message names the checkpoint), kUnimplemented for a dtype
   // other than F32/BF16/F16.
   StatusOr<SafetensorsTensor> Get(std::string_view tensor) const;
+  // SafetensorsFile::GetIntegers on the shard holding `tensor`.
+  StatusOr<std::vector<int64_t>> GetIntegers(std::string_view tensor, std::vector<int64_t>* shape = nullptr) const;
 
   // The detected language-model prefix (one of kLanguageModelPrefixes), or kInvalidArgument
   // when no prefix or more than one prefix holds the anchor tensor.

@@ -8,6 +8,7 @@
 #include "model/weight_loader.h"
 #include "ops/elementwise.h"
 #include "tessera/attention.h"
+#include "tessera/quant.h"
 
 namespace tessera::model {
 namespace {
@@ -50,6 +51,18 @@ Status LoadProjection(const io::SafetensorsCheckpoint& ckpt, const std::string& 
   view->in = in;
   owned->push_back(std::move(buf));
   return Status::Ok();
+}
+
+// Row r of w as a one-row matrix (its panels dropped: a row is read as stored).
+ops::WeightView RowOf(const ops::WeightView& w, int64_t r) {
+  ops::WeightView v = w;
+  const int64_t row_bytes = w.quant != QuantType::kNone ? QuantRowBytes(w.quant, w.in)
+                                                        : w.in * static_cast<int64_t>(DTypeSize(w.dtype));
+  v.data = static_cast<const char*>(w.data) + r * row_bytes;
+  v.out = 1;
+  v.pairs = nullptr;
+  v.panels = nullptr;
+  return v;
 }
 
 }  // namespace
@@ -108,7 +121,36 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir, const G
 Status Drafter::BindProjections() {
   const int64_t Ha = arch_.hidden, Hm = config_.backbone_hidden_size;
   TESSERA_RETURN_IF_ERROR(LoadProjection(*ckpt_, "pre_projection.weight", Ha, 2 * Hm, &owned_, &pre_proj_));
-  return LoadProjection(*ckpt_, "post_projection.weight", Hm, Ha, &owned_, &post_proj_);
+  TESSERA_RETURN_IF_ERROR(LoadProjection(*ckpt_, "post_projection.weight", Hm, Ha, &owned_, &post_proj_));
+  return config_.ordered_embeddings ? BindOrderedHead() : Status::Ok();
+}
+
+// The centroids and token_ordering of use_ordered_embeddings. token_ordering must be a permutation
+// of the vocabulary: a token listed twice would be scored twice, one never listed never proposed.
+Status Drafter::BindOrderedHead() {
+  const int64_t C = config_.num_centroids, V = arch_.vocab;
+  TESSERA_RETURN_IF_ERROR(
+      LoadProjection(*ckpt_, "masked_embedding.centroids.weight", C, arch_.hidden, &owned_, &centroids_));
+  const std::string name = "masked_embedding.token_ordering";
+  std::vector<int64_t> shape;
+  StatusOr<std::vector<int64_t>> ids = ckpt_->GetIntegers(name, &shape);
+  if (!ids.ok()) return Status(ids.status().code(), "Drafter::Load: " + ids.status().message());
+  const std::string where = "Drafter::Load: '" + ckpt_->path() + "' tensor " + name;
+  if (shape != std::vector<int64_t>{V})
+    return InvalidArgument(where + " has " + std::to_string(shape.size()) + " dims / " +
+                           std::to_string(ids.value().size()) + " values, expected [" + std::to_string(V) + "]");
+  std::vector<uint8_t> seen(V, 0);
+  clusters_.resize(V);
+  for (int64_t i = 0; i < V; ++i) {
+    const int64_t t = ids.value()[i];
+    if (t < 0 || t >= V)
+      return InvalidArgument(where + "[" + std::to_string(i) + "] = " + std::to_string(t) + " is outside [0, " +
+                             std::to_string(V) + ")");
+    if (seen[t]++)
+      return InvalidArgument(where + " lists token " + std::to_string(t) + " twice (must be a permutation)");
+    clusters_[i] = static_cast<int32_t>(t);
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<DrafterScratch>> Drafter::NewScratch(const kv::KvCache& cache, ThreadPool* pool) const {
@@ -122,6 +164,12 @@ StatusOr<std::unique_ptr<DrafterScratch>> Drafter::NewScratch(const kv::KvCache&
     s->attn.Reserve(QD * sizeof(float));
     s->gate.Reserve(arch_.max_intermediate() * sizeof(float));
     s->up.Reserve(arch_.max_intermediate() * sizeof(float));
+    if (config_.ordered_embeddings) {
+      const int64_t C = config_.num_centroids, K = config_.centroid_top_k;
+      s->centroid_logits.Reserve(C * sizeof(float));
+      s->top.Reserve(K * sizeof(int32_t));
+      s->selected.Reserve(K * (arch_.vocab / C) * sizeof(float));
+    }
     size_t need = 0;
     const int threads = pool ? pool->num_threads() : 1;
     for (int64_t l = 0; l < arch_.num_layers(); ++l) {
@@ -218,9 +266,49 @@ Status Drafter::Step(const kv::KvCache& cache, int64_t row, int32_t token, int32
   }
   ops::RmsNorm(h, H, weights_.final_norm, off, eps, 1, H, x, H);
   // No final_logit_softcapping: the assistant's head is the bare tied projection (docs/speculative.md).
-  ops::Linear(weights_.lm_head, x, 1, H, logits, arch_.vocab, pool);
+  if (config_.ordered_embeddings) {
+    OrderedHead(x, logits, s, pool);
+  } else {
+    ops::Linear(weights_.lm_head, x, 1, H, logits, arch_.vocab, pool);
+  }
   ops::Linear(post_proj_, x, 1, H, next_state, Hm, pool);
   return Status::Ok();
+}
+
+// use_ordered_embeddings, as transformers' Gemma4AssistantMaskedEmbedder: the centroid logits pick
+// the top-k clusters (ties to the lower index), only their tokens are scored against the LM head,
+// and every other token gets the smallest score computed minus one (below every scored token, so
+// the argmax is always a scored one).
+void Drafter::OrderedHead(const float* x, float* logits, DrafterScratch& s, ThreadPool* pool) const {
+  const int64_t C = config_.num_centroids, K = config_.centroid_top_k, per = arch_.vocab / C, H = arch_.hidden;
+  float* cl = F(s.centroid_logits);
+  ops::Linear(centroids_, x, 1, H, cl, C, pool);
+  int32_t* top = s.top.as<int32_t>();  // descending by centroid logit
+  int64_t n = 0;
+  for (int64_t c = 0; c < C; ++c) {
+    if (n == K && !(cl[c] > cl[top[K - 1]])) continue;
+    int64_t at = n < K ? n++ : K - 1;
+    for (; at > 0 && cl[c] > cl[top[at - 1]]; --at) top[at] = top[at - 1];
+    top[at] = static_cast<int32_t>(c);
+  }
+  float* sel = F(s.selected);  // [K, per]
+  auto score = [&](int64_t i, int) {
+    const int32_t* ids = clusters_.data() + int64_t{top[i]} * per;
+    for (int64_t j = 0; j < per; ++j)
+      ops::LinearRowDot(RowOf(weights_.lm_head, ids[j]), x, 1, H, sel + i * per + j, 1, nullptr);
+  };
+  if (pool) {
+    pool->ParallelFor(K, score);
+  } else {
+    for (int64_t i = 0; i < K; ++i) score(i, 0);
+  }
+  float lo = sel[0];
+  for (int64_t i = 1; i < K * per; ++i) lo = std::min(lo, sel[i]);
+  std::fill(logits, logits + arch_.vocab, lo - 1.0f);
+  for (int64_t i = 0; i < K; ++i) {
+    const int32_t* ids = clusters_.data() + int64_t{top[i]} * per;
+    for (int64_t j = 0; j < per; ++j) logits[ids[j]] = sel[i * per + j];
+  }
 }
 
 }  // namespace tessera::model

@@ -25,6 +25,9 @@ struct DrafterScratch {
   AlignedBuffer h, x;       // [Ha]      residual stream, normed input / sublayer output
   AlignedBuffer q, attn;    // [q_heads * max_head_dim]
   AlignedBuffer gate, up;   // [max_intermediate]
+  // use_ordered_embeddings only: centroid logits [num_centroids], the chosen clusters [top_k]
+  // (int32), their tokens' scores [top_k, vocab / num_centroids].
+  AlignedBuffer centroid_logits, top, selected;
   Arena attn_scratch;       // sized for the main cache's views
 };
 
@@ -54,6 +57,8 @@ class Drafter {
  private:
   Drafter(const GemmaModel& main, DrafterConfig config) : main_(main), config_(std::move(config)) {}
   Status BindProjections();
+  Status BindOrderedHead();
+  void OrderedHead(const float* x, float* logits, DrafterScratch& s, ThreadPool* pool) const;
   Status Attention(int64_t l, const kv::KvCache& cache, int64_t row, int32_t pos, DrafterScratch& s,
                    ThreadPool* pool) const;
   void Mlp(int64_t l, DrafterScratch& s, ThreadPool* pool) const;
@@ -65,6 +70,8 @@ class Drafter {
   GemmaWeights weights_;
   ops::WeightView pre_proj_;   // [Ha, 2 * Hm] f32
   ops::WeightView post_proj_;  // [Hm, Ha] f32
+  ops::WeightView centroids_;  // [num_centroids, Ha] f32 (use_ordered_embeddings)
+  std::vector<int32_t> clusters_;  // [num_centroids, vocab / num_centroids] token ids: token_ordering
   std::vector<AlignedBuffer> owned_;  // the projections' f32 copies
   std::vector<int64_t> source_;       // [drafter layers] main-model layer read
 };

@@ -67,9 +67,13 @@ StatusOr<DrafterConfig> Parse(const Json& root) {
   DrafterConfig c;
   StatusOr<bool> ordered = BoolField(root, "use_ordered_embeddings", false, "");
   if (!ordered.ok()) return ordered.status();
-  if (ordered.value())
-    return Unimplemented("ParseDrafterConfig: use_ordered_embeddings = true (the centroid-masked LM head) is not "
-                         "supported yet");
+  c.ordered_embeddings = ordered.value();
+  StatusOr<int64_t> centroids = IntField(root, "num_centroids", 2048, "");
+  if (!centroids.ok()) return centroids.status();
+  StatusOr<int64_t> top_k = IntField(root, "centroid_intermediate_top_k", 32, "");
+  if (!top_k.ok()) return top_k.status();
+  c.num_centroids = centroids.value();
+  c.centroid_top_k = top_k.value();
   StatusOr<int64_t> backbone = IntField(root, "backbone_hidden_size", 1536, "");
   if (!backbone.ok()) return backbone.status();
   if (backbone.value() < 1 || backbone.value() > (int64_t{1} << 16))
@@ -87,6 +91,15 @@ StatusOr<DrafterConfig> Parse(const Json& root) {
   if (!parsed.ok())
     return Status(parsed.status().code(), "ParseDrafterConfig: text_config: " + parsed.status().message());
   c.text = std::move(parsed.value());
+  if (c.ordered_embeddings) {
+    const int64_t V = c.text.vocab_size;
+    if (c.num_centroids < 1 || c.num_centroids > V || V % c.num_centroids != 0)
+      return Bad("num_centroids", "= " + std::to_string(c.num_centroids) + " must divide text_config.vocab_size " +
+                                      std::to_string(V) + " (equal clusters of the vocabulary)");
+    if (c.centroid_top_k < 1 || c.centroid_top_k > c.num_centroids)
+      return Bad("centroid_intermediate_top_k", "= " + std::to_string(c.centroid_top_k) + " is outside [1, num_centroids " +
+                                                    std::to_string(c.num_centroids) + "]");
+  }
   return c;
 }
 

@@ -18,8 +18,13 @@ struct DrafterConfig {
   // its own geometry); the drafter marks all of its layers KV-shared itself.
   ModelConfig text;
   int64_t backbone_hidden_size = 0;  // backbone_hidden_size (default 1536): the main model's hidden size
-  // use_ordered_embeddings (default false): the centroid-masked LM head. Not implemented: a config
-  // with it true is refused (kUnimplemented) naming the field.
+  // use_ordered_embeddings (default false): the centroid-masked LM head (docs/speculative.md): the
+  // vocabulary is cut into num_centroids clusters of vocab / num_centroids tokens (the checkpoint's
+  // token_ordering lists them), and a step scores only the tokens of its centroid_intermediate_top_k
+  // best clusters.
+  bool ordered_embeddings = false;
+  int64_t num_centroids = 2048;   // num_centroids; must divide the vocabulary
+  int64_t centroid_top_k = 32;    // centroid_intermediate_top_k, in [1, num_centroids]
 };
 
 // Parses config.json text of a gemma4_assistant checkpoint. Never throws.
