@@ -6,22 +6,16 @@
 
 #include <cstring>
 
+#include "ops/amx_tile_config.h"
+
 namespace tessera::ops {
 namespace {
-
-// The LDTILECFG operand (palette 1): per tile, its rows and bytes per row.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tiles: 0, 1: C of token rows 0-15 (panels 0, 1); 2, 3: C of rows 16-31; 4, 5: A (rows 0-15,
 // 16-31); 6, 7: B (panels 0, 1). A 32 x 32 block: 4 products per 2 A and 2 B tile loads.
 // r1 = 0 leaves tiles 2, 3 and 5 unconfigured (a block of up to 16 tokens).
 void Configure(int r0, int r1) {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   const int rows[8] = {r0, r0, r1, r1, r0, r1, 16, 16};
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = static_cast<uint8_t>(rows[t]);

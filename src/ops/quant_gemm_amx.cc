@@ -8,25 +8,18 @@
 
 #include <algorithm>
 
+#include "ops/amx_tile_config.h"
 #include "ops/quant_gemm.h"
 
 namespace tessera::ops {
 namespace {
-
-// The LDTILECFG operand (palette 1): per tile, its rows and bytes per row.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // Tiles: 0, 1 and 5, 6: C of q_hi, q_lo (16 tokens x 16 rows int32) for even and odd sub-blocks;
 // 2, 3: A of q_hi, q_lo (16 tokens x sub bytes); 4 and 7: B, the panel's sub / 4 code rows of 64
 // bytes (even, odd). Alternating C and B lets one sub-block's products start before the last
 // sub-block's are stored.
 void Configure(int64_t sub) {
-  TileConfig cfg;
+  AmxTileConfig cfg;
   for (int t : {0, 1, 5, 6}) cfg.rows[t] = 16, cfg.colsb[t] = 64;
   for (int t : {2, 3}) cfg.rows[t] = 16, cfg.colsb[t] = static_cast<uint16_t>(sub);
   for (int t : {4, 7}) cfg.rows[t] = static_cast<uint8_t>(sub / 4), cfg.colsb[t] = 64;
