@@ -335,8 +335,11 @@ def test_client_disconnect_cancels_the_request(model_dir, stream):
             while b"data: " not in got:
                 got += s.recv(4096)
         else:
-            time.sleep(0.2)  # the completion is running: 4000 tokens take seconds
-            assert metric(url, "tessera_slots_busy") == 1
+            # Wait until the completion runs (4000 tokens take seconds); admission may lag the send on a busy machine.
+            deadline = time.monotonic() + 10
+            while metric(url, "tessera_slots_busy") != 1:
+                assert time.monotonic() < deadline, "the request never took its slot"
+                time.sleep(0.02)
         s.close()
         deadline = time.monotonic() + 10
         while metric(url, "tessera_slots_busy") != 0:
