@@ -1,10 +1,9 @@
-// Session::Verify (a multi-row step that speculative decoding checks drafts
-// with) gives each of its rows the very bits a one-row Decode step at that
-// position gives, so that speculative greedy output equals plain greedy output
-// even where the top two logits nearly tie (docs/speculative.md). Covers the
-// sliding layers' rings after they wrap, global layers over several key tiles
-// and decode splits, KV-shared layers, rewinds, thread counts, bf16 attention
-// and matmuls, MoE, and quantized weights.
+// Session::Verify (a multi-row step that speculative decoding checks drafts with) gives each of its
+// rows the very bits a one-row Decode step at that position gives, so that speculative greedy
+// output equals plain greedy output even where the top two logits nearly tie (docs/speculative.md).
+// Covers the sliding layers' rings after they wrap, global layers over several key tiles and decode
+// splits, KV-shared layers, rewinds, thread counts, bf16 attention and matmuls, MoE, and quantized
+// weights.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -28,7 +27,7 @@ struct Precision {
   ops::MatmulPrecision matmul = ops::MatmulPrecision::kF32;
 };
 
-std::unique_ptr<Session> NewSession(const model::GemmaModel &m, const Precision &pr, ThreadPool *pool) {
+std::unique_ptr<Session> NewSession(const model::GemmaModel& m, const Precision& pr, ThreadPool* pool) {
   SessionOptions o;
   o.max_context = 320;
   o.max_chunk = 16;
@@ -41,12 +40,11 @@ std::unique_ptr<Session> NewSession(const model::GemmaModel &m, const Precision 
   return s.ok() ? std::move(s.value()) : nullptr;
 }
 
-// Feeds the same rounds to two sessions holding the same prompt: `plain` one
-// token per Decode step, `spec` each round in one Verify step, then drops what
-// a round rejected from both (plain by RewindRow too, so the two caches stay
-// alike). Every Verify row must equal its Decode step's logits bit for bit.
-// Returns the number of rows compared.
-int64_t CompareRounds(Session &plain, Session &spec, int64_t vocab, std::mt19937 &rng, const std::string &what) {
+// Feeds the same rounds to two sessions holding the same prompt: `plain` one token per Decode step,
+// `spec` each round in one Verify step, then drops what a round rejected from both (plain by
+// RewindRow too, so the two caches stay alike). Every Verify row must equal its Decode step's
+// logits bit for bit. Returns the number of rows compared.
+int64_t CompareRounds(Session& plain, Session& spec, int64_t vocab, std::mt19937& rng, const std::string& what) {
   // Up to 14 rows: past the token counts where Linear would switch to a GEMM (10 for weights
   // without panels, 12 for quantized ones) if the step did not ask for rows as steps.
   std::uniform_int_distribution<int32_t> tok(0, 80), len(1, 14);
@@ -55,7 +53,7 @@ int64_t CompareRounds(Session &plain, Session &spec, int64_t vocab, std::mt19937
   for (int round = 0; round < 6; ++round) {
     const int64_t n = len(rng);
     std::vector<int32_t> t(n);
-    for (int32_t &x : t) x = tok(rng);
+    for (int32_t& x : t) x = tok(rng);
     EXPECT_TRUE(spec.Verify(t.data(), n, rows.data(), nullptr).ok()) << what;
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t active = 1;
@@ -72,11 +70,10 @@ int64_t CompareRounds(Session &plain, Session &spec, int64_t vocab, std::mt19937
   return compared;
 }
 
-void CheckModel(const model::GemmaModel &m, const Precision &pr, const std::string &what) {
+void CheckModel(const model::GemmaModel& m, const Precision& pr, const std::string& what) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
-    // Prompts past one key tile and well past the sliding window, and a short
-    // one.
+    // Prompts past one key tile and well past the sliding window, and a short one.
     for (int64_t prompt_len : {9, 150}) {
       std::mt19937 rng(static_cast<uint32_t>(prompt_len * 10 + threads));
       Prompt p;
@@ -110,7 +107,7 @@ TEST(SessionVerify, RowsEqualDecodeStepsOnTinyModels) {
 }
 
 TEST(SessionVerify, RowsEqualDecodeStepsOnCheckpoints) {
-  for (const char *name : {"gemma3_text", "gemma4_text", "gemma4_moe"}) {
+  for (const char* name : {"gemma3_text", "gemma4_text", "gemma4_moe"}) {
     auto m = model::LoadedModel::Load(kModels + name);
     ASSERT_TRUE(m.ok()) << m.status().message();
     CheckModel(m.value()->model(), {}, std::string(name) + " f32");
@@ -132,7 +129,7 @@ TEST(SessionVerify, RowsEqualDecodeStepsOnCheckpoints) {
 
 TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
   for (QuantizeFileType type : {QuantizeFileType::kQ8_0, QuantizeFileType::kQ4_0, QuantizeFileType::kQ4_K_M})
-    for (const char *name : {"gemma4_text", "gemma4_moe"}) {
+    for (const char* name : {"gemma4_text", "gemma4_moe"}) {
       model::WeightLoadOptions o;
       auto rewrite = QuantizeOnLoad(kModels + name, type);
       ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
@@ -144,8 +141,8 @@ TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
 }
 
 // A decode step over many rows gives each row the bits it gets decoded alone (tessera serve's
-// exactness with many streams), here with 13 rows of quantized weights: past the 12 tokens from which
-// Linear would take the int8 GEMM. One-token prompts, so the prefill is such a step too.
+// exactness with many streams), here with 13 rows of quantized weights: past the 12 tokens from
+// which Linear would take the int8 GEMM. One-token prompts, so the prefill is such a step too.
 TEST(SessionVerify, DecodeRowsEqualRowsAlone) {
   model::WeightLoadOptions o;
   auto rewrite = QuantizeOnLoad(kModels + "gemma4_text", QuantizeFileType::kQ4_0);

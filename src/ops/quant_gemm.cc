@@ -21,11 +21,6 @@ constexpr int64_t kMaxSub = kKcQ / 16;
 
 std::atomic<bool> amx_enabled{true};
 
-bool AmxWanted() {
-  const char* off = std::getenv("TESSERA_AMX");
-  return !(off && (std::strcmp(off, "0") == 0 || std::strcmp(off, "off") == 0));
-}
-
 bool CpuHasKernel() {
   const char* want = std::getenv("TESSERA_SIMD");
   if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return false;
@@ -221,7 +216,7 @@ bool QuantGemmAvailable(QuantType t) {
 }
 
 bool QuantGemmAmxActive() {
-  static const bool cpu = CpuHasKernel() && AmxWanted() && CpuHasAmxInt8();
+  static const bool cpu = CpuHasKernel() && AmxInt8Usable();
   return cpu && amx_enabled.load(std::memory_order_relaxed);
 }
 

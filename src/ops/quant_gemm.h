@@ -88,7 +88,8 @@ void QuantGemmTileAmx(const QuantAmxRows& x, const uint8_t* codes, const float* 
                       int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);
 void QuantAmxRelease();
 
-// CPUID AMX-TILE and AMX-INT8 and the tile data permission (simd_dispatch.cc; asked once).
-bool CpuHasAmxInt8();
+// CPUID AMX-TILE and AMX-INT8, the tile data permission, and TESSERA_AMX not 0 (simd_dispatch.cc,
+// which reads them once for both AMX kernels).
+bool AmxInt8Usable();
 
 }  // namespace tessera::ops

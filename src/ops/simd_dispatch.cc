@@ -38,11 +38,13 @@ bool AmxUsable(int bit) {
 #endif
 }
 
-Bf16AmxGemmFn ChooseBf16Amx() {
+// TESSERA_AMX=0 (or off) keeps every kernel off AMX tiles.
+bool AmxWanted() {
   const char* off = std::getenv("TESSERA_AMX");
-  if (off && (std::strcmp(off, "0") == 0 || std::strcmp(off, "off") == 0)) return nullptr;
-  return AmxUsable(22) ? &Bf16AmxGemm : nullptr;
+  return !(off && (std::strcmp(off, "0") == 0 || std::strcmp(off, "off") == 0));
 }
+
+Bf16AmxGemmFn ChooseBf16Amx() { return AmxWanted() && AmxUsable(22) ? &Bf16AmxGemm : nullptr; }
 
 const Bf16DotKernels* ChooseBf16Dot() {
   const char* want = std::getenv("TESSERA_SIMD");
@@ -94,8 +96,8 @@ Bf16AmxGemmFn Bf16Amx() {
   return chosen;
 }
 
-bool CpuHasAmxInt8() {
-  static const bool usable = AmxUsable(25);
+bool AmxInt8Usable() {
+  static const bool usable = AmxWanted() && AmxUsable(25);
   return usable;
 }
 
