@@ -52,7 +52,8 @@ struct ForwardBatch {
   bool logits_read = true;
   // Each token's logits carry the bits a one-token step at its position would give
   // (AttentionParams::rows_as_steps, ops::Linear's rows_as_steps): speculative verification and
-  // decode batches. Text tokens only.
+  // decode batches. A step of several tokens per row must hold text tokens only (a one-row step
+  // cannot see the later members of an image block).
   bool rows_as_steps = false;
   ForwardCounts* counts = nullptr;     // optional: this pass's work is added here
   AttentionHook* attention = nullptr;  // null: the structured kernels (the engine's way)
