@@ -180,45 +180,75 @@ void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float*
   }
 }
 
-// Q4_K / Q5_K a block per 512-bit pass: each 64 values (sub-blocks 2c and 2c + 1) are the low and
-// high nibbles of the same 32 bytes, so one broadcast load and a per-half shift give codes in the
-// activations' own order. vpmaddubsw + vpmaddwd fold each sub-block's 6-bit scale into the pair
-// sums (exact: at most 2 * 31 * 127 per pair before the scale).
+// Q4_K / Q5_K a block per four 512-bit passes of 64 values, for T tokens (xb[i] token i's
+// activation block): pass c is sub-blocks 2c and 2c + 1, the low and high nibbles of the 32 bytes
+// qs[32c, 32c + 32), so its codes in the activations' order are [low nibbles | high nibbles]. One
+// 64-byte load, masked and shifted once, gives two passes' codes by regrouping 256-bit halves.
+// vpmaddubsw makes pair sums (at most 2 * 31 * 127) and vpdpwssd adds them times each sub-block's
+// 6-bit scale into the lane sums, exactly. The codes and scales are unpacked once for all T tokens.
+// The block functions are forced inline: left to itself GCC kept them out of line (they are large),
+// so every block was a call that rebuilt its constants (bench/results/quant_kernels.md, "Inlined").
 template <bool kQh>
-inline __m512 BlockK45x512(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh,
-                           const ActBlock256& x, __m512 acc) {
+[[gnu::always_inline]] inline void K45Codes(const uint8_t* qs, const uint8_t* qh, __m512i* codes) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i v = _mm512_loadu_si512(qs + 64 * h);
+    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    codes[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+    codes[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  if (!kQh) return;
+  const __m512i hb = _mm512_broadcast_i64x4(Load32(qh));
+  for (int c = 0; c < 4; ++c) {  // bit 2c of qh[l] for the low half's values, 2c + 1 for the high half's
+    const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
+                                           _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
+    codes[c] = _mm512_mask_add_epi8(codes[c], _mm512_test_epi8_mask(hb, bit), codes[c], _mm512_set1_epi8(16));
+  }
+}
+
+template <int T, bool kQh>
+[[gnu::always_inline]] inline void BlockK45x512T(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs,
+                                                const uint8_t* qh, const ActBlock256* const* xb, __m512* acc) {
   uint32_t w[3], sc[2], mn[2];
   std::memcpy(w, scales, 12);
   sc[0] = w[0] & 0x3f3f3f3fu, sc[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 6) & 0x03030303u) << 4;
   mn[0] = w[1] & 0x3f3f3f3fu, mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 6) & 0x03030303u) << 4;
-  // The eight scales as int16 in a vector; permutes hand each 64-value pass its two.
+  // The eight scales as int16 in a vector; permutes hand each pass its two.
   const __m512i sc16 = _mm512_castsi128_si512(
       _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc[0] | uint64_t(sc[1]) << 32))));
-  const __m512i halves = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);  // shift of each half, in 16-bit lanes
-  const __m512i shift = _mm512_or_si512(halves, _mm512_slli_epi64(halves, 16));
-  const __m512i nib_shift = _mm512_or_si512(shift, _mm512_slli_epi64(shift, 32));
-  const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i hb = kQh ? _mm512_broadcast_i64x4(Load32(qh)) : _mm512_setzero_si512();
-  __m512i i1 = _mm512_setzero_si512();
+  __m512i codes[4];
+  K45Codes<kQh>(qs, qh, codes);
+  __m512i i1[T];
+#pragma GCC unroll 8
+  for (int i = 0; i < T; ++i) i1[i] = _mm512_setzero_si512();
   for (int c = 0; c < 4; ++c) {
-    const __m512i q = _mm512_broadcast_i64x4(Load32(qs + 32 * c));
-    __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), m4);
-    if (kQh) {  // bit 2c of qh[l] for the low half's values, bit 2c + 1 for the high half's
-      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
-                                             _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
-      codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(hb, bit), codes, _mm512_set1_epi8(16));
-    }
     const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
                                             _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
     const __m512i scale = _mm512_permutexvar_epi16(pick, sc16);
-    const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(x.q + 64 * c));
-    i1 = _mm512_add_epi32(i1, _mm512_madd_epi16(pairs, scale));
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) {
+      const __m512i pairs = _mm512_maddubs_epi16(codes[c], _mm512_loadu_si512(xb[i]->q + 64 * c));
+      i1[i] = _mm512_dpwssd_epi32(i1[i], pairs, scale);
+    }
   }
   const __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn[0] | uint64_t(mn[1]) << 32)));
   const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
-  const __m256i i2 = _mm256_madd_epi16(Load32(x.bsums), mins);
-  acc = _mm512_fmadd_ps(_mm512_set1_ps(x.d * Half(d)), _mm512_cvtepi32_ps(i1), acc);
-  return _mm512_fnmadd_ps(_mm512_set1_ps(x.d * Half(dmin)), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(i2)), acc);
+  const float hd = Half(d), hmin = Half(dmin);
+#pragma GCC unroll 8
+  for (int i = 0; i < T; ++i) {
+    const __m256i i2 = _mm256_madd_epi16(Load32(xb[i]->bsums), mins);
+    const __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(i1[i]), acc[i]);
+    acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(xb[i]->d * hmin), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(i2)), a);
+  }
+}
+
+// One token's block: BlockK45x512T's operations for T = 1.
+template <bool kQh>
+[[gnu::always_inline]] inline __m512 BlockK45x512(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs,
+                                                 const uint8_t* qh, const ActBlock256& x, __m512 acc) {
+  const ActBlock256* xb = &x;
+  BlockK45x512T<1, kQh>(d, dmin, scales, qs, qh, &xb, &acc);
+  return acc;
 }
 
 template <typename W, bool kQh>
@@ -251,7 +281,7 @@ float RowK45(const void* wp, const void* xp, int64_t nb) {
 // 0-63 (low nibbles) and 64-127 (high nibbles) in the activations' order; the 32 high-bit bytes,
 // broadcast, give each quarter its two bits by a per-half shift. Each 128-bit lane is one 16-value
 // sub-block, its signed scale folded in by vpmaddwd; the offset 32 goes through the 16-value sums.
-inline __m512 BlockQ6Kx512(const BlockQ6_K& w, const ActBlock256& x, __m512 acc) {
+[[gnu::always_inline]] inline __m512 BlockQ6Kx512(const BlockQ6_K& w, const ActBlock256& x, __m512 acc) {
   const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales))));
   const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
   const __m512i lanes = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);  // per-half shift, as 16-bit counts
@@ -294,55 +324,9 @@ float RowQ6K(const void* wp, const void* xp, int64_t nb) {
 // apart). Per token every operation is the single-token kernel's, in its order, so each token's
 // result is that kernel's bit for bit; only the unpacking is shared.
 
-// BlockK45x512 for T tokens, xb[i] token i's activation block.
-template <int T, bool kQh>
-inline void BlockK45x512T(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs, const uint8_t* qh,
-                          const ActBlock256* const* xb, __m512* acc) {
-  uint32_t w[3], sc[2], mn[2];
-  std::memcpy(w, scales, 12);
-  sc[0] = w[0] & 0x3f3f3f3fu, sc[1] = (w[2] & 0x0f0f0f0fu) | ((w[0] >> 6) & 0x03030303u) << 4;
-  mn[0] = w[1] & 0x3f3f3f3fu, mn[1] = ((w[2] >> 4) & 0x0f0f0f0fu) | ((w[1] >> 6) & 0x03030303u) << 4;
-  const __m512i sc16 = _mm512_castsi128_si512(
-      _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc[0] | uint64_t(sc[1]) << 32))));
-  const __m512i halves = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
-  const __m512i shift = _mm512_or_si512(halves, _mm512_slli_epi64(halves, 16));
-  const __m512i nib_shift = _mm512_or_si512(shift, _mm512_slli_epi64(shift, 32));
-  const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i hb = kQh ? _mm512_broadcast_i64x4(Load32(qh)) : _mm512_setzero_si512();
-  __m512i i1[T];
-#pragma GCC unroll 8
-  for (int i = 0; i < T; ++i) i1[i] = _mm512_setzero_si512();
-  for (int c = 0; c < 4; ++c) {
-    const __m512i q = _mm512_broadcast_i64x4(Load32(qs + 32 * c));
-    __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), m4);
-    if (kQh) {
-      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
-                                             _mm256_set1_epi8(static_cast<char>(2 << (2 * c))), 1);
-      codes = _mm512_mask_add_epi8(codes, _mm512_test_epi8_mask(hb, bit), codes, _mm512_set1_epi8(16));
-    }
-    const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
-                                            _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
-    const __m512i scale = _mm512_permutexvar_epi16(pick, sc16);
-#pragma GCC unroll 8
-    for (int i = 0; i < T; ++i) {
-      const __m512i pairs = _mm512_maddubs_epi16(codes, _mm512_loadu_si512(xb[i]->q + 64 * c));
-      i1[i] = _mm512_add_epi32(i1[i], _mm512_madd_epi16(pairs, scale));
-    }
-  }
-  const __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn[0] | uint64_t(mn[1]) << 32)));
-  const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
-  const float hd = Half(d), hmin = Half(dmin);
-#pragma GCC unroll 8
-  for (int i = 0; i < T; ++i) {
-    const __m256i i2 = _mm256_madd_epi16(Load32(xb[i]->bsums), mins);
-    const __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(i1[i]), acc[i]);
-    acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(xb[i]->d * hmin), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(i2)), a);
-  }
-}
-
 // BlockQ6Kx512 for T tokens.
 template <int T>
-inline void BlockQ6Kx512T(const BlockQ6_K& w, const ActBlock256* const* xb, __m512* acc) {
+[[gnu::always_inline]] inline void BlockQ6Kx512T(const BlockQ6_K& w, const ActBlock256* const* xb, __m512* acc) {
   const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales))));
   const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
   const __m512i lanes = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
@@ -401,7 +385,7 @@ struct RowK45Tokens {
     TokenRows<ActBlock256, T>(xp, x_stride, x);
     __m512 a0[T], a1[T];
     for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
-    const auto block = [&](int64_t b, __m512* acc) {
+    const auto block = [&](int64_t b, __m512* acc) __attribute__((always_inline)) {
       for (int i = 0; i < T; ++i) xb[i] = x[i] + b;
       BlockK45x512T<T, kQh>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, QhOf(w[b]), xb, acc);
     };
@@ -424,7 +408,7 @@ struct RowQ6KTokens {
     TokenRows<ActBlock256, T>(xp, x_stride, x);
     __m512 a0[T], a1[T];
     for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
-    const auto block = [&](int64_t b, __m512* acc) {
+    const auto block = [&](int64_t b, __m512* acc) __attribute__((always_inline)) {
       for (int i = 0; i < T; ++i) xb[i] = x[i] + b;
       BlockQ6Kx512T<T>(w[b], xb, acc);
     };
