@@ -22,6 +22,18 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 #include "ops/quant_dot_x86.inc"
 #include "ops/quant_convert_x86.inc"
 
+// How far ahead of the block it computes a one-row kernel (Row16, the K-quants) asks for weight
+// bytes. An item's rows are one contiguous stream that the hardware prefetcher alone left well
+// short of the read bandwidth: these kernels barely outrun a core's memory stream, so compute and
+// loads must overlap (bench/results/quant_kernels.md, "Prefetch ahead"). Past the matrix's end a
+// prefetch only wastes a request: prefetches never fault.
+constexpr int64_t kAheadBytes = 8192;
+inline void PrefetchAhead(const void* block, int64_t bytes) {
+  const char* at = static_cast<const char*>(block) + kAheadBytes;
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(at + o, _MM_HINT_T0);
+  _mm_prefetch(at + bytes - 1, _MM_HINT_T0);  // the last line, where the bytes do not start on one
+}
+
 // The 32-value formats two blocks per 512-bit vector: block b's codes in the low half, b + 1's in
 // the high half, one vpdpbusd for both, each half's lanes exact partial sums. Pair* below handle
 // one pair with its own scales and offsets (a second vpdpbusd subtracts the offset's products);
@@ -115,6 +127,7 @@ float Row16(const void* wp, const void* xp, int64_t nb) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, off = a0;
   int64_t b = 0;
   for (; b + 16 <= nb; b += 16) {
+    PrefetchAhead(w + b, 16 * int64_t(sizeof(W)));
     // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
     const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
     const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
@@ -154,6 +167,7 @@ void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float*
   for (int i = 0; i < T; ++i) a0[i] = a1[i] = off[i] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 16 <= nb; b += 16) {
+    PrefetchAhead(w + b, 16 * int64_t(sizeof(W)));
     const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
     const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
 #pragma GCC unroll 8
@@ -242,89 +256,15 @@ template <int T, bool kQh>
   }
 }
 
-// One token's block: BlockK45x512T's operations for T = 1.
-template <bool kQh>
-[[gnu::always_inline]] inline __m512 BlockK45x512(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs,
-                                                 const uint8_t* qh, const ActBlock256& x, __m512 acc) {
-  const ActBlock256* xb = &x;
-  BlockK45x512T<1, kQh>(d, dmin, scales, qs, qh, &xb, &acc);
-  return acc;
-}
+// The K-quant rows for T tokens (T = 1 is the single-token row): each weight block's codes,
+// scales and minimums unpacked once and used by all T tokens (x_stride bytes apart, outputs
+// out_stride floats apart). Per token every operation and its order are the same for every T, so
+// a token's result does not depend on how many tokens share the pass; only the unpacking is shared.
 
-template <typename W, bool kQh>
-float RowK45(const void* wp, const void* xp, int64_t nb) {
-  const W* w = static_cast<const W*>(wp);
-  const auto* x = static_cast<const ActBlock256*>(xp);
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-  const uint8_t* no_qh = nullptr;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    if constexpr (kQh) {
-      a0 = BlockK45x512<true>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, w[b].qh, x[b], a0);
-      a1 = BlockK45x512<true>(w[b + 1].d, w[b + 1].dmin, w[b + 1].scales, w[b + 1].qs, w[b + 1].qh, x[b + 1], a1);
-    } else {
-      a0 = BlockK45x512<false>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, no_qh, x[b], a0);
-      a1 = BlockK45x512<false>(w[b + 1].d, w[b + 1].dmin, w[b + 1].scales, w[b + 1].qs, no_qh, x[b + 1], a1);
-    }
-  }
-  if (b < nb) {
-    if constexpr (kQh) {
-      a0 = BlockK45x512<true>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, w[b].qh, x[b], a0);
-    } else {
-      a0 = BlockK45x512<false>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, no_qh, x[b], a0);
-    }
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
-// Q6_K a block per two 512-bit passes of 128 values: the half's 64 low-nibble bytes are values
+// Q6_K a block per two 512-bit passes of 128 values, for T tokens: the half's 64 low-nibble bytes are values
 // 0-63 (low nibbles) and 64-127 (high nibbles) in the activations' order; the 32 high-bit bytes,
 // broadcast, give each quarter its two bits by a per-half shift. Each 128-bit lane is one 16-value
 // sub-block, its signed scale folded in by vpmaddwd; the offset 32 goes through the 16-value sums.
-[[gnu::always_inline]] inline __m512 BlockQ6Kx512(const BlockQ6_K& w, const ActBlock256& x, __m512 acc) {
-  const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales))));
-  const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(3);
-  const __m512i lanes = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);  // per-half shift, as 16-bit counts
-  const __m512i s02 = _mm512_or_si512(_mm512_or_si512(lanes, _mm512_slli_epi64(lanes, 16)),
-                                      _mm512_or_si512(_mm512_slli_epi64(lanes, 32), _mm512_slli_epi64(lanes, 48)));
-  const __m512i s46 = _mm512_add_epi16(s02, _mm512_set1_epi16(4));
-  const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x00020002, 0x00020002,
-                                            0x00020002, 0x00020002, 0x00030003, 0x00030003, 0x00030003, 0x00030003);
-  __m512i isum = _mm512_setzero_si512();
-  for (int h = 0; h < 2; ++h) {
-    const __m512i l = _mm512_loadu_si512(w.ql + 64 * h);
-    const __m512i q = _mm512_broadcast_i64x4(Load32(w.qh + 32 * h));
-    const __m512i codes[2] = {
-        _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s02), m3), 4)),
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s46), m3), 4))};
-    for (int k = 0; k < 2; ++k) {  // values 128 h + 64 k .. + 64: sub-blocks 8 h + 4 k .. + 4
-      const __m512i scale = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4 * k))), sc16);
-      const __m512i pairs = _mm512_maddubs_epi16(codes[k], _mm512_loadu_si512(x.q + 128 * h + 64 * k));
-      isum = _mm512_add_epi32(isum, _mm512_madd_epi16(pairs, scale));
-    }
-  }
-  const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(Load32(x.bsums), _mm512_castsi512_si256(sc16)), 5);
-  isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(off));
-  return _mm512_fmadd_ps(_mm512_set1_ps(x.d * Half(w.d)), _mm512_cvtepi32_ps(isum), acc);
-}
-
-float RowQ6K(const void* wp, const void* xp, int64_t nb) {
-  const auto* w = static_cast<const BlockQ6_K*>(wp);
-  const auto* x = static_cast<const ActBlock256*>(xp);
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) a0 = BlockQ6Kx512(w[b], x[b], a0), a1 = BlockQ6Kx512(w[b + 1], x[b + 1], a1);
-  if (b < nb) a0 = BlockQ6Kx512(w[b], x[b], a0);
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-}
-
-// The multi-token forms of RowK45 and RowQ6K: each weight block's codes, scales and
-// minimums unpacked once and used by all T tokens (x_stride bytes apart, outputs out_stride floats
-// apart). Per token every operation is the single-token kernel's, in its order, so each token's
-// result is that kernel's bit for bit; only the unpacking is shared.
-
-// BlockQ6Kx512 for T tokens.
 template <int T>
 [[gnu::always_inline]] inline void BlockQ6Kx512T(const BlockQ6_K& w, const ActBlock256* const* xb, __m512* acc) {
   const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales))));
@@ -386,6 +326,7 @@ struct RowK45Tokens {
     __m512 a0[T], a1[T];
     for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
     const auto block = [&](int64_t b, __m512* acc) __attribute__((always_inline)) {
+      PrefetchAhead(w + b, sizeof(W));
       for (int i = 0; i < T; ++i) xb[i] = x[i] + b;
       BlockK45x512T<T, kQh>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, QhOf(w[b]), xb, acc);
     };
@@ -409,6 +350,7 @@ struct RowQ6KTokens {
     __m512 a0[T], a1[T];
     for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
     const auto block = [&](int64_t b, __m512* acc) __attribute__((always_inline)) {
+      PrefetchAhead(w + b, sizeof(BlockQ6_K));
       for (int i = 0; i < T; ++i) xb[i] = x[i] + b;
       BlockQ6Kx512T<T>(w[b], xb, acc);
     };
@@ -560,26 +502,26 @@ struct Lanes16 {
   }
 };
 
-void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
-  float (*row)(const void*, const void*, int64_t) = nullptr;
-  switch (t) {
-    case QuantType::kQ4_0: return Lanes16<BlockQ4_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ5_0: row = Row16<BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>; break;
-    case QuantType::kQ8_0: return Lanes16<BlockQ8_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ4_K: row = RowK45<BlockQ4_K, false>; break;
-    case QuantType::kQ5_K: row = RowK45<BlockQ5_K, true>; break;
-    case QuantType::kQ6_K: row = RowQ6K; break;
-    default: return DotRows(t, w, w_stride, rows, xq, nb, out);
-  }
-  for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);
-}
-
 // K::Row<T> over the rows, T = tokens (1..kQuantDotTokens).
 template <typename K, int T>
 void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb, float* out,
            int64_t out_stride) {
   for (int64_t r = 0; r < rows; ++r)
     K::template Row<T>(static_cast<const char*>(w) + r * w_stride, xq, xq_stride, nb, out + r, out_stride);
+}
+
+void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
+  float (*row)(const void*, const void*, int64_t) = nullptr;
+  switch (t) {
+    case QuantType::kQ4_0: return Lanes16<BlockQ4_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
+    case QuantType::kQ5_0: row = Row16<BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>; break;
+    case QuantType::kQ8_0: return Lanes16<BlockQ8_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
+    case QuantType::kQ4_K: return RowsT<RowK45Tokens<BlockQ4_K, false>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+    case QuantType::kQ5_K: return RowsT<RowK45Tokens<BlockQ5_K, true>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+    case QuantType::kQ6_K: return RowsT<RowQ6KTokens, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+    default: return DotRows(t, w, w_stride, rows, xq, nb, out);
+  }
+  for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);
 }
 
 // K::kMaxTokens at a time: the Q4_K/Q5_K kernel takes 4 (at 8, its 24 vectors of per-token state
