@@ -136,6 +136,46 @@ TEST(QuantizeTypes, Gemma3_4BShapesAndUntiedOutput) {
   EXPECT_EQ(TypeOf(p, km, "output.weight"), "q6_k");
 }
 
+// llama.cpp's quantizer on a 2-layer Gemma-4-26B-A4B-shaped GGUF (128 experts of width 704, dense
+// MLP 2112; layer 1 full attention with K = V, no attn_v) wrote these types at Q4_K_M: the "more
+// bits" ffn_down is chosen by the layer in the name, the same for the dense and the expert matrix.
+TEST(QuantizeTypes, Gemma4MoeShapes) {
+  std::vector<TensorPlan> p = {{"token_embd.weight", {16384, 2816}}, {"output_norm.weight", {2816}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    const int64_t q = l == 0 ? 4096 : 8192;
+    p.push_back({b + "attn_q.weight", {q, 2816}});
+    p.push_back({b + "attn_k.weight", {l == 0 ? 2048 : 1024, 2816}});
+    if (l == 0) p.push_back({b + "attn_v.weight", {2048, 2816}});
+    p.push_back({b + "attn_output.weight", {2816, q}});
+    p.push_back({b + "ffn_gate.weight", {2112, 2816}});
+    p.push_back({b + "ffn_up.weight", {2112, 2816}});
+    p.push_back({b + "ffn_down.weight", {2816, 2112}});
+    p.push_back({b + "ffn_gate_inp.weight", {128, 2816}});
+    p.push_back({b + "ffn_gate_up_exps.weight", {128, 1408, 2816}});
+    p.push_back({b + "ffn_down_exps.weight", {128, 2816, 704}});
+    p.push_back({b + "ffn_down_exps.scale", {128}});
+  }
+  const auto km = ChooseTensorTypes(QuantizeFileType::kQ4_K_M, p, 2, 128);
+  EXPECT_EQ(TypeOf(p, km, "token_embd.weight"), "q6_k");
+  EXPECT_EQ(TypeOf(p, km, "blk.0.attn_v.weight"), "q6_k");
+  EXPECT_EQ(TypeOf(p, km, "blk.0.attn_k.weight"), "q4_k");
+  EXPECT_EQ(TypeOf(p, km, "blk.1.attn_output.weight"), "q4_k");
+  EXPECT_EQ(TypeOf(p, km, "blk.0.ffn_down.weight"), "q5_0");       // Q4_K on rows of 2112
+  EXPECT_EQ(TypeOf(p, km, "blk.0.ffn_down_exps.weight"), "q5_0");  // Q4_K on rows of 704
+  EXPECT_EQ(TypeOf(p, km, "blk.1.ffn_down.weight"), "q8_0");       // Q6_K ("more bits") on 2112
+  EXPECT_EQ(TypeOf(p, km, "blk.1.ffn_down_exps.weight"), "q8_0");
+  EXPECT_EQ(TypeOf(p, km, "blk.1.ffn_gate_up_exps.weight"), "q4_k");
+  EXPECT_EQ(TypeOf(p, km, "blk.1.ffn_gate_inp.weight"), "f32");
+  EXPECT_EQ(TypeOf(p, km, "blk.1.ffn_down_exps.scale"), "f32");
+  const auto q4 = ChooseTensorTypes(QuantizeFileType::kQ4_0, p, 2, 128);
+  EXPECT_EQ(TypeOf(p, q4, "blk.0.attn_k.weight"), "q4_0");  // Q8_0 only with exactly 8 experts
+  EXPECT_EQ(TypeOf(p, q4, "blk.1.ffn_down_exps.weight"), "q4_0");
+  const auto q4_8 = ChooseTensorTypes(QuantizeFileType::kQ4_0, p, 2, 8);
+  EXPECT_EQ(TypeOf(p, q4_8, "blk.0.attn_k.weight"), "q8_0");
+  EXPECT_EQ(TypeOf(p, q4_8, "blk.0.attn_v.weight"), "q8_0");
+}
+
 TEST(QuantizeTypes, RowsThatFitNoBlockAreF16) {
   const std::vector<TensorPlan> p = {{"blk.0.proj.weight", {64, 8}},
                                      {"per_layer_model_proj.weight", {48, 64}},

@@ -1,6 +1,6 @@
 """tessera quantize / tessera.quantize and quantize-on-load (docs/quantizing.md), against llama.cpp:
 
-- interop: for the tiny checkpoints of tests/testdata/models and a wider Gemma 3 one (rows of 256
+- interop: for the tiny checkpoints of tests/testdata/models (the MoE one included) and a wider Gemma 3 one (rows of 256
   and of 288 values, ten layers, so that Q4_K, Q6_K, the "more bits" layers and the fallbacks all
   occur), every tensor of our q8_0 / q4_0 / q4_k_m GGUF has the type and the bytes that llama.cpp's
   own quantizer (llama_model_quantize, the peers venv) writes from the converter's f32 GGUF of the
@@ -40,7 +40,7 @@ p.ftype = int(sys.argv[3])
 p.nthread = 1
 sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(p)))
 """
-FIXTURES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified"]
+FIXTURES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified", "gemma4_moe", "gemma4_moe16"]
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,36 @@ def make_half(root, dtype):
     return d
 
 
+def make_moe16(root):
+    """gemma4_moe with 16 experts instead of 8 (the second eight are the first at half scale): llama.cpp
+    has rules for exactly 8 experts, so this is the checkpoint where Q4_K_M takes its general MoE
+    rules (the "more bits" ffn_down by the layer in the name, expert stacks included)."""
+    src = make_hf(root, "gemma4_moe")
+    d = os.path.join(root, "gemma4_moe16")
+    if os.path.exists(os.path.join(d, "READY")):
+        return d
+    shutil.copytree(src, d, dirs_exist_ok=True)
+    os.remove(os.path.join(d, "READY"))
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    assert cfg.get("text_config", cfg)["num_experts"] == 8
+    cfg.get("text_config", cfg)["num_experts"] = 16
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    t = read_safetensors(os.path.join(src, "model.safetensors"))
+    stacked = (".router.proj.weight", ".router.per_expert_scale", ".experts.gate_up_proj", ".experts.down_proj")
+    for k, a in t.items():
+        if k.endswith(stacked):
+            assert a.shape[0] == 8, k
+            t[k] = np.concatenate([a, 0.5 * a])
+    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    open(os.path.join(d, "READY"), "w").close()
+    return d
+
+
 def checkpoint(work, name):
+    if name == "gemma4_moe16":
+        return make_moe16(work)
     if name in ("gemma3_text_f16", "gemma3_text_bf16"):
         return make_half(work, name.rsplit("_", 1)[1])
     return make_wide(work) if name == "gemma3_wide" else make_hf(work, name)
@@ -184,6 +213,13 @@ def fields(reader):
 @pytest.mark.parametrize("name", FIXTURES + ["gemma3_wide", "gemma3_text_f16", "gemma3_text_bf16"])
 def test_tensors_and_metadata_match_llama_cpp(work, name, qtype):
     gguf = gguf_py()
+    if (name, qtype) == ("gemma4_moe", "q4_k_m"):
+        # 8 experts: llama.cpp gives attn_output Q5_K, on rows of 128 values Q5_1, a type we refuse.
+        types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(theirs(work, name, qtype)).tensors}
+        assert types["blk.0.attn_output.weight"] == "Q5_1"
+        with pytest.raises(ValueError, match=r"o_proj.weight Q5_K, and its rows of 128 values would fall back to Q5_1"):
+            ours(work, name, qtype)
+        return
     a, b = gguf.GGUFReader(theirs(work, name, qtype)), gguf.GGUFReader(ours(work, name, qtype))
     fa, fb = fields(a), fields(b)
     for key in ("general.name", "general.size_label"):  # the converter's guesses from the folder name and size
@@ -248,6 +284,10 @@ def test_llama_cpp_same_greedy_tokens(work, name, qtype):
 def test_quantize_on_load_equals_our_gguf(work, name, qtype, tmp_path):
     hf = checkpoint(work, name)
     path = str(tmp_path / f"{name}.{qtype}.gguf")
+    if (name, qtype) == ("gemma4_moe", "q4_k_m"):  # refused on load as in the file (above)
+        with pytest.raises(ValueError, match="Q5_1"):
+            tessera.Model.load(hf, dtype="auto", max_context=64, quantize=qtype)
+        return
     tessera.quantize(hf, qtype, path)
     x = np.asarray([PROMPT])
     on_load = tessera.Model.load(hf, dtype="auto", max_context=64, quantize=qtype).forward(x)

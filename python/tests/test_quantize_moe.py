@@ -1,13 +1,12 @@
-"""Quantize-on-load of a Gemma 4 MoE checkpoint (docs/moe.md, docs/quantization.md).
+"""Quantize-on-load and tessera.quantize of a Gemma 4 MoE checkpoint (docs/moe.md, docs/quantizing.md).
 
 The reference is the model the quantized weights encode, dequantized by the gguf package (an
-independent (de)quantizer): the dense matrices as tessera.quantize types them (taken from the same
-checkpoint without its MoE block, written to a GGUF and dequantized), each expert's gate / up / down
-rows quantized and dequantized by gguf.quants at the file type's base block type.
+independent (de)quantizer) from the GGUF tessera.quantize writes of the same checkpoint (its types and
+bytes equal llama.cpp's quantizer's: test_quantize.py), expert stacks included.
 
 - Exact: loading that reference with quantize-on-load gives the logits of quantizing the original bit
-  for bit. Values already on the block grid quantize back to the same blocks (checked here), so
-  Tessera's blocks for every expert are gguf-py's.
+  for bit. Values already on the block grid quantize back to the same blocks (checked here for every
+  expert stack), so quantizing on load and the GGUF agree expert by expert.
 - Accuracy: the quantized model is nearer (KL) the model its blocks encode than the f32 model is.
   The dense prefill bound of test_gguf_model.py (one 8-bit step of the largest logit) does not
   apply: an expert's group holds a few tokens, so its Linears take the int8 row-dot, which rounds
@@ -16,81 +15,51 @@ rows quantized and dequantized by gguf.quants at the file type's base block type
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 
 import numpy as np
 import pytest
 
 from test_gguf_model import PROMPT, dequantized_checkpoint, make_hf
+from test_quantize import make_moe16
 
 import tessera
-
-MOE_KEYS = (".router.", ".experts.", "_layernorm_1.", "_layernorm_2.")
-
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     return str(tmp_path_factory.mktemp("quantize_moe"))
 
 
-def without_moe(hf, dst):
-    """hf with enable_moe_block off and the MoE tensors dropped: the same dense tensors, the same layers."""
-    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
-    os.makedirs(dst, exist_ok=True)
-    with open(os.path.join(hf, "config.json")) as f:
-        cfg = json.load(f)
-    cfg.get("text_config", cfg)["enable_moe_block"] = False
-    with open(os.path.join(dst, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    for name in os.listdir(hf):  # the tokenizer files
-        if name not in ("config.json", "model.safetensors"):
-            shutil.copyfile(os.path.join(hf, name), os.path.join(dst, name))
-    w = load_file(os.path.join(hf, "model.safetensors"))
-    dense = {k: v for k, v in w.items() if not any(s in k for s in MOE_KEYS)}
-    assert len(dense) < len(w)
-    save_file(dense, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
-    return dst
-
-
 def reference(work, hf, qtype):
-    """hf with every matrix Tessera quantizes on load replaced by its gguf-py dequantization."""
+    """hf with every matrix replaced by its gguf-py dequantization from tessera.quantize's GGUF of hf
+    (whose types and bytes test_quantize.py holds to llama.cpp's quantizer)."""
     import gguf  # noqa: PLC0415
-    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
-    dense_gguf = os.path.join(work, f"dense.{qtype}.gguf")
-    types = tessera.quantize(without_moe(hf, os.path.join(work, "dense")), qtype, dense_gguf)
-    # The experts' rows (64 and 32 values) take the base type, or Q4_K's fallback Q5_0 as the dense
-    # matrices of these widths do.
-    expert_type = {"q8_0": "q8_0", "q4_0": "q4_0", "q4_k_m": "q5_0"}[qtype]
-    assert types["blk.0.ffn_gate.weight"] == expert_type
-    dst = dequantized_checkpoint(hf, dense_gguf, os.path.join(work, f"deq_{qtype}"))
-    w = load_file(os.path.join(dst, "model.safetensors"))
-    q = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
-         "q5_0": gguf.GGMLQuantizationType.Q5_0}[expert_type]
-    experts = 0
-    for k in list(w):
-        if k.endswith(("experts.gate_up_proj", "experts.down_proj")):
-            rows = w[k].reshape(-1, w[k].shape[-1]).astype(np.float32)
-            blocks = gguf.quants.quantize(rows, q)
-            deq = gguf.quants.dequantize(blocks, q)
-            # on the grid: the same blocks again (what makes the exact comparison above hold)
-            np.testing.assert_array_equal(gguf.quants.quantize(deq.astype(np.float32), q), blocks)
-            w[k] = deq.reshape(w[k].shape).astype(np.float32)
-            experts += 1
-    assert experts == 8  # gate_up and down of each of the 4 layers
-    save_file(w, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
-    return dst
+    name = os.path.basename(hf)
+    path = os.path.join(work, f"{name}.{qtype}.gguf")
+    tessera.quantize(hf, qtype, path)
+    stacks = 0
+    for t in gguf.GGUFReader(path).tensors:
+        if t.name.endswith("_exps.weight"):
+            cols = int(t.shape[0])
+            deq = gguf.quants.dequantize(t.data, t.tensor_type).reshape(-1, cols).astype(np.float32)
+            # on the grid: the same blocks again (what makes the exact comparison below hold)
+            again = gguf.quants.quantize(deq, t.tensor_type)
+            assert again.tobytes() == np.ascontiguousarray(t.data).tobytes(), t.name
+            stacks += 1
+    assert stacks == 8  # gate_up and down of each of the 4 layers
+    return dequantized_checkpoint(hf, path, os.path.join(work, f"deq_{name}_{qtype}"), experts=True)
 
 
 def load(path, **kw):
     return tessera.Model.load(path, dtype="auto", max_context=64, **kw)
 
 
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_k_m"])
-def test_moe_quantize_on_load_logits(work, qtype):
+# q4_k_m on the 16-expert copy: with exactly 8 experts llama.cpp's Q4_K_M needs Q5_1 here
+# (test_quantize.py checks that refusal).
+@pytest.mark.parametrize(("name", "qtype"), [("gemma4_moe", "q8_0"), ("gemma4_moe", "q4_0"), ("gemma4_moe16", "q4_k_m")])
+def test_moe_quantize_on_load_logits(work, name, qtype):
     from test_gguf_model import kl  # noqa: PLC0415
-    hf = make_hf(work, "gemma4_moe")
+    hf = make_moe16(work) if name == "gemma4_moe16" else make_hf(work, name)
     x = np.asarray([PROMPT])
     got = load(hf, quantize=qtype).forward(x)[0]
     ref_dir = reference(work, hf, qtype)
@@ -100,10 +69,3 @@ def test_moe_quantize_on_load_logits(work, qtype):
     print(f"{qtype}: max |got - deq| = {np.abs(got - deq).max():.3g} (max |deq| / 127 = {np.abs(deq).max() / 127:.3g}), "
           f"KL(deq || got) = {kl(deq, got):.3g}, KL(deq || f32) = {kl(deq, f32):.3g}")
     assert kl(deq, got) < kl(deq, f32)
-
-
-def test_moe_quantize_to_gguf_refused(work, tmp_path):
-    hf = make_hf(work, "gemma4_moe")
-    with pytest.raises(ValueError, match=r"tensor \S*layers\.\d+\.\S+ of .* belongs to a mixture-of-experts block; writing MoE checkpoints to GGUF is not supported yet"):
-        tessera.quantize(hf, "q8_0", str(tmp_path / "moe.gguf"))
-    assert not os.path.exists(tmp_path / "moe.gguf")

@@ -117,13 +117,14 @@ bool LlamaTensorOrderLess(const std::string& a, const std::string& b) {
 }
 
 std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std::vector<TensorPlan>& tensors,
-                                               int64_t n_layers) {
+                                               int64_t n_layers, int64_t n_experts) {
   bool tied = true;
   int n_attn_v = 0;
   for (const TensorPlan& t : tensors) {
     if (t.name == "output.weight") tied = false;
     if (Contains(t.name, "attn_v.weight")) ++n_attn_v;
   }
+  const bool eight_experts = n_experts == 8;  // llama.cpp's rules for Mixtral-like models
   // The counters advance in llama.cpp's tensor order, whatever order `tensors` is in.
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -148,10 +149,17 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
       // the base type
     } else if (Contains(t.name, "attn_v.weight")) {
       if (type == QuantizeFileType::kQ4_K_M && UseMoreBits(i_attn_v, n_attn_v)) q = QuantType::kQ6_K;
+      if (eight_experts) q = QuantType::kQ8_0;
       ++i_attn_v;
+    } else if (Contains(t.name, "attn_k.weight")) {
+      if (eight_experts) q = QuantType::kQ8_0;
+    } else if (Contains(t.name, "attn_output.weight")) {
+      if (eight_experts && type == QuantizeFileType::kQ4_K_M) q = QuantType::kQ5_K;
     } else if (Contains(t.name, "ffn_down")) {
-      if (type == QuantizeFileType::kQ4_K_M && UseMoreBits(i_ffn_down, static_cast<int>(n_layers)))
-        q = QuantType::kQ6_K;
+      // With experts a layer holds two ffn_down matrices (dense and the expert stack): the layer
+      // is then the one in the name, not the count of ffn_down tensors so far.
+      const int layer = n_experts > 1 ? LayerOf(t.name) : i_ffn_down;
+      if (type == QuantizeFileType::kQ4_K_M && UseMoreBits(layer, static_cast<int>(n_layers))) q = QuantType::kQ6_K;
       ++i_ffn_down;
     }
     out[k] = Fallback(q, ncols);
@@ -161,11 +169,6 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
 
 namespace {
 
-// The decoder-layer tensors of Gemma 4's MoE block (docs/moe.md), which have no GGUF names here yet.
-constexpr const char* kMoeSuffixes[] = {
-    "router.proj.weight", "router.scale", "router.per_expert_scale", "experts.gate_up_proj", "experts.down_proj",
-    "pre_feedforward_layernorm_2.weight", "post_feedforward_layernorm_1.weight", "post_feedforward_layernorm_2.weight"};
-
 // The part of "layers.N.rest" after the layer number, or "" for any other name.
 std::string LayerSuffix(const std::string& canonical) {
   if (canonical.compare(0, 7, "layers.") != 0) return "";
@@ -173,14 +176,7 @@ std::string LayerSuffix(const std::string& canonical) {
   return dot == std::string::npos ? "" : canonical.substr(dot + 1);
 }
 
-bool IsMoeTensor(const std::string& canonical) {
-  const std::string rest = LayerSuffix(canonical);
-  for (const char* t : kMoeSuffixes)
-    if (rest == t) return true;
-  return false;
-}
-
-// The stacked expert matrices, quantized per expert on load.
+// The stacked expert matrices, which the loader quantizes one expert's slice at a time.
 bool IsExpertMatrix(const std::string& canonical) {
   const std::string rest = LayerSuffix(canonical);
   return rest == "experts.gate_up_proj" || rest == "experts.down_proj";
@@ -221,8 +217,7 @@ void AddRopeFreqs(const model::ModelConfig& c, std::vector<SourceTensor>* out) {
 }
 
 StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io::SafetensorsCheckpoint& ck,
-                                                const model::ModelConfig& cfg, int64_t n_tokens,
-                                                bool skip_moe) {
+                                                const model::ModelConfig& cfg, int64_t n_tokens) {
   StatusOr<std::string> prefix = ck.LanguageModelPrefix();
   if (!prefix.ok()) return Status(prefix.status().code(), "quantize: " + prefix.status().message());
   const std::optional<std::string> head = ck.LmHeadName();
@@ -237,13 +232,7 @@ StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io
       continue;  // a vision / audio tower: not part of a text GGUF
     SourceTensor t;
     t.hf_name = name;
-    t.plan.name = model::GgufTensorName(canonical);
-    if (t.plan.name.empty() && IsMoeTensor(canonical)) {
-      if (skip_moe) continue;  // quantize on load handles the experts itself
-      return Unimplemented("quantize: tensor " + name + " of '" + dir +
-                           "' belongs to a mixture-of-experts block; writing MoE checkpoints to GGUF is not "
-                           "supported yet (quantize on load, --quantize, is)");
-    }
+    t.plan.name = model::GgufTensorName(canonical, /*experts=*/cfg.has_moe());
     if (t.plan.name.empty())
       return Unimplemented("quantize: tensor " + name + " of '" + dir + "' has no GGUF counterpart this engine knows");
     StatusOr<io::SafetensorsTensor> st = ck.Get(name);
@@ -260,6 +249,19 @@ StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io
     return LlamaTensorOrderLess(a.plan.name, b.plan.name);
   });
   return out;
+}
+
+// llama.cpp gives an 8-expert model's attn_output Q5_K at Q4_K_M, and where its rows are not whole
+// 256-blocks Q5_1, a type this engine neither writes nor runs: refused, naming the tensor.
+Status CheckTypesWritable(QuantizeFileType type, const std::vector<SourceTensor>& plan, int64_t n_experts,
+                          const std::string& dir) {
+  if (type != QuantizeFileType::kQ4_K_M || n_experts != 8) return Status::Ok();
+  for (const SourceTensor& t : plan)
+    if (Contains(t.plan.name, "attn_output.weight") && t.plan.shape.back() % QuantBlockElems(QuantType::kQ5_K) != 0)
+      return Unimplemented("quantize: q4_k_m of '" + dir + "' (8 experts) gives tensor " + t.hf_name +
+                           " Q5_K, and its rows of " + std::to_string(t.plan.shape.back()) +
+                           " values would fall back to Q5_1, which this engine does not support; use q8_0 or q4_0");
+  return Status::Ok();
 }
 
 // Writes one tensor: each row decoded to f32, shifted where the converter shifts, then stored.
@@ -336,21 +338,19 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   if (!cfg.ok()) return Status(cfg.status().code(), "quantize on load: " + cfg.status().message());
   StatusOr<io::SafetensorsCheckpoint> ck = io::SafetensorsCheckpoint::Open(dir);
   if (!ck.ok()) return Status(ck.status().code(), "quantize on load: " + ck.status().message());
-  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(dir, ck.value(), cfg.value(), INT64_MAX, /*skip_moe=*/true);
+  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(dir, ck.value(), cfg.value(), INT64_MAX);
   if (!plan.ok()) return plan.status();
+  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), cfg.value().num_experts, dir));
   std::vector<TensorPlan> tensors;
   for (const SourceTensor& t : plan.value()) tensors.push_back(t.plan);
-  const std::vector<GgufElementType> types = ChooseTensorTypes(type, tensors, cfg.value().num_hidden_layers);
+  const std::vector<GgufElementType> types = ChooseTensorTypes(type, tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
   std::map<std::string, GgufElementType> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
-      [by_name, type](const std::string& name, const model::StoredTensor& s,
+      [by_name](const std::string& name, const model::StoredTensor& s,
                       std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
-        // One expert's slice: the file type's base block type (q4_k_m: Q4_K, no per-layer mix),
-        // falling back as any matrix whose rows are not whole blocks.
-        if (IsExpertMatrix(name) && s.quant == QuantType::kNone && s.shape.size() == 2)
-          return StoreAs(s, Fallback(BaseType(type), s.shape[1]), keep);
-        const auto it = by_name.find(model::GgufTensorName(name));
+        // An expert's slice takes its stack's type, as in the GGUF.
+        const auto it = by_name.find(model::GgufTensorName(name, /*experts=*/IsExpertMatrix(name)));
         if (it == by_name.end() || s.quant != QuantType::kNone || s.shape.size() != 2) return s;
         if (it->second.quant == QuantType::kNone && it->second.dtype == s.dtype) return s;
         return StoreAs(s, it->second, keep);
@@ -368,11 +368,12 @@ StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeF
   io::GgufWriter w;
   int64_t n_tokens = 0;
   TESSERA_RETURN_IF_ERROR(WriteQuantizeMetadata(hf_dir, cfg.value(), tc.value(), type, &w, &n_tokens));
-  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(hf_dir, ck.value(), cfg.value(), n_tokens, /*skip_moe=*/false);
+  StatusOr<std::vector<SourceTensor>> plan = PlanTensors(hf_dir, ck.value(), cfg.value(), n_tokens);
   if (!plan.ok()) return plan.status();
+  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), cfg.value().num_experts, hf_dir));
   QuantizeReport report;
   for (const SourceTensor& t : plan.value()) report.tensors.push_back(t.plan);
-  report.types = ChooseTensorTypes(type, report.tensors, cfg.value().num_hidden_layers);
+  report.types = ChooseTensorTypes(type, report.tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
   const io::SafetensorsCheckpoint& checkpoint = ck.value();
   for (size_t i = 0; i < plan.value().size(); ++i) {
     const SourceTensor* t = &plan.value()[i];

@@ -227,6 +227,10 @@ void WriteArch(const model::ModelConfig& c, const json& tc, io::GgufWriter* w) {
   }
   w->SetU32(a + ".rope.dimension_count", u32(hd_full));
   w->SetU32(a + ".rope.dimension_count_swa", u32(c.head_dim));
+  if (!c.has_moe()) return;
+  w->SetU32(a + ".expert_count", u32(c.num_experts));
+  w->SetU32(a + ".expert_used_count", u32(c.top_k_experts));
+  w->SetU32(a + ".expert_feed_forward_length", u32(c.moe_intermediate_size));
 }
 
 }  // namespace
