@@ -5,10 +5,11 @@
 
 #include "cli.h"
 #include "tessera/quantize.h"
+#include "tessera/thread_pool.h"
 
 namespace tessera::cli {
 int QuantizeCommand(int argc, char** argv) {
-  StatusOr<Args> parsed = Args::Parse(argc, argv, {"model", "type", "out"}, kQuantizeFlags);
+  StatusOr<Args> parsed = Args::Parse(argc, argv, {"model", "type", "out", "threads"}, kQuantizeFlags);
   if (!parsed.ok()) {
     std::fprintf(stderr, "tessera quantize: %s\n", parsed.status().message().c_str());
     return 1;
@@ -25,7 +26,17 @@ int QuantizeCommand(int argc, char** argv) {
     std::fprintf(stderr, "tessera quantize: --type '%s' is not one of q8_0, q4_0, q4_k_m\n", a.Get("type").c_str());
     return 1;
   }
-  StatusOr<QuantizeReport> report = QuantizeCheckpoint(a.Get("model"), type, a.Get("out"));
+  StatusOr<int64_t> threads = a.Int("threads", DefaultThreadCount());
+  if (!threads.ok() || threads.value() < 1 || threads.value() > ThreadPool::kMaxThreads) {
+    std::fprintf(stderr, "tessera quantize: --threads must be an integer in [1, %d]\n", ThreadPool::kMaxThreads);
+    return 1;
+  }
+  StatusOr<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(threads.value());
+  if (!pool.ok()) {
+    std::fprintf(stderr, "tessera quantize: %s\n", pool.status().message().c_str());
+    return 1;
+  }
+  StatusOr<QuantizeReport> report = QuantizeCheckpoint(a.Get("model"), type, a.Get("out"), pool.value().get());
   if (!report.ok()) {
     std::fprintf(stderr, "tessera quantize: %s\n", report.status().message().c_str());
     return 1;

@@ -47,7 +47,7 @@ const Command kCommands[] = {
      " [CONTEXT...] [--max-chunk N] [--per-layer]\n"
      "      Gemma-12B-shaped KV memory\n"},
     {"quantize", tessera::cli::QuantizeCommand, &tessera::cli::kQuantizeFlags,
-     " --model DIR --type q8_0|q4_0|q4_k_m --out FILE.gguf [--verbose]\n"
+     " --model DIR --type q8_0|q4_0|q4_k_m --out FILE.gguf [--threads N] [--verbose]\n"
      "      a Hugging Face Gemma 3 / Gemma 4 checkpoint to a GGUF that llama.cpp runs too, with the\n"
      "      tensor types llama.cpp's quantizer picks (--verbose lists them)\n"},
     {"serve", tessera::cli::ServeCommand, &tessera::cli::kServeFlags,

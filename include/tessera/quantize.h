@@ -16,6 +16,8 @@
 
 namespace tessera {
 
+class ThreadPool;
+
 // The file types `tessera quantize --type` offers (llama.cpp's ftype numbers in general.file_type).
 enum class QuantizeFileType { kQ8_0, kQ4_0, kQ4_K_M };
 // "q8_0", "q4_0", "q4_k_m" (case-insensitive); false for anything else.
@@ -61,7 +63,9 @@ struct QuantizeReport {
 // Reads the checkpoint directory `hf_dir` (config.json, model.safetensors[.index.json],
 // tokenizer.model or tokenizer.json) and writes `out_path`. Errors name the directory or file and
 // the field, tensor or value at fault (an unmappable tensor, a missing tokenizer, an unwritable path).
+// `pool` (null: the calling thread only) quantizes each tensor's rows in parallel; the bytes do not
+// depend on it.
 StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeFileType type,
-                                            const std::string& out_path);
+                                            const std::string& out_path, ThreadPool* pool = nullptr);
 
 }  // namespace tessera

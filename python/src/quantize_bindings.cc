@@ -3,6 +3,7 @@
 
 #include "bindings.h"
 #include "tessera/quantize.h"
+#include "tessera/thread_pool.h"
 
 namespace tessera::py_bind {
 
@@ -15,7 +16,9 @@ void BindQuantize(py::module_& m) {
           throw py::value_error("unknown quantization type '" + type + "' (q8_0, q4_0, q4_k_m)");
         StatusOr<QuantizeReport> r = [&] {
           py::gil_scoped_release release;
-          return QuantizeCheckpoint(model_dir, t, out);
+          StatusOr<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(DefaultThreadCount());
+          if (!pool.ok()) return StatusOr<QuantizeReport>(pool.status());
+          return QuantizeCheckpoint(model_dir, t, out, pool.value().get());
         }();
         ThrowIfError(r.status());
         std::vector<std::pair<std::string, std::string>> types;

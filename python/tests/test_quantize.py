@@ -349,6 +349,20 @@ def test_errors(work, tmp_path):
     write_safetensors(os.path.join(bad, "model.safetensors"), t)
     with pytest.raises(ValueError, match=r"model.layers.0.mlp.experts.down_proj .* has no GGUF counterpart"):
         tessera.quantize(bad, "q4_0", str(tmp_path / "moe.gguf"))
+    # a non-finite weight: the first one (by row) named, whichever of the threads' row chunks holds it
+    nan = str(tmp_path / "nan")
+    shutil.copytree(make_wide(work), nan)
+    t = read_safetensors(os.path.join(nan, "model.safetensors"))
+    emb = t["model.embed_tokens.weight"].copy()  # [512, 256]: two chunks of rows
+    emb[400, 9] = np.inf
+    t["model.embed_tokens.weight"] = emb
+    write_safetensors(os.path.join(nan, "model.safetensors"), t)
+    r = run_cli("quantize", "--model", nan, "--type", "q4_0", "--out", str(tmp_path / "nan.gguf"), "--threads", "2")
+    assert r.returncode != 0 and "model.embed_tokens.weight has a non-finite value at row 400, column 9" in r.stderr
+    emb[100, 5] = np.nan
+    write_safetensors(os.path.join(nan, "model.safetensors"), t)
+    with pytest.raises(ValueError, match="model.embed_tokens.weight has a non-finite value at row 100, column 5"):
+        tessera.quantize(nan, "q8_0", str(tmp_path / "nan.gguf"))
     # a model type we do not run, and a checkpoint without a tokenizer
     other = str(tmp_path / "llama")
     shutil.copytree(hf, other)

@@ -15,6 +15,7 @@
 #include "runtime/quantize_model_meta.h"
 #include "tessera/gguf.h"
 #include "tessera/quantize.h"
+#include "tessera/thread_pool.h"
 
 namespace tessera {
 namespace {
@@ -264,22 +265,16 @@ Status CheckTypesWritable(QuantizeFileType type, const std::vector<SourceTensor>
   return Status::Ok();
 }
 
-// Writes one tensor: each row decoded to f32, shifted where the converter shifts, then stored.
-Status FillTensor(const SourceTensor& t, const io::SafetensorsCheckpoint& ck, GgufElementType type, char* dst) {
+// Writes rows [r0, r1) of one tensor: each row decoded to f32, shifted where the converter shifts,
+// then stored. The first non-finite value's row and column go to *bad_row / *bad_col.
+void FillRows(const SourceTensor& t, const io::SafetensorsTensor& src, GgufElementType type, char* dst, int64_t r0,
+              int64_t r1, int64_t* bad_row, int64_t* bad_col) {
   const int64_t cols = t.plan.shape.back();
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < t.plan.shape.size(); ++i) rows *= t.plan.shape[i];
-  io::SafetensorsTensor src;
-  if (!t.hf_name.empty()) {
-    StatusOr<io::SafetensorsTensor> st = ck.Get(t.hf_name);
-    if (!st.ok()) return st.status();
-    src = st.value();
-  }
   std::vector<float> row(cols);
   const size_t esize = DTypeSize(src.dtype);
   const int64_t out_row = type.quant != QuantType::kNone ? QuantRowBytes(type.quant, cols)
                                                          : cols * static_cast<int64_t>(DTypeSize(type.dtype));
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     if (t.hf_name.empty())
       std::memcpy(row.data(), t.values.data() + r * cols, cols * sizeof(float));
     else
@@ -289,15 +284,45 @@ Status FillTensor(const SourceTensor& t, const io::SafetensorsCheckpoint& ck, Gg
     if (t.add_one)
       for (float& v : row) v = src.dtype == DType::kF16 ? F16ToF32(F32ToF16(v + 1.0f)) : v + 1.0f;
     const int64_t bad = FirstNonFinite(DType::kF32, row.data(), cols);
-    if (bad >= 0)
-      return InvalidArgument("quantize: tensor " + (t.hf_name.empty() ? t.plan.name : t.hf_name) +
-                             " has a non-finite value at row " + std::to_string(r) + ", column " + std::to_string(bad));
+    if (bad >= 0) {
+      *bad_row = r, *bad_col = bad;
+      return;
+    }
     char* out = dst + r * out_row;
     if (type.quant != QuantType::kNone)
       QuantizeRow(type.quant, row.data(), out, cols);
     else
       EncodeFromF32(type.dtype, row.data(), out, cols);
   }
+}
+
+// Writes one tensor, its rows in chunks spread over `pool` (null: this thread).
+Status FillTensor(const SourceTensor& t, const io::SafetensorsCheckpoint& ck, GgufElementType type, char* dst,
+                  ThreadPool* pool) {
+  const int64_t cols = t.plan.shape.back();
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < t.plan.shape.size(); ++i) rows *= t.plan.shape[i];
+  io::SafetensorsTensor src;
+  if (!t.hf_name.empty()) {
+    StatusOr<io::SafetensorsTensor> st = ck.Get(t.hf_name);
+    if (!st.ok()) return st.status();
+    src = st.value();
+  }
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1));
+  const int64_t items = (rows + chunk - 1) / chunk;
+  std::vector<int64_t> bad_row(items, -1), bad_col(items, -1);
+  const auto item = [&](int64_t i, int) {
+    FillRows(t, src, type, dst, i * chunk, std::min(rows, (i + 1) * chunk), &bad_row[i], &bad_col[i]);
+  };
+  if (pool != nullptr)
+    pool->ParallelFor(items, item);
+  else
+    for (int64_t i = 0; i < items; ++i) item(i, 0);
+  for (int64_t i = 0; i < items; ++i)
+    if (bad_row[i] >= 0)
+      return InvalidArgument("quantize: tensor " + (t.hf_name.empty() ? t.plan.name : t.hf_name) +
+                             " has a non-finite value at row " + std::to_string(bad_row[i]) + ", column " +
+                             std::to_string(bad_col[i]));
   return Status::Ok();
 }
 
@@ -358,7 +383,7 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
 }
 
 StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeFileType type,
-                                            const std::string& out_path) {
+                                            const std::string& out_path, ThreadPool* pool) {
   StatusOr<model::ModelConfig> cfg = model::LoadModelConfig(hf_dir);
   if (!cfg.ok()) return Status(cfg.status().code(), "quantize: " + cfg.status().message());
   StatusOr<nlohmann::json> tc = TextConfigJson(hf_dir);
@@ -378,7 +403,7 @@ StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeF
   for (size_t i = 0; i < plan.value().size(); ++i) {
     const SourceTensor* t = &plan.value()[i];
     const GgufElementType ty = report.types[i];
-    auto fill = [t, ty, &checkpoint](char* dst) { return FillTensor(*t, checkpoint, ty, dst); };
+    auto fill = [t, ty, &checkpoint, pool](char* dst) { return FillTensor(*t, checkpoint, ty, dst, pool); };
     if (ty.quant != QuantType::kNone)
       w.AddQuantTensor(t->plan.name, t->plan.shape, ty.quant, fill);
     else
