@@ -368,7 +368,8 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), cfg.value().num_experts, dir));
   std::vector<TensorPlan> tensors;
   for (const SourceTensor& t : plan.value()) tensors.push_back(t.plan);
-  const std::vector<GgufElementType> types = ChooseTensorTypes(type, tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
+  const std::vector<GgufElementType> types =
+      ChooseTensorTypes(type, tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
   std::map<std::string, GgufElementType> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
