@@ -47,8 +47,8 @@ struct TensorPlan {
 // not whole blocks falls back (Q4_K -> Q5_0, Q6_K -> Q8_0, then F16). `n_layers`: block_count.
 // With experts (`n_experts` > 1) the "more bits" layer of an ffn_down is the one in its name, so a
 // layer's dense ffn_down and its ffn_down_exps get the same type; the router stays f32. With exactly
-// 8 experts attn_k / attn_v are Q8_0 and, at Q4_K_M, attn_output Q5_K (whose fallback, Q5_1, this
-// engine does not write: QuantizeCheckpoint refuses such a file first).
+// 8 experts attn_k / attn_v are Q8_0 and, at Q4_K_M, attn_output Q5_K (kept Q5_K where its rows are
+// not whole blocks: llama.cpp's fallback, Q5_1, this engine does not write; QuantizeCheckpoint refuses).
 std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std::vector<TensorPlan>& tensors,
                                                int64_t n_layers, int64_t n_experts = 0);
 

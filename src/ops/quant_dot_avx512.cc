@@ -22,7 +22,7 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 #include "ops/quant_dot_x86.inc"
 #include "ops/quant_convert_x86.inc"
 
-// How far ahead of the block it computes a one-row kernel (Row16, the K-quants) asks for weight
+// How far ahead of the block it computes a one-row kernel (Row16T, the K-quants) asks for weight
 // bytes. An item's rows are one contiguous stream that the hardware prefetcher alone left well
 // short of the read bandwidth: these kernels barely outrun a core's memory stream, so compute and
 // loads must overlap (bench/results/quant_kernels.md, "Prefetch ahead"). Past the matrix's end a
@@ -37,7 +37,7 @@ inline void PrefetchAhead(const void* block, int64_t bytes) {
 // The 32-value formats two blocks per 512-bit vector: block b's codes in the low half, b + 1's in
 // the high half, one vpdpbusd for both, each half's lanes exact partial sums. Pair* below handle
 // one pair with its own scales and offsets (a second vpdpbusd subtracts the offset's products);
-// Row16 handles sixteen blocks at a time with their scales in one vector.
+// Row16T handles sixteen blocks at a time with their scales in one vector.
 
 // Codes of two Q4_0 / Q5_0 blocks: the 16 bytes of each twice, the second copy shifted by 4.
 inline __m512i Nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
@@ -100,7 +100,7 @@ float Row512(const W* w, const ActBlock32* x, int64_t nb) {
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + tail;
 }
 
-// The codes of blocks w[0], w[1] for Row16.
+// The codes of blocks w[0], w[1] for Row16T.
 inline __m512i CodesQ4_0(const BlockQ4_0* w) { return Nibbles64(w[0].qs, w[1].qs); }
 inline __m512i CodesQ5_0(const BlockQ5_0* w) {
   uint32_t h0, h1;
@@ -114,41 +114,8 @@ inline __m512i CodesQ5_0(const BlockQ5_0* w) {
 // scales from that vector by a permute. The offset's term, offset * sum_b dw_b (dx_b sum_b), is a
 // separate dot of the gathered scales with ActOffsets, so the byte products need no second
 // vpdpbusd. Pairs of codes come from Codes(w + 2p, w + 2p + 1), activations as LoadPair.
-template <typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
-          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
-float Row16(const void* wp, const void* xp, int64_t nb) {
-  const W* w = static_cast<const W*>(wp);
-  const auto* x = static_cast<const ActBlock32*>(xp);
-  const float* xd = ActScales(xp, nb);
-  const float* xo = ActOffsets(xp, nb);
-  const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                        _mm512_set1_epi32(int(sizeof(W))));
-  const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, off = a0;
-  int64_t b = 0;
-  for (; b + 16 <= nb; b += 16) {
-    PrefetchAhead(w + b, 16 * int64_t(sizeof(W)));
-    // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
-    const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-    const __m512 s = _mm512_mul_ps(dw, _mm512_loadu_ps(xd + b));
-    if (kOffset) off = _mm512_fmadd_ps(dw, _mm512_loadu_ps(xo + b), off);
-    for (int p = 0; p < 8; p += 2) {
-      const __m512i l0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Codes(w + b + 2 * p), LoadPair(x[b + 2 * p], x[b + 2 * p + 1]));
-      const __m512i l1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Codes(w + b + 2 * p + 2),
-                                             LoadPair(x[b + 2 * p + 2], x[b + 2 * p + 3]));
-      const __m512 s0 = _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(2 * p)), s);
-      const __m512 s1 = _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(2 * p + 2)), s);
-      a0 = _mm512_fmadd_ps(s0, _mm512_cvtepi32_ps(l0), a0);
-      a1 = _mm512_fmadd_ps(s1, _mm512_cvtepi32_ps(l1), a1);
-    }
-  }
-  float r = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) - static_cast<float>(kOffset) * _mm512_reduce_add_ps(off);
-  return r + Row512<W, Pair, Block>(w + b, x + b, nb - b);  // the last blocks in pairs
-}
-
-// Row16 for T tokens at once: the gathered weight scales and each pair's codes serve all T; per
-// token every operation is Row16's, in its order, so each token's result is Row16's bit for bit.
+// T tokens at once (T = 1 is the single-token row): the gathered weight scales and each pair's codes
+// serve all T; per token every operation and its order are the same for every T.
 template <int T, typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
           __m256 (*Block)(const W&, const ActBlock32&, __m256)>
 void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
@@ -511,17 +478,15 @@ void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_
 }
 
 void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
-  float (*row)(const void*, const void*, int64_t) = nullptr;
   switch (t) {
     case QuantType::kQ4_0: return Lanes16<BlockQ4_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ5_0: row = Row16<BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>; break;
+    case QuantType::kQ5_0: return RowsT<Row16TokensQ5_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
     case QuantType::kQ8_0: return Lanes16<BlockQ8_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
     case QuantType::kQ4_K: return RowsT<RowK45Tokens<BlockQ4_K, false>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
     case QuantType::kQ5_K: return RowsT<RowK45Tokens<BlockQ5_K, true>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
     case QuantType::kQ6_K: return RowsT<RowQ6KTokens, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
     default: return DotRows(t, w, w_stride, rows, xq, nb, out);
   }
-  for (int64_t r = 0; r < rows; ++r) out[r] = row(static_cast<const char*>(w) + r * w_stride, xq, nb);
 }
 
 // K::kMaxTokens at a time: the Q4_K/Q5_K kernel takes 4 (at 8, its 24 vectors of per-token state

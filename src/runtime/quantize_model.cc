@@ -52,9 +52,10 @@ bool IsTokenEmbedding(const std::string& n) { return n == "token_embd.weight" ||
 // Layers that get more bits in the K-quant mixes: the first and last eighth, and every third between.
 bool UseMoreBits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-// A row that is not whole blocks of `q` takes the next type whose blocks fit, at worst F16.
+// A row that is not whole blocks of `q` takes the next type whose blocks fit, at worst F16. Q5_K's
+// next type, llama.cpp's Q5_1, is one this engine lacks: Q5_K stays, and the callers refuse it.
 GgufElementType Fallback(QuantType q, int64_t ncols) {
-  if (ncols % QuantBlockElems(q) == 0) return {q, DType::kF32};
+  if (ncols % QuantBlockElems(q) == 0 || q == QuantType::kQ5_K) return {q, DType::kF32};
   if (q == QuantType::kQ4_K)
     q = QuantType::kQ5_0;
   else if (q == QuantType::kQ6_K)
@@ -252,16 +253,17 @@ StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io
   return out;
 }
 
-// llama.cpp gives an 8-expert model's attn_output Q5_K at Q4_K_M, and where its rows are not whole
-// 256-blocks Q5_1, a type this engine neither writes nor runs: refused, naming the tensor.
-Status CheckTypesWritable(QuantizeFileType type, const std::vector<SourceTensor>& plan, int64_t n_experts,
-                          const std::string& dir) {
-  if (type != QuantizeFileType::kQ4_K_M || n_experts != 8) return Status::Ok();
-  for (const SourceTensor& t : plan)
-    if (Contains(t.plan.name, "attn_output.weight") && t.plan.shape.back() % QuantBlockElems(QuantType::kQ5_K) != 0)
-      return Unimplemented("quantize: q4_k_m of '" + dir + "' (8 experts) gives tensor " + t.hf_name +
-                           " Q5_K, and its rows of " + std::to_string(t.plan.shape.back()) +
+// A tensor whose chosen blocks do not fit its rows (Fallback: Q5_K, where llama.cpp writes Q5_1)
+// is refused, naming it.
+Status CheckTypesWritable(QuantizeFileType type, const std::vector<SourceTensor>& plan,
+                          const std::vector<GgufElementType>& types, const std::string& dir) {
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const int64_t cols = plan[i].plan.shape.back();
+    if (types[i].quant != QuantType::kNone && cols % QuantBlockElems(types[i].quant) != 0)
+      return Unimplemented("quantize: " + std::string(QuantizeFileTypeName(type)) + " of '" + dir + "' gives tensor " +
+                           plan[i].hf_name + " Q5_K, and its rows of " + std::to_string(cols) +
                            " values would fall back to Q5_1, which this engine does not support; use q8_0 or q4_0");
+  }
   return Status::Ok();
 }
 
@@ -365,11 +367,11 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   if (!ck.ok()) return Status(ck.status().code(), "quantize on load: " + ck.status().message());
   StatusOr<std::vector<SourceTensor>> plan = PlanTensors(dir, ck.value(), cfg.value(), INT64_MAX);
   if (!plan.ok()) return plan.status();
-  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), cfg.value().num_experts, dir));
   std::vector<TensorPlan> tensors;
   for (const SourceTensor& t : plan.value()) tensors.push_back(t.plan);
   const std::vector<GgufElementType> types =
       ChooseTensorTypes(type, tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
+  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), types, dir));
   std::map<std::string, GgufElementType> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
@@ -396,10 +398,10 @@ StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeF
   TESSERA_RETURN_IF_ERROR(WriteQuantizeMetadata(hf_dir, cfg.value(), tc.value(), type, &w, &n_tokens));
   StatusOr<std::vector<SourceTensor>> plan = PlanTensors(hf_dir, ck.value(), cfg.value(), n_tokens);
   if (!plan.ok()) return plan.status();
-  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), cfg.value().num_experts, hf_dir));
   QuantizeReport report;
   for (const SourceTensor& t : plan.value()) report.tensors.push_back(t.plan);
   report.types = ChooseTensorTypes(type, report.tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
+  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), report.types, hf_dir));
   const io::SafetensorsCheckpoint& checkpoint = ck.value();
   for (size_t i = 0; i < plan.value().size(); ++i) {
     const SourceTensor* t = &plan.value()[i];
