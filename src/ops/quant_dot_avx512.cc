@@ -22,18 +22,6 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 #include "ops/quant_dot_x86.inc"
 #include "ops/quant_convert_x86.inc"
 
-// How far ahead of the block it computes a one-row kernel (Row16T, the K-quants) asks for weight
-// bytes. An item's rows are one contiguous stream that the hardware prefetcher alone left well
-// short of the read bandwidth: these kernels barely outrun a core's memory stream, so compute and
-// loads must overlap (bench/results/quant_kernels.md, "Prefetch ahead"). Past the matrix's end a
-// prefetch only wastes a request: prefetches never fault.
-constexpr int64_t kAheadBytes = 8192;
-inline void PrefetchAhead(const void* block, int64_t bytes) {
-  const char* at = static_cast<const char*>(block) + kAheadBytes;
-  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(at + o, _MM_HINT_T0);
-  _mm_prefetch(at + bytes - 1, _MM_HINT_T0);  // the last line, where the bytes do not start on one
-}
-
 // The 32-value formats two blocks per 512-bit vector: block b's codes in the low half, b + 1's in
 // the high half, one vpdpbusd for both, each half's lanes exact partial sums. Pair* below handle
 // one pair with its own scales and offsets (a second vpdpbusd subtracts the offset's products);
@@ -398,7 +386,9 @@ struct Lanes16 {
   // activation blocks at x + i * x_stride); outputs where `keep` has a lane's bit.
   // `next` (or null): the next group's rows, next_bytes from there, prefetched a slice per block so
   // they arrive while this group computes (the hardware prefetcher does not keep up with sixteen
-  // short interleaved row streams when the weights come from memory).
+  // short interleaved row streams when the weights come from memory). Into L2, not L1: a group's
+  // sixteen rows fill an L1 or more at Gemma's widths, so the next group's lines fetched into L1
+  // compete with the current group's (T0 decoded slower: bench/results/quant_kernels.md).
   template <int T, typename Rows>
   static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb, float* out,
                     int64_t out_stride, __mmask16 keep, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
@@ -410,7 +400,8 @@ struct Lanes16 {
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t off = b * int64_t(sizeof(W));
       if (next)
-        for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T0);
+        for (int64_t l = b * slice; l < (b + 1) * slice; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
       // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(at, p(0) + off, 1)));
       __m512i c[8];
