@@ -483,5 +483,48 @@ TEST(LinearQuant, NonFiniteActivationsGiveNaN) {
   }
 }
 
+// LinearBatch: every job's output (and nothing past it in y's rows) the bits Linear gives that job
+// alone, for jobs of every quantized type and plain f32 / bf16 ones, token counts on both sides of
+// the GEMM crossover, with and without rows_as_steps and a pool.
+TEST(LinearBatch, EachJobAsLinearAlone) {
+  std::mt19937 rng(23);
+  ThreadPool pool(2);
+  const int64_t ns[] = {1, 2, 3, 5, 8, 13};
+  const int64_t outs[] = {16, 40, 100, 257};
+  AlignedBuffer x_pairs(ops::GemmScratchWords(13, 512) * sizeof(uint32_t));
+  for (bool steps : {false, true})
+    for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<QuantProblem> probs;
+      std::vector<std::vector<float>> plain;  // unquantized weights' storage (f32 or bf16)
+      std::vector<ops::LinearJob> jobs;
+      std::vector<std::vector<float>> ys;
+      for (int j = 0; j < 14; ++j) {
+        const int64_t n = ns[rng() % 6], out = outs[rng() % 4], in = 256 * (1 + rng() % 2);
+        probs.push_back(MakeQuantProblem(rng, kTypes[j % 6], n, in, out));
+        ops::WeightView w = probs.back().View();
+        if (j >= 12) {  // the last two unquantized: Linear calls of their own inside the batch
+          std::vector<float> f(out * in);
+          for (float& v : f) v = std::normal_distribution<float>(0.0f, 0.1f)(rng);
+          const DType dt = j == 12 ? DType::kF32 : DType::kBF16;
+          plain.emplace_back(out * in);  // room for either dtype
+          EncodeFromF32(dt, f.data(), plain.back().data(), out * in);
+          w = ops::WeightView{plain.back().data(), dt, out, in};
+        }
+        ys.emplace_back(n * probs.back().ys, kUnwritten);
+        jobs.push_back({w, probs.back().x.data(), n, probs.back().xs, ys.back().data(), probs.back().ys});
+      }
+      ops::LinearBatch(jobs.data(), int64_t(jobs.size()), tp, MatmulPrecision::kF32, x_pairs.as<uint32_t>(), steps);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const ops::LinearJob& job = jobs[j];
+        std::vector<float> alone(ys[j].size(), kUnwritten);
+        ops::Linear(job.w, job.x, job.n, job.x_stride, alone.data(), job.y_stride, tp, MatmulPrecision::kF32,
+                    x_pairs.as<uint32_t>(), steps);
+        ASSERT_EQ(std::memcmp(alone.data(), ys[j].data(), alone.size() * sizeof(float)), 0)
+            << "job " << j << " n " << job.n << " out " << job.w.out << (steps ? " rows_as_steps" : "")
+            << (tp ? " pool" : "");
+      }
+    }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -112,6 +112,22 @@ struct Block {
     return v;
   }
 
+  // Every expert's matrices quantized to q (QuantizeRow), as quantize-on-load binds them.
+  std::vector<std::vector<char>> blocks;
+  void QuantizeExperts(QuantType q) {
+    blocks.reserve(3 * s.experts);
+    auto quantize = [&](ops::WeightView* v) {
+      blocks.emplace_back(v->out * QuantRowBytes(q, v->in));
+      const int64_t row_bytes = QuantRowBytes(q, v->in);
+      for (int64_t r = 0; r < v->out; ++r)
+        QuantizeRow(q, static_cast<const float*>(v->data) + r * v->in, blocks.back().data() + r * row_bytes, v->in);
+      v->data = blocks.back().data();
+      v->quant = q;
+    };
+    for (int64_t e = 0; e < s.experts; ++e)
+      for (auto* v : {&w.expert_gate[e], &w.expert_up[e], &w.expert_down[e]}) quantize(v);
+  }
+
   // tie_pairs: router rows 2i+1 copy rows 2i, so those experts tie for every token.
   Block(std::mt19937& rng, MoeShape shape, DType dtype, bool pack, bool tie_pairs) : s(shape) {
     store.reserve(3 * s.experts + 1);
@@ -250,18 +266,7 @@ TEST(MoeForward, QuantizedUnchosenExpertsAreNotRead) {
   MoeShape s{64, 16, 2, 32, 1e-6f, 0.0f};
   for (QuantType q : {QuantType::kQ8_0, QuantType::kQ4_0}) {
     Block b(rng, s, DType::kF32, false, false);
-    std::vector<std::vector<char>> blocks;
-    blocks.reserve(3 * s.experts);
-    auto quantize = [&](ops::WeightView* v) {
-      blocks.emplace_back(v->out * QuantRowBytes(q, v->in));
-      for (int64_t r = 0; r < v->out; ++r)
-        QuantizeRow(q, static_cast<const float*>(v->data) + r * v->in, blocks.back().data() + r * QuantRowBytes(q, v->in),
-                    v->in);
-      v->data = blocks.back().data();
-      v->quant = q;
-    };
-    for (int64_t e = 0; e < s.experts; ++e)
-      for (auto* v : {&b.w.expert_gate[e], &b.w.expert_up[e], &b.w.expert_down[e]}) quantize(v);
+    b.QuantizeExperts(q);
     const int64_t n = 2;
     std::normal_distribution<float> nd;
     std::vector<float> h(n * s.hidden), full(n * s.hidden), fast(n * s.hidden), ref(n * s.hidden);
@@ -291,6 +296,37 @@ TEST(MoeForward, QuantizedUnchosenExpertsAreNotRead) {
     for (int64_t i = 0; i < n * s.hidden; ++i) {
       ASSERT_TRUE(std::isfinite(fast[i])) << QuantTypeName(q) << " " << i;
       ASSERT_EQ(fast[i], full[i]) << QuantTypeName(q) << " " << i;
+    }
+  }
+}
+
+// Up to MoeScratch::kBatchedTokens tokens, all chosen experts' quantized matrices run in one
+// LinearBatch per stage; more tokens go expert by expert. With rows_as_steps both take the int8
+// row-dot for every expert, so each token's output must be the same bits either way: steps of 1, 3
+// and 8 tokens (batched) against one 20-token call (expert by expert), many experts sharing tokens.
+TEST(MoeForward, QuantizedBatchedExpertsEqualOneByOne) {
+  std::mt19937 rng(17);
+  MoeShape s{256, 12, 4, 256, 1e-6f, 0.0f};
+  const int64_t n = 20;
+  ASSERT_GT(n, MoeScratch::kBatchedTokens);
+  for (QuantType q : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ4_K}) {
+    Block b(rng, s, DType::kF32, false, false);
+    b.QuantizeExperts(q);
+    std::normal_distribution<float> nd;
+    std::vector<float> h(n * s.hidden), all(n * s.hidden), part(n * s.hidden);
+    for (float& v : h) v = nd(rng);
+    AlignedBuffer scratch(MoeScratch::Words(s, n) * 4);
+    ThreadPool pool(2);
+    MoeForward(b.w, s, h.data(), n, MatmulPrecision::kF32, true, &pool, MoeScratch::Carve(s, n, scratch.as<float>()),
+               all.data());
+    for (int64_t step : {1, 3, 8}) {
+      for (int64_t t0 = 0; t0 < n; t0 += step) {
+        const int64_t m = std::min(step, n - t0);
+        MoeForward(b.w, s, h.data() + t0 * s.hidden, m, MatmulPrecision::kF32, true, &pool,
+                   MoeScratch::Carve(s, m, scratch.as<float>()), part.data() + t0 * s.hidden);
+      }
+      for (int64_t i = 0; i < n * s.hidden; ++i)
+        ASSERT_EQ(part[i], all[i]) << QuantTypeName(q) << " step " << step << " token " << i / s.hidden;
     }
   }
 }

@@ -66,6 +66,26 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
             ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr,
             bool rows_as_steps = false);
 
+// One matrix product of a LinearBatch: y [n, w.out] (row stride y_stride) = x [n, w.in] W^T.
+struct LinearJob {
+  WeightView w;
+  const float* x = nullptr;
+  int64_t n = 0, x_stride = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+
+// The most jobs one LinearBatch takes (a MoE layer's experts, two matrices each, at top_k <= 32).
+inline constexpr int64_t kMaxLinearJobs = 64;
+
+// Each job's y as Linear(job.w, job.x, ..., precision, x_pairs, rows_as_steps) computes it, bit for
+// bit, with the jobs that take the quantized row-dot path run as one parallel loop over all their
+// rows: many small matrices (a MoE layer's chosen experts in decode) cost one dispatch, not one
+// each. The other jobs run as Linear calls of their own. count <= kMaxLinearJobs (checked).
+void LinearBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool,
+                 MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr,
+                 bool rows_as_steps = false);
+
 // The row-dot path alone: a few row ranges per thread, four weight rows share each token-row load.
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                   ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32);

@@ -62,9 +62,14 @@ MoeShape MoeShapeOf(const GemmaArch& a) {
   return s;
 }
 
+int64_t MoeScratch::ExpertRows(const MoeShape& s, int64_t n) {
+  return std::max(n, std::min(n, kBatchedTokens) * s.top_k);
+}
+
 int64_t MoeScratch::Words(const MoeShape& s, int64_t n) {
-  return 4 * Round16(n * s.hidden) + Round16(n * s.experts) + 2 * Round16(n * s.top_k) + Round16(n * s.top_k) +
-         Round16(2 * (s.experts + 1)) + 2 * Round16(n * s.inter);
+  const int64_t rows = ExpertRows(s, n);
+  return 2 * Round16(n * s.hidden) + 2 * Round16(rows * s.hidden) + Round16(n * s.experts) + 3 * Round16(n * s.top_k) +
+         Round16(2 * (s.experts + 1)) + 2 * Round16(rows * s.inter);
 }
 
 MoeScratch MoeScratch::Carve(const MoeShape& s, int64_t n, float* base) {
@@ -80,10 +85,11 @@ MoeScratch MoeScratch::Carve(const MoeShape& s, int64_t n, float* base) {
   c.weight = take(n * s.top_k);
   c.order = reinterpret_cast<int32_t*>(take(n * s.top_k));
   c.start = reinterpret_cast<int32_t*>(take(2 * (s.experts + 1)));
-  c.rows = take(n * s.hidden);
-  c.gate = take(n * s.inter);
-  c.up = take(n * s.inter);
-  c.out = take(n * s.hidden);
+  const int64_t rows = ExpertRows(s, n);
+  c.rows = take(rows * s.hidden);
+  c.gate = take(rows * s.inter);
+  c.up = take(rows * s.inter);
+  c.out = take(rows * s.hidden);
   c.result = take(n * s.hidden);
   return c;
 }
@@ -108,9 +114,74 @@ void SelectExperts(const float* probs, int64_t experts, int64_t top_k, const flo
   for (int64_t k = 0; k < top_k; ++k) weight[k] = probs[choice[k]] / sum * expert_scale[choice[k]];
 }
 
+namespace {
+
+// out[token] += weight * y[i] for the group's rows i in [first, first + m) of `order`.
+void AddWeighted(const MoeShape& s, const MoeScratch& sc, int64_t first, int64_t m, const float* y, float* out) {
+  const int64_t H = s.hidden;
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t slot = sc.order[first + r];
+    const float wt = sc.weight[slot];
+    float* o = out + slot / s.top_k * H;
+    for (int64_t i = 0; i < H; ++i) o[i] += y[r * H + i] * wt;
+  }
+}
+
+// Every chosen expert at once (their groups laid out as `order`: [n * top_k] rows), each stage's
+// matrices in one LinearBatch: decode's top_k small experts cost two dispatches, not three each.
+// A group of one token reads its normed row in place (decode's every group); larger ones gather.
+void ExpertsBatched(const LayerWeights& w, const MoeShape& s, int64_t n, ops::MatmulPrecision mp, bool rows_as_steps,
+                    ThreadPool* pool, const MoeScratch& sc, float* out) {
+  const int64_t H = s.hidden, K = s.top_k, I = s.inter;
+  ops::LinearJob jobs[ops::kMaxLinearJobs];
+  int64_t count = 0;
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const int64_t first = sc.start[e], m = sc.start[e + 1] - first;
+    if (m == 0) continue;
+    const float* x = sc.normed + sc.order[first] / K * H;
+    if (m > 1) {
+      for (int64_t r = 0; r < m; ++r)
+        std::memcpy(sc.rows + (first + r) * H, sc.normed + sc.order[first + r] / K * H, H * sizeof(float));
+      x = sc.rows + first * H;
+    }
+    jobs[count++] = {w.expert_gate[e], x, m, H, sc.gate + first * I, I};
+    jobs[count++] = {w.expert_up[e], x, m, H, sc.up + first * I, I};
+  }
+  ops::LinearBatch(jobs, count, pool, mp, sc.x_pairs, rows_as_steps);
+  ops::GeGlu(sc.gate, sc.up, n * K * I, sc.gate, pool);
+  count = 0;
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const int64_t first = sc.start[e], m = sc.start[e + 1] - first;
+    if (m > 0) jobs[count++] = {w.expert_down[e], sc.gate + first * I, m, I, sc.out + first * H, H};
+  }
+  ops::LinearBatch(jobs, count, pool, mp, sc.x_pairs, rows_as_steps);
+  // Experts in ascending order, each adding its weighted outputs: transformers' order of sums.
+  for (int64_t e = 0; e < s.experts; ++e)
+    AddWeighted(s, sc, sc.start[e], sc.start[e + 1] - sc.start[e], sc.out + sc.start[e] * H, out);
+}
+
+// One expert at a time over its gathered tokens (prefill: each expert's tokens one GEMM).
+void ExpertsOneByOne(const LayerWeights& w, const MoeShape& s, ops::MatmulPrecision mp, bool rows_as_steps,
+                     ThreadPool* pool, const MoeScratch& sc, float* out) {
+  const int64_t H = s.hidden, K = s.top_k, I = s.inter;
+  for (int64_t e = 0; e < s.experts; ++e) {
+    const int64_t first = sc.start[e], m = sc.start[e + 1] - first;
+    if (m == 0) continue;  // an expert no token chose: its weights are not read
+    for (int64_t r = 0; r < m; ++r)
+      std::memcpy(sc.rows + r * H, sc.normed + sc.order[first + r] / K * H, H * sizeof(float));
+    ops::Linear(w.expert_gate[e], sc.rows, m, H, sc.gate, I, pool, mp, sc.x_pairs, rows_as_steps);
+    ops::Linear(w.expert_up[e], sc.rows, m, H, sc.up, I, pool, mp, sc.x_pairs, rows_as_steps);
+    ops::GeGlu(sc.gate, sc.up, m * I, sc.gate, pool);
+    ops::Linear(w.expert_down[e], sc.gate, m, I, sc.out, H, pool, mp, sc.x_pairs, rows_as_steps);
+    AddWeighted(s, sc, first, m, sc.out, out);
+  }
+}
+
+}  // namespace
+
 void MoeForward(const LayerWeights& w, const MoeShape& s, const float* h, int64_t n, ops::MatmulPrecision mp,
                 bool rows_as_steps, ThreadPool* pool, const MoeScratch& sc, float* out) {
-  const int64_t H = s.hidden, E = s.experts, K = s.top_k, I = s.inter;
+  const int64_t H = s.hidden, E = s.experts, K = s.top_k;
   RouterInput(w, s, h, n, sc.normed);
   ops::Linear(w.router, sc.normed, n, H, sc.scores, E, pool, mp, sc.x_pairs, rows_as_steps);
   for (int64_t t = 0; t < n; ++t) {
@@ -120,23 +191,12 @@ void MoeForward(const LayerWeights& w, const MoeShape& s, const float* h, int64_
   GroupByExpert(s, n, sc);
   ops::RmsNorm(h, H, w.pre_ffw_norm_2, s.norm_offset, s.eps, n, H, sc.normed, H);
   std::memset(out, 0, static_cast<size_t>(n * H) * sizeof(float));
-  // Experts in ascending order, each adding its weighted outputs: transformers' order of sums.
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t first = sc.start[e], m = sc.start[e + 1] - first;
-    if (m == 0) continue;  // an expert no token chose: its weights are not read
-    for (int64_t r = 0; r < m; ++r)
-      std::memcpy(sc.rows + r * H, sc.normed + sc.order[first + r] / K * H, H * sizeof(float));
-    ops::Linear(w.expert_gate[e], sc.rows, m, H, sc.gate, I, pool, mp, sc.x_pairs, rows_as_steps);
-    ops::Linear(w.expert_up[e], sc.rows, m, H, sc.up, I, pool, mp, sc.x_pairs, rows_as_steps);
-    ops::GeGlu(sc.gate, sc.up, m * I, sc.gate, pool);
-    ops::Linear(w.expert_down[e], sc.gate, m, I, sc.out, H, pool, mp, sc.x_pairs, rows_as_steps);
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t slot = sc.order[first + r];
-      const float wt = sc.weight[slot];
-      float* o = out + slot / K * H;
-      const float* y = sc.out + r * H;
-      for (int64_t i = 0; i < H; ++i) o[i] += y[i] * wt;
-    }
+  int64_t chosen = 0;  // experts with tokens
+  for (int64_t e = 0; e < E; ++e) chosen += sc.start[e + 1] > sc.start[e];
+  if (n <= MoeScratch::kBatchedTokens && 2 * chosen <= ops::kMaxLinearJobs) {
+    ExpertsBatched(w, s, n, mp, rows_as_steps, pool, sc, out);
+  } else {
+    ExpertsOneByOne(w, s, mp, rows_as_steps, pool, sc, out);
   }
   ops::RmsNorm(out, H, w.post_ffw_norm_2, s.norm_offset, s.eps, n, H, out, H);
 }

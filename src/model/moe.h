@@ -31,13 +31,18 @@ struct MoeScratch {
   float* weight = nullptr;    // [n, top_k]   their weights
   int32_t* order = nullptr;   // [n * top_k]  (token * top_k + slot), grouped by expert, tokens ascending
   int32_t* start = nullptr;   // [2 * (experts + 1)] where each expert's group starts in `order`; cursors
-  float* rows = nullptr;      // [n, hidden]  one expert's tokens, gathered
-  float* gate = nullptr;      // [n, inter]
-  float* up = nullptr;        // [n, inter]
-  float* out = nullptr;       // [n, hidden]  one expert's outputs
+  // [rows, ...] with rows = ExpertRows(n): one expert's tokens gathered (prefill), or every chosen
+  // expert's (n <= kBatchedTokens, in `order`), then their MLPs' intermediates and outputs.
+  float* rows = nullptr;      // [rows, hidden]
+  float* gate = nullptr;      // [rows, inter]
+  float* up = nullptr;        // [rows, inter]
+  float* out = nullptr;       // [rows, hidden]
   float* result = nullptr;    // [n, hidden]  for the caller: where the block's output may go
   uint32_t* x_pairs = nullptr;  // the GEMM's bf16 scratch (ops/gemm.h), or null
 
+  // Up to this many tokens, all chosen experts run at once (decode, verification, small batches).
+  static constexpr int64_t kBatchedTokens = 8;
+  static int64_t ExpertRows(const MoeShape& s, int64_t n);
   // Floats (4-byte words) Carve needs for n tokens.
   static int64_t Words(const MoeShape& s, int64_t n);
   // Points the views into `base` (64-byte aligned, Words(s, n) words).

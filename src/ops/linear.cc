@@ -28,6 +28,11 @@ constexpr int64_t kGemmMinTokensBf16 = 4;
 // "Row dots or the int8 GEMM"; for Q4_0/Q8_0 too, though their AVX-512 row-dot is faster through
 // 16 tokens: a 16-token prefill through it fails the q8_0 GGUF prefill bound, bench/results/serve.md).
 constexpr int64_t kGemmMinTokensQuant = 12;
+// Linear's choice for block-quantized weights: the int8 row-dot below the GEMM crossover, or for
+// rows that must equal one-token steps.
+bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps) {
+  return w.quant != QuantType::kNone && (rows_as_steps || n < kGemmMinTokensQuant);
+}
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool) {
@@ -84,7 +89,7 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs, bool rows_as_steps) {
-  if (w.quant != QuantType::kNone && rows_as_steps) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
+  if (TakesQuantRowDot(w, n, rows_as_steps)) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
   if (w.quant != QuantType::kNone) {
     // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
     // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).
@@ -94,8 +99,7 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
       return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
     if (n >= kGemmMinTokensQuant && x_pairs && QuantGemmAvailable(w.quant))
       return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
-    if (n >= kGemmMinTokensQuant) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
-    return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
+    return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   }
   // Prepacked panels: one kernel for every n, so decode and prefill give each token the same
   // result. A panel streams at least as well as a row (bench/BENCHMARKS.md): bf16 pair panels
@@ -106,6 +110,20 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
   if (!rows_as_steps && n >= (precision == MatmulPrecision::kBf16 ? kGemmMinTokensBf16 : kGemmMinTokens))
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   LinearRowDot(w, x, n, x_stride, y, y_stride, pool, precision);
+}
+
+void LinearBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool, MatmulPrecision precision,
+                 uint32_t* x_pairs, bool rows_as_steps) {
+  TESSERA_CHECK(count >= 0 && count <= kMaxLinearJobs, "LinearBatch: at most kMaxLinearJobs jobs");
+  LinearJob row_dot[kMaxLinearJobs];
+  int64_t m = 0;
+  for (int64_t j = 0; j < count; ++j)
+    if (TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps)) row_dot[m++] = jobs[j];
+  QuantRowDotBatch(row_dot, m, pool);
+  for (int64_t j = 0; j < count; ++j)
+    if (!TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps))
+      Linear(jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].x_stride, jobs[j].y, jobs[j].y_stride, pool, precision, x_pairs,
+             rows_as_steps);
 }
 
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

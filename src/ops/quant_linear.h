@@ -18,6 +18,10 @@ namespace tessera::ops {
 void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                  ThreadPool* pool);
 
+// QuantRowDot for each job (count <= kMaxLinearJobs, every weight block-quantized) as one parallel
+// loop over all the jobs' rows: each job's y the bits its own QuantRowDot gives (LinearBatch).
+void QuantRowDotBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool);
+
 // Depth of the GEMM's f32 k blocks for a quantized weight: as the f32 GEMM's (the fewest equal
 // blocks of at most `most`), in whole quant blocks so each k block dequantizes whole blocks.
 int64_t QuantBlockDepth(QuantType t, int64_t in, int64_t most);

@@ -24,6 +24,14 @@ constexpr int64_t kRowGroup = 16;
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
 
+// Rows per parallel item for `rows` rows in all: whole groups of kRowGroup rows (the AVX-512
+// Q4_0 / Q8_0 kernel's width), kItemsPerThread items per thread; without a pool, one item (a
+// kernel's prefetch then runs through all the rows).
+int64_t RowsPerItem(int64_t rows, const ThreadPool* pool) {
+  const int64_t parts = pool ? pool->num_threads() * kItemsPerThread : 1;
+  return RoundUp(std::max(kMinRowsPerItem, (rows + parts - 1) / parts), kRowGroup);
+}
+
 }  // namespace
 
 void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
@@ -35,10 +43,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   alignas(64) unsigned char xq[kActBytes];  // [group][ActRowBytes] quantized token rows
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / be, row_bytes = QuantRowBytes(t, w.in);
   const int64_t group = kActBytes / act_bytes;
-  const int threads = pool ? pool->num_threads() : 1;
-  // Items and chunks in whole groups of kRowGroup rows (the AVX-512 Q4_0 / Q8_0 kernel's width).
-  const int64_t rows_per_item = RoundUp(
-      std::max(kMinRowsPerItem, (w.out + threads * kItemsPerThread - 1) / (threads * kItemsPerThread)), kRowGroup);
+  const int64_t rows_per_item = RowsPerItem(w.out, pool);
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
   const QuantDotKernels& k = QuantDot();
@@ -71,6 +76,30 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
     } else {
       for (int64_t i = 0; i < items; ++i) run(i, 0);
     }
+  }
+}
+
+void QuantRowDotBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool) {
+  int64_t rows = 0;
+  for (int64_t j = 0; j < count; ++j) rows += jobs[j].w.out;
+  const int64_t item_rows = RowsPerItem(rows, pool);
+  int64_t first[kMaxLinearJobs + 1];  // job j's items: [first[j], first[j + 1])
+  first[0] = 0;
+  for (int64_t j = 0; j < count; ++j) first[j + 1] = first[j] + (jobs[j].w.out + item_rows - 1) / item_rows;
+  // A row's result never depends on the rows beside it, so a job split into items is the job.
+  auto run = [&](int64_t item, int) {
+    const int64_t j = std::upper_bound(first, first + count + 1, item) - first - 1;
+    const LinearJob& job = jobs[j];
+    const int64_t r0 = (item - first[j]) * item_rows;
+    WeightView part = job.w;
+    part.data = static_cast<const char*>(job.w.data) + r0 * QuantRowBytes(job.w.quant, job.w.in);
+    part.out = std::min(item_rows, job.w.out - r0);
+    QuantRowDot(part, job.x, job.n, job.x_stride, job.y + r0, job.y_stride, nullptr);
+  };
+  if (pool) {
+    pool->ParallelFor(first[count], run);
+  } else {
+    for (int64_t i = 0; i < first[count]; ++i) run(i, 0);
   }
 }
 
