@@ -131,7 +131,7 @@ TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
   for (QuantizeFileType type : {QuantizeFileType::kQ8_0, QuantizeFileType::kQ4_0, QuantizeFileType::kQ4_K_M})
     for (const char* name : {"gemma4_text", "gemma4_moe"}) {
       model::WeightLoadOptions o;
-      auto rewrite = QuantizeOnLoad(kModels + name, type);
+      auto rewrite = QuantizeOnLoad(kModels + name, type, nullptr);
       if (type == QuantizeFileType::kQ4_K_M && std::string(name) == "gemma4_moe") {
         // 8 experts: llama.cpp's q4_k_m would store attn_output as Q5_1 (docs/quantizing.md).
         ASSERT_FALSE(rewrite.ok());
@@ -151,7 +151,7 @@ TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
 // which Linear would take the int8 GEMM. One-token prompts, so the prefill is such a step too.
 TEST(SessionVerify, DecodeRowsEqualRowsAlone) {
   model::WeightLoadOptions o;
-  auto rewrite = QuantizeOnLoad(kModels + "gemma4_text", QuantizeFileType::kQ4_0);
+  auto rewrite = QuantizeOnLoad(kModels + "gemma4_text", QuantizeFileType::kQ4_0, nullptr);
   ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
   o.rewrite_matrix = std::move(rewrite.value());
   auto lm = model::LoadedModel::Load(kModels + "gemma4_text", o);

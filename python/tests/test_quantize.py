@@ -363,6 +363,11 @@ def test_errors(work, tmp_path):
     write_safetensors(os.path.join(nan, "model.safetensors"), t)
     with pytest.raises(ValueError, match="model.embed_tokens.weight has a non-finite value at row 100, column 5"):
         tessera.quantize(nan, "q8_0", str(tmp_path / "nan.gguf"))
+    # quantize-on-load spreads a matrix's rows over the model's threads too: the same first row named
+    for q in ("q4_0", "q8_0"):
+        with pytest.raises(ValueError, match="quantize on load: tensor embed_tokens.weight has a non-finite value "
+                                             "at row 100, column 5"):
+            tessera.Model.load(nan, quantize=q, num_threads=2)
     # a model type we do not run, and a checkpoint without a tokenizer
     other = str(tmp_path / "llama")
     shutil.copytree(hf, other)

@@ -114,7 +114,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
     if (model::IsGgufFile(dir))
       return InvalidArgument("quantize on load (" + std::string(QuantizeFileTypeName(*options.quantize)) +
                              ") needs a checkpoint directory; '" + dir + "' is a GGUF, loaded as stored");
-    auto rewrite = QuantizeOnLoad(dir, *options.quantize);
+    auto rewrite = QuantizeOnLoad(dir, *options.quantize, m->pool_);
     if (!rewrite.ok()) return rewrite.status();
     wo.rewrite_matrix = std::move(rewrite.value());
   }

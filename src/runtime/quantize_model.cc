@@ -267,6 +267,40 @@ Status CheckTypesWritable(QuantizeFileType type, const std::vector<SourceTensor>
   return Status::Ok();
 }
 
+// One f32 row of `cols` values stored as `type` at out; false, with the column in *bad_col, where
+// it holds a non-finite value (nothing stored).
+bool StoreRow(GgufElementType type, const float* row, int64_t cols, char* out, int64_t* bad_col) {
+  const int64_t bad = FirstNonFinite(DType::kF32, row, cols);
+  if (bad >= 0) {
+    *bad_col = bad;
+    return false;
+  }
+  if (type.quant != QuantType::kNone)
+    QuantizeRow(type.quant, row, out, cols);
+  else
+    EncodeFromF32(type.dtype, row, out, cols);
+  return true;
+}
+
+// fill(r0, r1, &bad_row, &bad_col) over a matrix's rows in chunks spread over `pool` (null: this
+// thread); the first non-finite value a chunk reports (by row) as the error, `what` naming the tensor.
+template <typename Fill>
+Status InChunks(int64_t rows, int64_t cols, ThreadPool* pool, const std::string& what, const Fill& fill) {
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1));
+  const int64_t items = (rows + chunk - 1) / chunk;
+  std::vector<int64_t> bad_row(items, -1), bad_col(items, -1);
+  const auto item = [&](int64_t i, int) { fill(i * chunk, std::min(rows, (i + 1) * chunk), &bad_row[i], &bad_col[i]); };
+  if (pool != nullptr)
+    pool->ParallelFor(items, item);
+  else
+    for (int64_t i = 0; i < items; ++i) item(i, 0);
+  for (int64_t i = 0; i < items; ++i)
+    if (bad_row[i] >= 0)
+      return InvalidArgument(what + " has a non-finite value at row " + std::to_string(bad_row[i]) + ", column " +
+                             std::to_string(bad_col[i]));
+  return Status::Ok();
+}
+
 // Writes rows [r0, r1) of one tensor: each row decoded to f32, shifted where the converter shifts,
 // then stored. The first non-finite value's row and column go to *bad_row / *bad_col.
 void FillRows(const SourceTensor& t, const io::SafetensorsTensor& src, GgufElementType type, char* dst, int64_t r0,
@@ -285,16 +319,10 @@ void FillRows(const SourceTensor& t, const io::SafetensorsTensor& src, GgufEleme
     // rounded back to f16 (bf16 ones it widens to f32 first).
     if (t.add_one)
       for (float& v : row) v = src.dtype == DType::kF16 ? F16ToF32(F32ToF16(v + 1.0f)) : v + 1.0f;
-    const int64_t bad = FirstNonFinite(DType::kF32, row.data(), cols);
-    if (bad >= 0) {
-      *bad_row = r, *bad_col = bad;
+    if (!StoreRow(type, row.data(), cols, dst + r * out_row, bad_col)) {
+      *bad_row = r;
       return;
     }
-    char* out = dst + r * out_row;
-    if (type.quant != QuantType::kNone)
-      QuantizeRow(type.quant, row.data(), out, cols);
-    else
-      EncodeFromF32(type.dtype, row.data(), out, cols);
   }
 }
 
@@ -310,45 +338,41 @@ Status FillTensor(const SourceTensor& t, const io::SafetensorsCheckpoint& ck, Gg
     if (!st.ok()) return st.status();
     src = st.value();
   }
-  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(cols, 1));
-  const int64_t items = (rows + chunk - 1) / chunk;
-  std::vector<int64_t> bad_row(items, -1), bad_col(items, -1);
-  const auto item = [&](int64_t i, int) {
-    FillRows(t, src, type, dst, i * chunk, std::min(rows, (i + 1) * chunk), &bad_row[i], &bad_col[i]);
-  };
-  if (pool != nullptr)
-    pool->ParallelFor(items, item);
-  else
-    for (int64_t i = 0; i < items; ++i) item(i, 0);
-  for (int64_t i = 0; i < items; ++i)
-    if (bad_row[i] >= 0)
-      return InvalidArgument("quantize: tensor " + (t.hf_name.empty() ? t.plan.name : t.hf_name) +
-                             " has a non-finite value at row " + std::to_string(bad_row[i]) + ", column " +
-                             std::to_string(bad_col[i]));
-  return Status::Ok();
+  return InChunks(rows, cols, pool, "quantize: tensor " + (t.hf_name.empty() ? t.plan.name : t.hf_name),
+                  [&](int64_t r0, int64_t r1, int64_t* bad_row, int64_t* bad_col) {
+                    FillRows(t, src, type, dst, r0, r1, bad_row, bad_col);
+                  });
 }
 
-// One matrix stored as `type`: rows decoded to f32 and re-encoded into a buffer kept in `keep`.
+// Rows [r0, r1) of one matrix decoded to f32 and stored as `type` at out; the first non-finite
+// value's row and column go to *bad_row / *bad_col.
+void StoreRows(const model::StoredTensor& s, GgufElementType type, int64_t row_bytes, char* out, int64_t r0,
+               int64_t r1, int64_t* bad_row, int64_t* bad_col) {
+  const int64_t cols = s.shape[1];
+  std::vector<float> row(cols);
+  const size_t esize = DTypeSize(s.dtype);
+  for (int64_t r = r0; r < r1; ++r) {
+    DecodeToF32(s.dtype, static_cast<const char*>(s.data) + r * cols * esize, row.data(), cols);
+    if (!StoreRow(type, row.data(), cols, out + r * row_bytes, bad_col)) {
+      *bad_row = r;
+      return;
+    }
+  }
+}
+
+// One matrix stored as `type` in a buffer kept in `keep`, its rows in chunks spread over `pool`
+// (null: this thread; rows are independent, so the bytes are the same).
 StatusOr<model::StoredTensor> StoreAs(const model::StoredTensor& s, GgufElementType type,
-                                      std::vector<AlignedBuffer>* keep) {
+                                      std::vector<AlignedBuffer>* keep, ThreadPool* pool) {
   const int64_t rows = s.shape[0], cols = s.shape[1];
   const int64_t row_bytes = type.quant != QuantType::kNone ? QuantRowBytes(type.quant, cols)
                                                            : cols * static_cast<int64_t>(DTypeSize(type.dtype));
   keep->emplace_back(static_cast<size_t>(rows * row_bytes));
   char* out = static_cast<char*>(keep->back().data());
-  std::vector<float> row(cols);
-  const size_t esize = DTypeSize(s.dtype);
-  for (int64_t r = 0; r < rows; ++r) {
-    DecodeToF32(s.dtype, static_cast<const char*>(s.data) + r * cols * esize, row.data(), cols);
-    const int64_t bad = FirstNonFinite(DType::kF32, row.data(), cols);
-    if (bad >= 0)
-      return InvalidArgument("quantize on load: tensor " + s.name + " has a non-finite value at row " +
-                             std::to_string(r) + ", column " + std::to_string(bad));
-    if (type.quant != QuantType::kNone)
-      QuantizeRow(type.quant, row.data(), out + r * row_bytes, cols);
-    else
-      EncodeFromF32(type.dtype, row.data(), out + r * row_bytes, cols);
-  }
+  TESSERA_RETURN_IF_ERROR(InChunks(rows, cols, pool, "quantize on load: tensor " + s.name,
+                                   [&](int64_t r0, int64_t r1, int64_t* bad_row, int64_t* bad_col) {
+                                     StoreRows(s, type, row_bytes, out, r0, r1, bad_row, bad_col);
+                                   }));
   model::StoredTensor q = s;
   q.data = out;
   q.quant = type.quant;
@@ -360,7 +384,7 @@ StatusOr<model::StoredTensor> StoreAs(const model::StoredTensor& s, GgufElementT
 }  // namespace
 
 StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(const std::string& dir,
-                                                                            QuantizeFileType type) {
+                                                                            QuantizeFileType type, ThreadPool* pool) {
   StatusOr<model::ModelConfig> cfg = model::LoadModelConfig(dir);
   if (!cfg.ok()) return Status(cfg.status().code(), "quantize on load: " + cfg.status().message());
   StatusOr<io::SafetensorsCheckpoint> ck = io::SafetensorsCheckpoint::Open(dir);
@@ -375,13 +399,13 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   std::map<std::string, GgufElementType> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
-      [by_name](const std::string& name, const model::StoredTensor& s,
+      [by_name, pool](const std::string& name, const model::StoredTensor& s,
                       std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
         // An expert's slice takes its stack's type, as in the GGUF.
         const auto it = by_name.find(model::GgufTensorName(name, /*experts=*/IsExpertMatrix(name)));
         if (it == by_name.end() || s.quant != QuantType::kNone || s.shape.size() != 2) return s;
         if (it->second.quant == QuantType::kNone && it->second.dtype == s.dtype) return s;
-        return StoreAs(s, it->second, keep);
+        return StoreAs(s, it->second, keep, pool);
       });
 }
 

@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/weight_loader.h"
+#include "tessera/thread_pool.h"
 #include "tessera/gguf.h"
 #include "tessera/quantize.h"
 
@@ -20,8 +21,9 @@ Status WriteQuantizeMetadata(const std::string& dir, const model::ModelConfig& c
                              QuantizeFileType type, io::GgufWriter* w, int64_t* n_tokens);
 
 // Quantize-on-load for the checkpoint directory `dir`: a WeightLoadOptions::rewrite_matrix that
-// stores each matrix in the type QuantizeCheckpoint would write it in (same blocks, same bytes).
+// stores each matrix in the type QuantizeCheckpoint would write it in (same blocks, same bytes),
+// its rows spread over `pool` (null: the calling thread), which must outlive the function.
 StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(const std::string& dir,
-                                                                            QuantizeFileType type);
+                                                                            QuantizeFileType type, ThreadPool* pool);
 
 }  // namespace tessera
