@@ -3,7 +3,7 @@ llama.cpp's `llama-server` on the same GGUF with as many slots.
 
   python3 bench/serve_throughput.py [--quick] [--streams 1,4,8,16] [--repeat 3] [--threads 2]
                                     [--models f32,q4_0] [--prompt-tokens 64] [--decode-tokens 128]
-                                    [--llama-server PATH] [--out bench/results/serve.md]
+                                    [--stagger 0] [--llama-server PATH] [--out bench/results/serve.md]
 
 Models (bench/e2e/checkpoint.py, cached under bench/.work/ as bench/e2e_peers.py names them): the
 Gemma-3-1B-shaped random checkpoint (f32, its synthetic tokenizer), the same shape written in bf16
@@ -15,7 +15,8 @@ GGUF cells only. Each (engine, model, N) is its own server process with N slots 
 engines take turns at each N (Tessera N, llama-server N, Tessera next N, ...), so a change in the
 machine's other load falls on both sides of a pair rather than on one engine's whole series.
 
-One run of a cell: N streaming completions sent at once from N client threads (raw HTTP, SSE),
+One run of a cell: N streaming completions sent at once from N client threads (raw HTTP, SSE), or
+with --stagger T stream i sent i * T seconds after the first (prompts then join while others decode),
 each a different prompt of random ids (fresh per run, so no prefix cache helps), greedy,
 `max_tokens` = decode tokens (llama-server also gets ignore_eos; on these random models Tessera's
 streams reached max_tokens anyway, and the tokens counted are the ones that came). Per run:
@@ -168,7 +169,7 @@ def stream_one(url, body, out):
         conn.close()
 
 
-def one_run(server, engine, prompts, decode):
+def one_run(server, engine, prompts, decode, stagger=0.0):
     outs = [{} for _ in prompts]
     bodies = [{"prompt": p, "max_tokens": decode, "temperature": 0, "stream": True, "return_token_ids": True,
                "stream_options": {"include_usage": True}} for p in prompts]
@@ -176,7 +177,10 @@ def one_run(server, engine, prompts, decode):
         for b in bodies:
             b["ignore_eos"] = True
             b["cache_prompt"] = False
-    threads = [threading.Thread(target=stream_one, args=(server.url, b, o)) for b, o in zip(bodies, outs)]
+    def send(i, body, out):
+        time.sleep(i * stagger)
+        stream_one(server.url, body, out)
+    threads = [threading.Thread(target=send, args=(i, b, o)) for i, (b, o) in enumerate(zip(bodies, outs))]
     busy0, srv0, own0 = engines.busy_seconds(), proc_cpu_seconds(server.pid), time.process_time()
     t0 = time.perf_counter()
     for t in threads:
@@ -276,6 +280,8 @@ def main():
     ap.add_argument("--engines", default="tessera,llama")
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--decode-tokens", type=int, default=128)
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="seconds between the streams' sends (0: all at once)")
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "release", "tessera"))
     ap.add_argument("--llama-server", default=LLAMA_DEFAULT,
                     help="llama.cpp's llama-server binary (bash bench/setup_peers.sh --llama-server builds it)")
@@ -318,7 +324,7 @@ def main():
                     for r in range(args.repeat):
                         seed = zlib.crc32(f"{n}-{r}".encode())  # the same prompts for every engine and model
                         runs.append(one_run(server, e, prompts_for(n, args.prompt_tokens, vocab, avoid, seed),
-                                            args.decode_tokens))
+                                            args.decode_tokens, args.stagger))
                     cell = {"model": mname, "engine": e, "streams": n, "lock_waited": lk.waited, **median_of(runs),
                             "all_runs": runs, "warm_error": warm.get("error")}
                 results.append(cell)
@@ -345,7 +351,8 @@ def render(tag, rev, args, results, streams):
              f"decode {args.decode_tokens} tokens per stream, greedy; medians of {args.repeat} runs. Command: "
              f"`python3 bench/serve_throughput.py{' --quick' if args.quick else ''} --streams {args.streams} "
              f"--models {','.join(args.models)} --engines {args.engines} --repeat {args.repeat} "
-             f"--prompt-tokens {args.prompt_tokens} --decode-tokens {args.decode_tokens}`\n",
+             f"--prompt-tokens {args.prompt_tokens} --decode-tokens {args.decode_tokens}"
+             f"{f' --stagger {args.stagger:g}' if args.stagger else ''}`\n",
              "| model | engine | streams | agg. decode tok/s | × 1 stream | overall tok/s | TTFT p50 / p99 (s) "
              "| ITL p50 / p99 (ms) | other load (cores) |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

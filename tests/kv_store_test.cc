@@ -198,6 +198,48 @@ TEST(KvStores, ClearRowEmptiesOneRowOnly) {
   EXPECT_FALSE(DenseStore(g, 8).ClearRow(2).ok());
 }
 
+// An append over the cache's rows [first_row, first_row + B) alone (the request runtime's step
+// over some slots) writes what an append over every row writes with count 0 for the others: both
+// stores' views, positions and write positions equal, byte for byte, over steps that wrap the rings.
+TEST(KvStores, AppendToSomeRowsEqualsCountZeroElsewhere) {
+  std::mt19937 rng(5);
+  const KvGeometry g{3, 2, 8, 8, DType::kF32};
+  const int64_t window = 4, max_chunk = 4, hq = 2;
+  for (int kind = 0; kind < 2; ++kind) {
+    auto make = [&]() -> std::unique_ptr<KvStore> {
+      if (kind == 0) return std::make_unique<RingStore>(g, window, max_chunk);
+      return std::make_unique<DenseStore>(g, 32);
+    };
+    std::unique_ptr<KvStore> some = make(), all = make();
+    std::vector<int64_t> pos = {0, 0, 0};
+    for (int step = 0; step < 12; ++step) {  // each row 10 tokens or more: the rings wrap
+      const int64_t row = step % 3, n = 1 + step % max_chunk;
+      std::vector<int64_t> counts = {0, 0, 0};
+      counts[row] = n;
+      const Chunk c = MakeChunk(rng, g, hq, pos, counts, false);
+      ASSERT_TRUE(all->Append(c.Append(g)).ok());
+      KvAppend one = c.Append(g);  // row `row` of the same chunk, as a one-row append
+      one.k.data = one.k.At(row, 0, 0), one.v.data = one.v.At(row, 0, 0);
+      one.k.batch = one.v.batch = 1;
+      one.pos += row * c.S, one.block += row * c.S, one.count += row;
+      one.first_row = row;
+      ASSERT_TRUE(some->Append(one).ok());
+      pos[row] += n;
+    }
+    const KvView vs = some->View(), va = all->View();
+    const int64_t slots = vs.k.seq;
+    for (int64_t r = 0; r < 3; ++r) {
+      ASSERT_EQ(vs.kv_valid[r], va.kv_valid[r]) << "row " << r;
+      ASSERT_EQ(some->write_pos(r), all->write_pos(r)) << "row " << r;
+      EXPECT_EQ(0, std::memcmp(vs.k_pos + r * slots, va.k_pos + r * slots, slots * 4)) << "row " << r;
+      for (int64_t h = 0; h < 2; ++h) {
+        EXPECT_EQ(0, std::memcmp(vs.k.At(r, h, 0), va.k.At(r, h, 0), vs.kv_valid[r] * 8 * 4)) << "row " << r;
+        EXPECT_EQ(0, std::memcmp(vs.v.At(r, h, 0), va.v.At(r, h, 0), vs.kv_valid[r] * 8 * 4)) << "row " << r;
+      }
+    }
+  }
+}
+
 TEST(DenseStore, RewindThenReappendEqualsNeverAppended) {
   std::mt19937 rng(4);
   const KvGeometry g{2, 2, 8, 4, DType::kBF16};
@@ -244,6 +286,18 @@ TEST(KvStores, BadInput) {
   ConcatStore concat2(KvGeometry{2, 2, 8, 8, DType::kF32});
   st = concat2.Append(uneven.Append(KvGeometry{2, 2, 8, 8, DType::kF32}));
   EXPECT_NE(st.message().find("same number of tokens"), std::string::npos) << st.message();
+  // Rows past the cache's: refused, naming them (the concat store takes every row or none).
+  KvAppend past = MakeChunk(rng, g, 2, {6}, {1}, false).Append(g);
+  past.first_row = 1;
+  st = dense.Append(past);
+  EXPECT_NE(st.message().find("rows [1, 2) are outside the cache's 1 rows"), std::string::npos) << st.message();
+  KvAppend neg = MakeChunk(rng, g, 2, {6}, {1}, false).Append(g);
+  neg.first_row = -1;
+  EXPECT_FALSE(dense.Append(neg).ok());
+  KvAppend second = uneven.Append(KvGeometry{2, 2, 8, 8, DType::kF32});
+  second.k.batch = second.v.batch = 1, second.first_row = 1;
+  st = concat2.Append(second);
+  EXPECT_NE(st.message().find("!= store batch 2"), std::string::npos) << st.message();
 }
 
 TEST(ExternalStore, TensorScatterAppendMatchesDense) {

@@ -188,5 +188,62 @@ TEST(SessionVerify, DecodeRowsEqualRowsAlone) {
   }
 }
 
+// Session::Step with some rows decoding and others appending prompt chunks (tessera serve while a
+// request joins): the one-token rows run as one decode step and each run of adjacent longer chunks
+// as a step of its own, so no row is padded to another's chunk (the layers' token count says so) and
+// every row's logits are the bits it gets stepping alone. Quantized weights, where a padded step
+// would have taken the int8 GEMM for the decoding rows too.
+TEST(SessionVerify, MixedStepRowsEqualRowsAloneWithoutPadding) {
+  for (const char* name : {"gemma4_text", "gemma4_moe"}) {
+    model::WeightLoadOptions o;
+    auto rewrite = QuantizeOnLoad(kModels + name, QuantizeFileType::kQ4_0, nullptr);
+    ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
+    o.rewrite_matrix = std::move(rewrite.value());
+    auto lm = model::LoadedModel::Load(kModels + name, o);
+    ASSERT_TRUE(lm.ok()) << lm.status().message();
+    const model::GemmaModel& m = lm.value()->model();
+    const int64_t B = 4, V = m.arch().vocab, L = m.arch().num_layers();
+    // Tokens each row appends per step (0: sits the step out), and the layer-token count that step
+    // costs: the decode rows [0, last one-token row] plus each longer chunk's own tokens.
+    const std::vector<std::vector<int64_t>> counts = {{1, 1, 1, 1}, {1, 12, 0, 1}, {5, 1, 3, 1}, {0, 0, 7, 1}};
+    const std::vector<int64_t> layer_tokens = {4, 4 + 12, 4 + 5 + 3, 4 + 7};
+    std::vector<std::vector<int32_t>> tokens(B);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < 32; ++i) tokens[b].push_back(static_cast<int32_t>(3 + (b * 31 + i * 17) % 80));
+    ThreadPool pool(2);
+    SessionOptions so;
+    so.max_context = 32;
+    so.max_chunk = 16;
+    so.max_batch = B;
+    auto mixed = Session::Create(m, so, &pool);
+    ASSERT_TRUE(mixed.ok()) << mixed.status().message();
+    mixed.value()->set_skip_unread(false);  // every row's every token through every layer: a plain count
+    so.max_batch = 1;
+    std::vector<std::unique_ptr<Session>> alone;
+    for (int64_t b = 0; b < B; ++b) {
+      auto s = Session::Create(m, so, &pool);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      s.value()->set_skip_unread(false);  // as the mixed session: the same kernels for the same rows
+      alone.push_back(std::move(s.value()));
+    }
+    std::vector<int64_t> done(B, 0);
+    std::vector<float> logits(B * V), one(V);
+    for (size_t step = 0; step < counts.size(); ++step) {
+      std::vector<RowChunk> chunks(B);
+      for (int64_t b = 0; b < B; ++b) chunks[b] = {tokens[b].data() + done[b], nullptr, nullptr, counts[step][b]};
+      const int64_t before = mixed.value()->counts().layer_tokens;
+      ASSERT_TRUE(mixed.value()->Step(chunks.data(), B, logits.data()).ok());
+      EXPECT_EQ(mixed.value()->counts().layer_tokens - before, L * layer_tokens[step]) << name << " step " << step;
+      for (int64_t b = 0; b < B; ++b) {
+        if (counts[step][b] == 0) continue;
+        ASSERT_TRUE(alone[b]->Step(&chunks[b], 1, one.data()).ok());
+        EXPECT_EQ(std::memcmp(one.data(), logits.data() + b * V, V * sizeof(float)), 0)
+            << name << " row " << b << ", step " << step;
+        done[b] += counts[step][b];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::runtime

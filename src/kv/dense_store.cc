@@ -15,18 +15,20 @@ DenseStore::DenseStore(const KvGeometry& g, int64_t capacity)
 
 Status DenseStore::Append(const KvAppend& in) {
   TESSERA_RETURN_IF_ERROR(CheckAppend("DenseStore", buf_.geometry(), in, last_pos_.data()));
-  const int64_t B = in.k.batch, S = in.k.seq;
+  const int64_t B = in.k.batch, S = in.k.seq, r0 = in.first_row;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = in.count ? in.count[b] : S;
-    if (valid_[b] + n > capacity())
-      return OutOfRange("DenseStore::Append: row " + std::to_string(b) + " holds " + std::to_string(valid_[b]) +
-                        " tokens; appending " + std::to_string(n) + " exceeds capacity " + std::to_string(capacity()));
+    if (valid_[r0 + b] + n > capacity())
+      return OutOfRange("DenseStore::Append: row " + std::to_string(r0 + b) + " holds " +
+                        std::to_string(valid_[r0 + b]) + " tokens; appending " + std::to_string(n) +
+                        " exceeds capacity " + std::to_string(capacity()));
   }
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = in.count ? in.count[b] : S;
-    for (int64_t i = 0; i < n; ++i) buf_.Write(in, b, i, valid_[b] + i);
-    valid_[b] += static_cast<int32_t>(n);
-    if (n > 0) last_pos_[b] = in.pos[b * S + n - 1];
+    int32_t& valid = valid_[r0 + b];
+    for (int64_t i = 0; i < n; ++i) buf_.Write(in, b, i, valid + i);
+    valid += static_cast<int32_t>(n);
+    if (n > 0) last_pos_[r0 + b] = in.pos[b * S + n - 1];
   }
   return Status::Ok();
 }

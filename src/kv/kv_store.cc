@@ -9,6 +9,10 @@ Status CheckAppend(const char* store, const KvGeometry& g, const KvAppend& in, c
   if (in.k.batch < 1 || in.k.batch > g.batch || in.v.batch != in.k.batch)
     return InvalidArgument(who + "batch " + std::to_string(in.k.batch) + " is outside [1, cache batch " +
                            std::to_string(g.batch) + "]");
+  if (in.first_row < 0 || in.first_row + in.k.batch > g.batch)
+    return InvalidArgument(who + "rows [" + std::to_string(in.first_row) + ", " +
+                           std::to_string(in.first_row + in.k.batch) + ") are outside the cache's " +
+                           std::to_string(g.batch) + " rows");
   if (in.k.heads != g.kv_heads || in.v.heads != g.kv_heads)
     return InvalidArgument(who + "kv heads " + std::to_string(in.k.heads) + "/" + std::to_string(in.v.heads) +
                            " != cache kv heads " + std::to_string(g.kv_heads));
@@ -26,11 +30,11 @@ Status CheckAppend(const char* store, const KvGeometry& g, const KvAppend& in, c
     if (n < 0 || n > S)
       return InvalidArgument(who + "count[" + std::to_string(b) + "] = " + std::to_string(n) + " is outside [0, " +
                              std::to_string(S) + "]");
-    int64_t prev = last_pos[b];
+    int64_t prev = last_pos[in.first_row + b];
     for (int64_t i = 0; i < n; ++i) {
       const int32_t p = in.pos[b * S + i];
       if (p <= prev || p == kNoTokenPos)
-        return InvalidArgument(who + "position " + std::to_string(p) + " of row " + std::to_string(b) +
+        return InvalidArgument(who + "position " + std::to_string(p) + " of row " + std::to_string(in.first_row + b) +
                                " does not follow " + std::to_string(prev) + " (positions must increase)");
       prev = p;
       if (in.block && in.block[b * S + i] < -1)

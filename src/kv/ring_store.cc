@@ -30,11 +30,11 @@ Status RingStore::Append(const KvAppend& in) {
                         std::to_string(max_chunk_) + " of this ring (window " + std::to_string(window_) + ")");
   }
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t n = in.count ? in.count[b] : S;
-    for (int64_t i = 0; i < n; ++i) buf_.Write(in, b, i, (written_[b] + i) % C);
-    written_[b] += n;
-    valid_[b] = static_cast<int32_t>(std::min(written_[b], C));
-    if (n > 0) last_pos_[b] = in.pos[b * S + n - 1];
+    const int64_t n = in.count ? in.count[b] : S, r = in.first_row + b;
+    for (int64_t i = 0; i < n; ++i) buf_.Write(in, b, i, (written_[r] + i) % C);
+    written_[r] += n;
+    valid_[r] = static_cast<int32_t>(std::min(written_[r], C));
+    if (n > 0) last_pos_[r] = in.pos[b * S + n - 1];
   }
   return Status::Ok();
 }

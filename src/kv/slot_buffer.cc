@@ -23,15 +23,16 @@ size_t SlotBuffer::Bytes(const KvGeometry& g, int64_t slots) {
 
 void SlotBuffer::Write(const KvAppend& in, int64_t b, int64_t i, int64_t slot) {
   const size_t es = DTypeSize(g_.dtype);
+  const int64_t r = in.first_row + b;
   for (int64_t h = 0; h < g_.kv_heads; ++h) {
-    char* kd = static_cast<char*>(k_.data()) + ((b * g_.kv_heads + h) * slots_ + slot) * g_.head_dim * es;
-    char* vd = static_cast<char*>(v_.data()) + ((b * g_.kv_heads + h) * slots_ + slot) * g_.v_head_dim * es;
+    char* kd = static_cast<char*>(k_.data()) + ((r * g_.kv_heads + h) * slots_ + slot) * g_.head_dim * es;
+    char* vd = static_cast<char*>(v_.data()) + ((r * g_.kv_heads + h) * slots_ + slot) * g_.v_head_dim * es;
     ConvertDType(in.k.dtype, in.k.At(b, h, i), g_.dtype, kd, g_.head_dim);
     ConvertDType(in.v.dtype, in.v.At(b, h, i), g_.dtype, vd, g_.v_head_dim);
   }
   const int64_t S = in.k.seq;
-  pos_.as<int32_t>()[b * slots_ + slot] = in.pos[b * S + i];
-  blk_.as<int32_t>()[b * slots_ + slot] = in.block ? in.block[b * S + i] : -1;
+  pos_.as<int32_t>()[r * slots_ + slot] = in.pos[b * S + i];
+  blk_.as<int32_t>()[r * slots_ + slot] = in.block ? in.block[b * S + i] : -1;
 }
 
 void SlotBuffer::Clear(int64_t b, int64_t slot) {

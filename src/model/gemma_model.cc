@@ -24,6 +24,17 @@ HeadsView TokenMajor(const float* data, int64_t B, int64_t heads, int64_t S, int
   return {data, DType::kF32, B, heads, S, dim, S * heads * dim, dim, heads * dim};
 }
 
+// Cache rows [first, first + B) of a layer's view: the rows a step computes, as its rows 0 .. B - 1.
+kv::KvView RowsOf(kv::KvView v, int64_t first, int64_t B) {
+  const int64_t slots = v.k.seq;
+  v.k.data = v.k.At(first, 0, 0), v.v.data = v.v.At(first, 0, 0);
+  v.k.batch = v.v.batch = B;
+  v.k_pos += first * slots;
+  if (v.k_block) v.k_block += first * slots;
+  v.kv_valid += first;
+  return v;
+}
+
 }  // namespace
 
 Status GemmaModel::ValidateBatch(const ForwardBatch& in) const {
@@ -68,13 +79,13 @@ Status GemmaModel::CheckBlocksNotSplit(const ForwardBatch& in, const kv::KvCache
     const kv::KvView view = store.View();
     for (int64_t b = 0; b < in.batch; ++b) {
       const int32_t first = in.block[b * in.seq];
-      const int64_t written = store.write_pos(b);
+      const int64_t r = in.first_row + b, written = store.write_pos(r);
       if (first < 0 || in.count[b] == 0 || written == 0) continue;
       const int64_t slot = (written - 1) % store.capacity();
-      if (view.k_block[b * view.k.seq + slot] == first)
+      if (view.k_block[r * view.k.seq + slot] == first)
         return InvalidArgument("GemmaModel::Forward: image block " + std::to_string(first) + " of row " +
-                               std::to_string(b) + " is split across prefill chunks (it continues from position " +
-                               std::to_string(view.k_pos[b * view.k.seq + slot]) +
+                               std::to_string(r) + " is split across prefill chunks (it continues from position " +
+                               std::to_string(view.k_pos[r * view.k.seq + slot]) +
                                "); prefill each image block in one chunk");
     }
     return Status::Ok();  // one store holding block ids is enough
@@ -170,14 +181,14 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
     append.pos = in.pos;
     append.count = in.count;
     append.block = in.block;
+    append.first_row = in.first_row;
     TESSERA_RETURN_IF_ERROR(cache.Append(l, append));
   }
-  const kv::KvView view = cache.View(l);
+  const kv::KvView view = RowsOf(cache.View(l), in.first_row, B);
   AttentionParams p;
   p.q = TokenMajor(q, B, Hq, S, D);
   p.k = view.k;
   p.v = view.v;
-  p.k.batch = p.v.batch = B;  // the step's rows are the cache's first B rows
   p.out = {F(act.attn), B, Hq, S, D, S * Hq * D, D, Hq * D};
   p.mask.q_pos = in.pos;
   p.mask.k_pos = view.k_pos;
@@ -308,6 +319,10 @@ Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activatio
   if (n > act.max_tokens)
     return OutOfRange("GemmaModel::Forward: step of " + std::to_string(n) + " tokens exceeds the session's " +
                       std::to_string(act.max_tokens) + " (max_batch x max_chunk)");
+  if (in.first_row < 0 || in.first_row + in.batch > cache.View(0).k.batch)
+    return InvalidArgument("GemmaModel::Forward: rows [" + std::to_string(in.first_row) + ", " +
+                           std::to_string(in.first_row + in.batch) + ") are outside the cache's " +
+                           std::to_string(cache.View(0).k.batch) + " rows");
   TESSERA_RETURN_IF_ERROR(CheckBlocksNotSplit(in, cache));
   const bool tapped = tap && tap->hidden_after_layer;
   const bool skip = in.skip_unread && !in.all_logits && !tapped;

@@ -59,6 +59,9 @@ struct ForwardBatch {
   AttentionHook* attention = nullptr;  // null: the structured kernels (the engine's way)
   AttentionPrecision attention_precision = AttentionPrecision::kF32;  // bf16 needs a bf16 cache
   ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;  // bf16 needs bf16 Linear weights
+  // Row b is the cache's row first_row + b: a step over some rows (prompt chunks beside decoding
+  // slots) computes only those.
+  int64_t first_row = 0;
 };
 
 // Which named activation of batch row 0 the forward pass copies out, for conformance debugging.

@@ -200,12 +200,13 @@ Status Session::NextChunk(const std::vector<Prompt>& prompts, const std::vector<
   return Status::Ok();
 }
 
-int64_t Session::Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq) {
+int64_t Session::Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq, int64_t first_row) {
   const model::GemmaArch& a = model_.arch();
   const int64_t H = a.hidden;
   int64_t S = min_seq;
   for (int64_t b = 0; b < rows; ++b) S = std::max(S, chunks[b].count);
   staged_blocks_ = false;
+  staged_first_ = first_row;
   for (int64_t b = 0; b < rows; ++b) {
     const RowChunk& c = chunks[b];
     int64_t embed_row = 0;
@@ -214,7 +215,7 @@ int64_t Session::Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq) {
       const int64_t t = b * S + i;
       const bool real = i < c.count;
       tokens_[t] = real ? c.tokens[i] : 0;
-      pos_[t] = static_cast<int32_t>(next_pos_[b] + i);
+      pos_[t] = static_cast<int32_t>(next_pos_[first_row + b] + i);
       block_[t] = real && c.block ? c.block[i] : -1;
       staged_blocks_ |= block_[t] >= 0;
       use_embed_[t] = real && c.embeds && a.IsPlaceholder(tokens_[t]);
@@ -229,6 +230,7 @@ Status Session::RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read,
   model::ForwardBatch in;
   in.batch = B;
   in.seq = S;
+  in.first_row = staged_first_;
   in.tokens = tokens_.data();
   in.count = count_.data();
   in.pos = pos_.data();
@@ -246,7 +248,7 @@ Status Session::RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read,
   // streams then equal the same requests run alone, whatever else is decoding.
   in.rows_as_steps = rows_as_steps || S == 1;
   TESSERA_RETURN_IF_ERROR(model_.Forward(in, *live_, act_, pool_, attn_scratch_, act_.logits.as<float>(), tap));
-  for (int64_t b = 0; b < B; ++b) next_pos_[b] += count_[b];
+  for (int64_t b = 0; b < B; ++b) next_pos_[staged_first_ + b] += count_[b];
   return Status::Ok();
 }
 
@@ -351,11 +353,35 @@ Status Session::Step(const RowChunk* chunks, int64_t rows, float* last_logits) {
   }
   live_ = cache_.get();
   batch_ = B;
-  const int64_t S = Stage(chunks, B, 1);
+  // One-token rows (decoding) as one decode step, then each run of adjacent rows with longer chunks
+  // (prompts) as a step over just those cache rows: no row computes padding for another's chunk,
+  // and a decoding row gets the bits it gets decoding alone (docs/runtime.md, "Requests and slots").
+  int64_t decode_rows = 0;  // rows [0, decode_rows) hold every one-token row
+  for (int64_t b = 0; b < B; ++b) {
+    chunks_[b] = chunks[b].count == 1 ? chunks[b] : RowChunk{};
+    if (chunks[b].count == 1) decode_rows = b + 1;
+  }
+  if (decode_rows > 0) TESSERA_RETURN_IF_ERROR(StepRows(chunks_.data(), decode_rows, 0, last_logits));
+  for (int64_t b = 0; b < B;) {
+    if (chunks[b].count <= 1) {
+      ++b;
+      continue;
+    }
+    const int64_t first = b;
+    while (b < B && chunks[b].count > 1) ++b;
+    TESSERA_RETURN_IF_ERROR(StepRows(chunks + first, b - first, first, last_logits));
+  }
+  return Status::Ok();
+}
+
+Status Session::StepRows(const RowChunk* chunks, int64_t rows, int64_t first_row, float* last_logits) {
+  const int64_t S = Stage(chunks, rows, 1, first_row), V = model_.arch().vocab;
   bool read = false;
-  for (int64_t b = 0; b < B; ++b) read |= chunks[b].count > 0 && chunks[b].logits;
-  TESSERA_RETURN_IF_ERROR(RunStep(B, S, false, read, nullptr));
-  std::memcpy(last_logits, act_.logits.as<float>(), B * model_.arch().vocab * sizeof(float));
+  for (int64_t b = 0; b < rows; ++b) read |= chunks[b].count > 0 && chunks[b].logits;
+  TESSERA_RETURN_IF_ERROR(RunStep(rows, S, false, read, nullptr));
+  for (int64_t b = 0; b < rows; ++b)
+    if (chunks[b].count > 0)
+      std::memcpy(last_logits + (first_row + b) * V, act_.logits.as<float>() + b * V, V * sizeof(float));
   return Status::Ok();
 }
 

@@ -70,6 +70,8 @@ class Session {
   // chunk at their own next position, on top of what their rows already hold; rows not in the
   // step and rows with count 0 are untouched. Unified mode only. last_logits: [rows, vocab], each
   // row's last token of the step (rows with count 0 or without chunks[b].logits: unspecified).
+  // Runs as forward passes over row subsets: the one-token rows together, each run of adjacent
+  // longer chunks apart, so no row is padded to another's chunk length.
   Status Step(const RowChunk* chunks, int64_t rows, float* last_logits);
   // Empties row b (a request left its slot), or drops its last n tokens (prefix reuse: refused,
   // changing nothing, where a ring no longer holds what the shorter row needs).
@@ -116,9 +118,13 @@ class Session {
   // baselines' concat cache needs one common boundary for every row.
   Status NextChunk(const std::vector<Prompt>& prompts, const std::vector<std::vector<int32_t>>& blocks,
                    const std::vector<int64_t>& done);
-  // Fills the step staging from rows [0, rows) of `chunks`: S = the longest chunk (at least
-  // min_seq); counts in count_. Returns S.
-  int64_t Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq);
+  // Fills the step staging from rows [0, rows) of `chunks`, which stand for the cache's rows
+  // [first_row, first_row + rows): S = the longest chunk (at least min_seq); counts in count_.
+  // Returns S.
+  int64_t Stage(const RowChunk* chunks, int64_t rows, int64_t min_seq, int64_t first_row = 0);
+  // Step's forward pass over cache rows [first_row, first_row + rows); their logits rows go to
+  // last_logits + (first_row + b) * vocab.
+  Status StepRows(const RowChunk* chunks, int64_t rows, int64_t first_row, float* last_logits);
   // Runs the staged step [B, S] on the live cache and advances each row's position. logits_read:
   // whether the caller reads any row's last-token logits (all_logits and taps read everything).
   Status RunStep(int64_t B, int64_t S, bool all_logits, bool logits_read, const model::ActivationTap* tap,
@@ -142,6 +148,7 @@ class Session {
   std::vector<uint8_t> use_embed_;
   std::vector<float> embeds_;
   bool staged_blocks_ = false;     // some staged token is in an image block
+  int64_t staged_first_ = 0;       // the staged rows are the cache's from this one
   bool skip_unread_ = true;
   model::ForwardCounts counts_;
   std::vector<RowChunk> chunks_;   // [max_batch] Prefill's and Decode's rows

@@ -22,6 +22,9 @@ struct KvAppend {
   const int32_t* pos = nullptr;    // [B, S_new] absolute positions, strictly increasing per row
   const int32_t* count = nullptr;  // [B] tokens of row b to append (prefix of S_new); null = S_new
   const int32_t* block = nullptr;  // [B, S_new] image block ids (-1 = none); null = no blocks
+  // Row b of k/v/pos/count/block goes to the cache's row first_row + b: a step over some of the
+  // cache's rows (a joining request's prefill chunk beside decoding slots) needs no padding rows.
+  int64_t first_row = 0;
 };
 
 struct KvView {

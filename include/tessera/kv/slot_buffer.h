@@ -13,7 +13,8 @@ class SlotBuffer {
  public:
   SlotBuffer(const KvGeometry& g, int64_t slots);
 
-  // Copies token i of row b of `in` (converted to the store dtype) into `slot`.
+  // Copies token i of row b of `in` (converted to the store dtype) into `slot` of cache row
+  // in.first_row + b.
   void Write(const KvAppend& in, int64_t b, int64_t i, int64_t slot);
   // Marks a slot as holding no token.
   void Clear(int64_t b, int64_t slot);
