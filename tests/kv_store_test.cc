@@ -172,10 +172,15 @@ TEST(KvStores, ClearRowEmptiesOneRowOnly) {
   const int64_t window = 4, max_chunk = 3, hq = 2;  // ring capacity 6
   for (int kind = 0; kind < 2; ++kind) {
     std::unique_ptr<KvStore> used, fresh;
-    if (kind == 0) used = std::make_unique<RingStore>(g, window, max_chunk), fresh = std::make_unique<RingStore>(g, window, max_chunk);
-    else used = std::make_unique<DenseStore>(g, 32), fresh = std::make_unique<DenseStore>(g, 32);
+    if (kind == 0) {
+      used = std::make_unique<RingStore>(g, window, max_chunk), fresh = std::make_unique<RingStore>(g, window, max_chunk);
+    } else {
+      used = std::make_unique<DenseStore>(g, 32), fresh = std::make_unique<DenseStore>(g, 32);
+    }
     for (int64_t t = 0; t < 15; t += 3) ASSERT_TRUE(used->Append(MakeChunk(rng, g, hq, {t, t}, {3, 3}, false).Append(g)).ok());
-    if (kind == 0) EXPECT_FALSE(used->CanRewind(0, 15).ok());  // wrapped: only ClearRow empties it
+    if (kind == 0) {
+      EXPECT_FALSE(used->CanRewind(0, 15).ok());  // wrapped: only ClearRow empties it
+    }
     const Chunk probe1 = MakeChunk(rng, g, hq, {15, 15}, {0, 1}, false);
     const std::vector<float> before = Attend(*used, probe1, hq, window, AttentionKernel::kReference);
     ASSERT_TRUE(used->ClearRow(0).ok());
@@ -287,13 +292,15 @@ TEST(KvStores, BadInput) {
   st = concat2.Append(uneven.Append(KvGeometry{2, 2, 8, 8, DType::kF32}));
   EXPECT_NE(st.message().find("same number of tokens"), std::string::npos) << st.message();
   // Rows past the cache's: refused, naming them (the concat store takes every row or none).
-  KvAppend past = MakeChunk(rng, g, 2, {6}, {1}, false).Append(g);
+  const Chunk next = MakeChunk(rng, g, 2, {6}, {1}, false);
+  KvAppend past = next.Append(g);
   past.first_row = 1;
   st = dense.Append(past);
   EXPECT_NE(st.message().find("rows [1, 2) are outside the cache's 1 rows"), std::string::npos) << st.message();
-  KvAppend neg = MakeChunk(rng, g, 2, {6}, {1}, false).Append(g);
-  neg.first_row = -1;
-  EXPECT_FALSE(dense.Append(neg).ok());
+  past.first_row = -1;
+  EXPECT_FALSE(dense.Append(past).ok());
+  past.first_row = 0;
+  EXPECT_TRUE(dense.Append(past).ok());  // the same append at row 0: only the rows were wrong
   KvAppend second = uneven.Append(KvGeometry{2, 2, 8, 8, DType::kF32});
   second.k.batch = second.v.batch = 1, second.first_row = 1;
   st = concat2.Append(second);
