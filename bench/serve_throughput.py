@@ -23,7 +23,8 @@ streams reached max_tokens anyway, and the tokens counted are the ones that came
 - aggregate decode tok/s: tokens that arrived while every stream was decoding (from the last first
   token to the first last token), per second of that window: the steady rate of N streams;
 - overall tok/s: every generated token / (last token - send);
-- time to first token per stream, inter-token gaps pooled over streams: p50 / p99;
+- time to first token per stream, inter-token gaps pooled over streams: p50 / p99 / max (the max is
+  the longest stall a decoding stream saw, e.g. while prompts joined);
 - other load: cores the rest of the machine kept busy meanwhile (machine busy time minus the
   server's and this client's).
 The table gives the medians over --repeat runs, and each N's aggregate rate over N = 1's.
@@ -207,6 +208,7 @@ def one_run(server, engine, prompts, decode, stagger=0.0):
             "ttft_p50": statistics.median(f - o["sent"] for f, o in zip(firsts, outs)),
             "ttft_p99": pct([f - o["sent"] for f, o in zip(firsts, outs)], 99),
             "itl_p50": statistics.median(gaps) if gaps else None, "itl_p99": pct(gaps, 99) if gaps else None,
+            "itl_max": max(gaps) if gaps else None,
             "foreign": foreign, "wall": wall, "usage_tokens": usage}
 
 
@@ -354,7 +356,7 @@ def render(tag, rev, args, results, streams):
              f"--prompt-tokens {args.prompt_tokens} --decode-tokens {args.decode_tokens}"
              f"{f' --stagger {args.stagger:g}' if args.stagger else ''}`\n",
              "| model | engine | streams | agg. decode tok/s | × 1 stream | overall tok/s | TTFT p50 / p99 (s) "
-             "| ITL p50 / p99 (ms) | other load (cores) |",
+             "| ITL p50 / p99 / max (ms) | other load (cores) |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     single = {(r["model"], r["engine"]): r.get("agg_decode") for r in results if r["streams"] == 1}
     for r in results:
@@ -366,7 +368,8 @@ def render(tag, rev, args, results, streams):
         lines.append(f"| {r['model']} | {'tessera serve' if r['engine'] == 'tessera' else 'llama-server'} | "
                      f"{r['streams']} | {fmt(r['agg_decode'])} | {ratio} | {fmt(r['overall'])} | "
                      f"{fmt(r['ttft_p50'], 2)} / {fmt(r['ttft_p99'], 2)} | {fmt(1e3 * r['itl_p50'])} / "
-                     f"{fmt(1e3 * r['itl_p99'])} | {r['foreign']:.2f} |")
+                     f"{fmt(1e3 * r['itl_p99'])} / {fmt(1e3 * r['itl_max']) if r.get('itl_max') else '—'} | "
+                     f"{r['foreign']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
