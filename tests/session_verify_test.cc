@@ -146,42 +146,54 @@ TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
     }
 }
 
+// A checkpoint of tests/models quantized on load to `type`, as --quantize does.
+std::unique_ptr<model::LoadedModel> LoadQuantized(const std::string& name, QuantizeFileType type) {
+  model::WeightLoadOptions o;
+  auto rewrite = QuantizeOnLoad(kModels + name, type, nullptr);
+  EXPECT_TRUE(rewrite.ok()) << rewrite.status().message();
+  if (!rewrite.ok()) return nullptr;
+  o.rewrite_matrix = std::move(rewrite.value());
+  auto lm = model::LoadedModel::Load(kModels + name, o);
+  EXPECT_TRUE(lm.ok()) << lm.status().message();
+  return lm.ok() ? std::move(lm.value()) : nullptr;
+}
+
+// A session of `rows` rows of `context` tokens, chunks of up to 16.
+std::unique_ptr<Session> RowsSession(const model::GemmaModel& m, int64_t rows, int64_t context, ThreadPool* pool) {
+  SessionOptions so;
+  so.max_context = context;
+  so.max_chunk = 16;
+  so.max_batch = rows;
+  auto s = Session::Create(m, so, pool);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? std::move(s.value()) : nullptr;
+}
+
 // A decode step over many rows gives each row the bits it gets decoded alone (tessera serve's
 // exactness with many streams), here with 13 rows of quantized weights: past the 12 tokens from
 // which Linear would take the int8 GEMM. One-token prompts, so the prefill is such a step too.
 TEST(SessionVerify, DecodeRowsEqualRowsAlone) {
-  model::WeightLoadOptions o;
-  auto rewrite = QuantizeOnLoad(kModels + "gemma4_text", QuantizeFileType::kQ4_0, nullptr);
-  ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
-  o.rewrite_matrix = std::move(rewrite.value());
-  auto lm = model::LoadedModel::Load(kModels + "gemma4_text", o);
-  ASSERT_TRUE(lm.ok()) << lm.status().message();
-  const model::GemmaModel& m = lm.value()->model();
+  auto lm = LoadQuantized("gemma4_text", QuantizeFileType::kQ4_0);
+  ASSERT_TRUE(lm);
+  const model::GemmaModel& m = lm->model();
   const int64_t B = 13, V = m.arch().vocab, steps = 4;
   ThreadPool pool(2);
-  SessionOptions so;
-  so.max_context = 16;
-  so.max_chunk = 16;
-  so.max_batch = B;
-  auto batch = Session::Create(m, so, &pool);
-  ASSERT_TRUE(batch.ok()) << batch.status().message();
+  auto batch = RowsSession(m, B, 16, &pool);
+  ASSERT_TRUE(batch);
   std::vector<Prompt> prompts(B);
   std::vector<int32_t> tokens(steps * B);
   for (int64_t b = 0; b < B; ++b) prompts[b].tokens = {static_cast<int32_t>(3 + 5 * b)};
   for (int64_t i = 0; i < steps * B; ++i) tokens[i] = static_cast<int32_t>((i * 37) % 80);
   std::vector<float> all(B * V), one(V);
-  ASSERT_TRUE(batch.value()->Prefill(prompts, all.data()).ok());
+  ASSERT_TRUE(batch->Prefill(prompts, all.data()).ok());
   std::vector<std::vector<float>> batched(steps, std::vector<float>(B * V));
-  for (int64_t s = 0; s < steps; ++s)
-    ASSERT_TRUE(batch.value()->Decode(tokens.data() + s * B, nullptr, batched[s].data()).ok());
+  for (int64_t s = 0; s < steps; ++s) ASSERT_TRUE(batch->Decode(tokens.data() + s * B, nullptr, batched[s].data()).ok());
   for (int64_t b = 0; b < B; ++b) {
-    SessionOptions so1 = so;
-    so1.max_batch = 1;
-    auto alone = Session::Create(m, so1, &pool);
-    ASSERT_TRUE(alone.ok()) << alone.status().message();
-    ASSERT_TRUE(alone.value()->Prefill({prompts[b]}, one.data()).ok());
+    auto alone = RowsSession(m, 1, 16, &pool);
+    ASSERT_TRUE(alone);
+    ASSERT_TRUE(alone->Prefill({prompts[b]}, one.data()).ok());
     for (int64_t s = 0; s < steps; ++s) {
-      ASSERT_TRUE(alone.value()->Decode(tokens.data() + s * B + b, nullptr, one.data()).ok());
+      ASSERT_TRUE(alone->Decode(tokens.data() + s * B + b, nullptr, one.data()).ok());
       EXPECT_EQ(std::memcmp(one.data(), batched[s].data() + b * V, V * sizeof(float)), 0)
           << "row " << b << ", decode step " << s;
     }
@@ -195,13 +207,9 @@ TEST(SessionVerify, DecodeRowsEqualRowsAlone) {
 // would have taken the int8 GEMM for the decoding rows too.
 TEST(SessionVerify, MixedStepRowsEqualRowsAloneWithoutPadding) {
   for (const char* name : {"gemma4_text", "gemma4_moe"}) {
-    model::WeightLoadOptions o;
-    auto rewrite = QuantizeOnLoad(kModels + name, QuantizeFileType::kQ4_0, nullptr);
-    ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
-    o.rewrite_matrix = std::move(rewrite.value());
-    auto lm = model::LoadedModel::Load(kModels + name, o);
-    ASSERT_TRUE(lm.ok()) << lm.status().message();
-    const model::GemmaModel& m = lm.value()->model();
+    auto lm = LoadQuantized(name, QuantizeFileType::kQ4_0);
+    ASSERT_TRUE(lm);
+    const model::GemmaModel& m = lm->model();
     const int64_t B = 4, V = m.arch().vocab, L = m.arch().num_layers();
     // Tokens each row appends per step (0: sits the step out), and the layer-token count that step
     // costs: the decode rows [0, last one-token row] plus each longer chunk's own tokens.
@@ -211,29 +219,23 @@ TEST(SessionVerify, MixedStepRowsEqualRowsAloneWithoutPadding) {
     for (int64_t b = 0; b < B; ++b)
       for (int64_t i = 0; i < 32; ++i) tokens[b].push_back(static_cast<int32_t>(3 + (b * 31 + i * 17) % 80));
     ThreadPool pool(2);
-    SessionOptions so;
-    so.max_context = 32;
-    so.max_chunk = 16;
-    so.max_batch = B;
-    auto mixed = Session::Create(m, so, &pool);
-    ASSERT_TRUE(mixed.ok()) << mixed.status().message();
-    mixed.value()->set_skip_unread(false);  // every row's every token through every layer: a plain count
-    so.max_batch = 1;
+    auto mixed = RowsSession(m, B, 32, &pool);
+    ASSERT_TRUE(mixed);
+    mixed->set_skip_unread(false);  // every row's every token through every layer: a plain count
     std::vector<std::unique_ptr<Session>> alone;
     for (int64_t b = 0; b < B; ++b) {
-      auto s = Session::Create(m, so, &pool);
-      ASSERT_TRUE(s.ok()) << s.status().message();
-      s.value()->set_skip_unread(false);  // as the mixed session: the same kernels for the same rows
-      alone.push_back(std::move(s.value()));
+      alone.push_back(RowsSession(m, 1, 32, &pool));
+      ASSERT_TRUE(alone.back());
+      alone.back()->set_skip_unread(false);  // as the mixed session: the same kernels for the same rows
     }
     std::vector<int64_t> done(B, 0);
     std::vector<float> logits(B * V), one(V);
     for (size_t step = 0; step < counts.size(); ++step) {
       std::vector<RowChunk> chunks(B);
       for (int64_t b = 0; b < B; ++b) chunks[b] = {tokens[b].data() + done[b], nullptr, nullptr, counts[step][b]};
-      const int64_t before = mixed.value()->counts().layer_tokens;
-      ASSERT_TRUE(mixed.value()->Step(chunks.data(), B, logits.data()).ok());
-      EXPECT_EQ(mixed.value()->counts().layer_tokens - before, L * layer_tokens[step]) << name << " step " << step;
+      const int64_t before = mixed->counts().layer_tokens;
+      ASSERT_TRUE(mixed->Step(chunks.data(), B, logits.data()).ok());
+      EXPECT_EQ(mixed->counts().layer_tokens - before, L * layer_tokens[step]) << name << " step " << step;
       for (int64_t b = 0; b < B; ++b) {
         if (counts[step][b] == 0) continue;
         ASSERT_TRUE(alone[b]->Step(&chunks[b], 1, one.data()).ok());
