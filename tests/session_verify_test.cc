@@ -187,7 +187,8 @@ TEST(SessionVerify, DecodeRowsEqualRowsAlone) {
   std::vector<float> all(B * V), one(V);
   ASSERT_TRUE(batch->Prefill(prompts, all.data()).ok());
   std::vector<std::vector<float>> batched(steps, std::vector<float>(B * V));
-  for (int64_t s = 0; s < steps; ++s) ASSERT_TRUE(batch->Decode(tokens.data() + s * B, nullptr, batched[s].data()).ok());
+  for (int64_t s = 0; s < steps; ++s)
+    ASSERT_TRUE(batch->Decode(tokens.data() + s * B, nullptr, batched[s].data()).ok());
   for (int64_t b = 0; b < B; ++b) {
     auto alone = RowsSession(m, 1, 16, &pool);
     ASSERT_TRUE(alone);
