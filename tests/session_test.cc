@@ -281,5 +281,32 @@ TEST(GemmaModel, RefusesAnImageBlockSplitAcrossChunks) {
   EXPECT_TRUE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
 }
 
+// A step's rows must be rows of the cache: first_row + batch past its end (or a negative first
+// row) is refused before anything is written.
+TEST(GemmaModel, RefusesRowsOutsideTheCache) {
+  auto m = testing::MakeTinyModel({});
+  const GemmaArch& a = m->arch();
+  runtime::SessionOptions o;
+  o.max_context = 16;
+  o.max_chunk = 4;
+  o.max_batch = 2;
+  auto cache = std::move(kv::KvCache::Create(runtime::KvCacheConfigFor(a, o)).value());
+  Activations act;
+  act.Allocate(a, 8, 1);
+  Arena scratch;
+  std::vector<float> logits(2 * a.vocab);
+  std::vector<int32_t> tokens = {5, 6, 7, 8}, pos = {0, 1, 2, 3}, count = {2, 2};
+  ForwardBatch in{2, 2, tokens.data(), count.data(), pos.data()};
+  in.first_row = 1;
+  Status st = m->Forward(in, *cache, act, nullptr, scratch, logits.data());
+  EXPECT_NE(st.message().find("rows [1, 3) are outside the cache's 2 rows"), std::string::npos) << st.message();
+  in.first_row = -1;
+  EXPECT_FALSE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
+  in.batch = 1, in.first_row = 1;  // row 1 alone: fine
+  EXPECT_TRUE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
+  EXPECT_EQ(cache->store(0).write_pos(1), 2);
+  EXPECT_EQ(cache->store(0).write_pos(0), 0);
+}
+
 }  // namespace
 }  // namespace tessera::model

@@ -319,10 +319,11 @@ Status GemmaModel::Forward(const ForwardBatch& in, kv::KvCache& cache, Activatio
   if (n > act.max_tokens)
     return OutOfRange("GemmaModel::Forward: step of " + std::to_string(n) + " tokens exceeds the session's " +
                       std::to_string(act.max_tokens) + " (max_batch x max_chunk)");
-  if (in.first_row < 0 || in.first_row + in.batch > cache.View(0).k.batch)
+  const int64_t cache_rows = cache.View(0).k.batch;
+  if (in.first_row < 0 || in.first_row + in.batch > cache_rows)
     return InvalidArgument("GemmaModel::Forward: rows [" + std::to_string(in.first_row) + ", " +
                            std::to_string(in.first_row + in.batch) + ") are outside the cache's " +
-                           std::to_string(cache.View(0).k.batch) + " rows");
+                           std::to_string(cache_rows) + " rows");
   TESSERA_RETURN_IF_ERROR(CheckBlocksNotSplit(in, cache));
   const bool tapped = tap && tap->hidden_after_layer;
   const bool skip = in.skip_unread && !in.all_logits && !tapped;
