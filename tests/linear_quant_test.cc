@@ -207,6 +207,43 @@ TEST(LinearQuant, KernelConversionsMatchPortableCodeExactly) {
   }
 }
 
+// The bf16 pair panels of a quantized k block (the AMX and dot-product GEMMs' weights at precision
+// bf16) are the reference dequantization rounded by F32ToBf16 and laid out pair by pair, bit for
+// bit, zero past the block's rows: random blocks of every type, random row and depth ranges.
+TEST(LinearQuant, PairPanelsAreTheDequantizedBlocksRoundedToBf16) {
+  const ops::Bf16DotKernels* dot = ops::Bf16Dot();
+  if (dot == nullptr) GTEST_SKIP() << "no AVX-512-BF16 on this CPU: no pair panels";
+  std::mt19937 rng(33);
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t), in = (t == QuantType::kQ4_0 || t == QuantType::kQ8_0 ? 40 : 4) * be;
+    const int64_t out = 150;
+    const std::vector<uint8_t> blocks = RandomBlocks(rng, t, out, in);
+    std::vector<float> w(out * in);
+    for (int64_t o = 0; o < out; ++o) DequantizeRow(t, blocks.data() + o * QuantRowBytes(t, in), w.data() + o * in, in);
+    ops::WeightView view{blocks.data(), DType::kF32, out, in};
+    view.quant = t;
+    for (int trial = 0; trial < 12; ++trial) {
+      const int64_t nc = 1 + static_cast<int64_t>(rng() % 128), o0 = static_cast<int64_t>(rng() % (out - nc + 1));
+      const int64_t kc = be * (1 + static_cast<int64_t>(rng() % std::min<int64_t>(512 / be, in / be)));
+      const int64_t k0 = be * static_cast<int64_t>(rng() % (in / be - kc / be + 1));
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " rows " + std::to_string(o0) + "+" + std::to_string(nc) +
+                   " depth " + std::to_string(k0) + "+" + std::to_string(kc));
+      const int64_t panels = (nc + 15) / 16, words = panels * (kc / 2) * 16;
+      std::vector<uint32_t> got(words, 0xDEADBEEFu), want(words);
+      ops::PackQuantPairs(*dot, view, o0, nc, k0, kc, got.data());
+      for (int64_t p = 0; p < panels; ++p)
+        for (int64_t q = 0; q < kc / 2; ++q)
+          for (int64_t j = 0; j < 16; ++j) {
+            const int64_t r = p * 16 + j;
+            const float* row = w.data() + (o0 + r) * in + k0 + 2 * q;
+            want[(p * (kc / 2) + q) * 16 + j] =
+                r < nc ? uint32_t{F32ToBf16(row[0])} | uint32_t{F32ToBf16(row[1])} << 16 : 0u;
+          }
+      ASSERT_EQ(got, want);
+    }
+  }
+}
+
 // Every dot kernel this CPU runs, the row-dot path (n = 1..3), both precisions, 1 and 2 threads.
 TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   const ops::QuantDotKernels* kernels[4];

@@ -35,16 +35,21 @@ void PackQuantBlock(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int
 
 void PackQuantPairs(const Bf16DotKernels& dot, const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc,
                     uint32_t* bp) {
-  alignas(64) float rows[16 * 512];
+  // One row at a time dequantized (L1-resident) and rounded to bf16 by the dot product's vector
+  // converter: the same bits as F32ToBf16 for every value a finite block dequantizes to (none is
+  // NaN or below 2^-126 in magnitude, where the two would differ), and far cheaper than a scalar loop.
+  alignas(64) float row[512];
   alignas(64) uint16_t half[16 * 512];
-  TESSERA_CHECK(kc <= 512, "PackQuantPairs: k blocks are at most 512 deep");
+  TESSERA_CHECK(kc <= 512 && kc % 2 == 0, "PackQuantPairs: k blocks are at most 512 deep and even");
   const QuantDotKernels& dq = QuantDot();
   const int64_t row_bytes = QuantRowBytes(w.quant, w.in), be = QuantBlockElems(w.quant);
   const char* base = static_cast<const char*>(w.data) + k0 / be * QuantBlockBytes(w.quant);
   for (int64_t p = 0; p * 16 < nc; ++p) {
     const int r = static_cast<int>(std::min<int64_t>(16, nc - p * 16));
-    for (int j = 0; j < r; ++j) dq.dequantize(w.quant, base + (o0 + p * 16 + j) * row_bytes, rows + j * kc, kc);
-    for (int64_t i = 0; i < r * kc; ++i) half[i] = F32ToBf16(rows[i]);
+    for (int j = 0; j < r; ++j) {
+      dq.dequantize(w.quant, base + (o0 + p * 16 + j) * row_bytes, row, kc);
+      dot.pairs_from_f32(row, kc, reinterpret_cast<uint32_t*>(half + j * kc));
+    }
     dot.pack_weight_pairs16(half, kc, r, kc, bp + p * (kc / 2) * 16);
   }
 }
