@@ -306,6 +306,8 @@ def run_tessera(binary, path, a):
            "--kv-dtype", a.kv_dtype, "--no-stop"]
     if a.kv_dtype == "bf16" and a.bf16_attention:
         cmd += ["--attention-precision", "bf16"]
+    if a.matmul_precision:
+        cmd += ["--matmul-precision", a.matmul_precision]
     w = [sys.executable, os.path.join(HERE, "e2e", "worker.py"), json.dumps({"engine": "exec", "cmd": cmd})]
     rc, wo, we, _, wall = engines.run_measured(w, a.timeout)
     line = [x for x in wo.splitlines() if x.startswith("RESULT ")]
@@ -438,6 +440,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-dtype", choices=["bf16", "f32"], default="bf16")
     ap.add_argument("--bf16-attention", action="store_true", help="with bf16 KV: --attention-precision bf16")
+    ap.add_argument("--matmul-precision", choices=["f32", "bf16"],
+                    help="tessera run --matmul-precision (default: the CLI's); bf16 on AMX CPUs runs the prefill "
+                         "on dequantized bf16 tiles")
     ap.add_argument("--timeout", type=int, default=6 * 3600, help="seconds for the measured run")
     ap.add_argument("--estimate", action="store_true", help="also estimate the full 32k-token, 48-layer prefill")
     ap.add_argument("--llamacpp", action="store_true",

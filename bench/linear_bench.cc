@@ -9,7 +9,8 @@
 // Q4_0 ... Q6_K, random blocks): decode (1-3 tokens, the int8 row-dot path) as weight GB/s against
 // the read bandwidth, prefill (the GEMM on dequantized panels) as GFLOP/s against the FMA peak.
 // The quant-stream section: one decode token through a stack of such weights far larger than the
-// caches, every row from memory as in a model's decode step, against the read bandwidth.
+// caches, every row from memory as in a model's decode step, against the read bandwidth; the
+// quant-pages section runs it on 4 KiB and on 2 MiB pages, alternated.
 // TESSERA_SIMD=avx2|generic picks the quantized dot kernels as it does the f32 ones.
 //
 // The amx section: Linear at precision bf16 on pair panels as a model runs it, the AMX tiles
@@ -23,7 +24,7 @@
 // once for all rows stays near 1x while memory-bound.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
-//       [--section all|dense|quant|quant-compute|quant-stream|quant-prefill|quant-crossover|small-batch|amx|amx-quant]
+//       [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-prefill|quant-crossover|small-batch|amx|amx-quant]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -121,34 +122,48 @@ void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
 
 // Decode as a model streams it: one token through a stack of Gemma-4-12B MLP weights (up, then down,
 // `layers` times; far larger than the caches), so every row comes from memory as in a real decode
-// step, against the read bandwidth probed with the same threads.
-void RunQuantStream(ThreadPool& pool, int reps, double bw) {
+// step, against the read bandwidth probed with the same threads. With `pages`, the same stack on
+// 4 KiB pages and on 2 MiB transparent huge pages, alternated (the quant-pages section).
+void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
   const int64_t hidden = 3840, inter = 15360, layers = 8;
-  std::printf("\n%-24s %-5s %10s %12s %10s\n", "decode from memory", "type", "ms/token", "W GB/s", "% read bw");
+  std::printf("\n%-24s %-5s %-6s %10s %12s %10s\n", "decode from memory", "type", "pages", "ms/token", "W GB/s",
+              "% read bw");
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(inter), y(inter);
   for (float& v : x) v = nd(rng);
+  using Pages = AlignedBuffer::Pages;
+  const std::vector<Pages> kinds = pages ? std::vector<Pages>{Pages::kSmall, Pages::kHuge} : std::vector<Pages>{Pages::kSmall};
   for (QuantType t : kQuantTypes) {
     if (hidden % QuantBlockElems(t) != 0) continue;
-    std::vector<std::vector<uint8_t>> ws;
+    std::vector<std::vector<AlignedBuffer>> stacks(kinds.size());
     int64_t bytes = 0;
-    for (int64_t l = 0; l < layers; ++l) {
-      ws.push_back(RandomQuantWeight(rng, t, inter, hidden));
-      ws.push_back(RandomQuantWeight(rng, t, hidden, inter));
-      bytes += int64_t(ws[ws.size() - 2].size() + ws.back().size());
-    }
-    const double ms = bench::MedianMs(reps, [&] {
-      for (size_t i = 0; i < ws.size(); ++i) {
-        const bool up = i % 2 == 0;
-        ops::WeightView wv{ws[i].data(), DType::kF32, up ? inter : hidden, up ? hidden : inter};
-        wv.quant = t;
-        ops::Linear(wv, x.data(), 1, wv.in, y.data(), wv.out, &pool);
+    for (int64_t i = 0; i < 2 * layers; ++i) {
+      const bool up = i % 2 == 0;
+      const std::vector<uint8_t> w = RandomQuantWeight(rng, t, up ? inter : hidden, up ? hidden : inter);
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        stacks[k].emplace_back(w.size(), kinds[k]);
+        std::memcpy(stacks[k].back().data(), w.data(), w.size());
       }
-    });
-    const double gbs = double(bytes) / ms / 1e6;
-    std::printf("%-24s %-5s %10.2f %12.1f %10.0f\n", "gemma4-12b mlp x 8", QuantTypeName(t), ms, gbs,
-                bw > 0 ? 100 * gbs / bw : 0.0);
+      bytes += int64_t(w.size());
+    }
+    std::vector<std::vector<double>> ms(kinds.size());
+    for (int r = 0; r < (pages ? reps : 1); ++r)
+      for (size_t k = 0; k < kinds.size(); ++k)
+        ms[k].push_back(bench::MedianMs(pages ? 1 : reps, [&] {
+          for (size_t i = 0; i < stacks[k].size(); ++i) {
+            const bool up = i % 2 == 0;
+            ops::WeightView wv{stacks[k][i].as<uint8_t>(), DType::kF32, up ? inter : hidden, up ? hidden : inter};
+            wv.quant = t;
+            ops::Linear(wv, x.data(), 1, wv.in, y.data(), wv.out, &pool);
+          }
+        }));
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      std::sort(ms[k].begin(), ms[k].end());
+      const double med = ms[k][ms[k].size() / 2], gbs = double(bytes) / med / 1e6;
+      std::printf("%-24s %-5s %-6s %10.2f %12.1f %10.0f\n", "gemma4-12b mlp x 8", QuantTypeName(t),
+                  kinds[k] == Pages::kHuge ? "2 MiB" : "4 KiB", med, gbs, bw > 0 ? 100 * gbs / bw : 0.0);
+    }
   }
 }
 
@@ -424,7 +439,7 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
 
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
-                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-stream|quant-prefill|quant-crossover|small-batch|amx|amx-quant]\n");
+                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-prefill|quant-crossover|small-batch|amx|amx-quant]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
@@ -441,7 +456,8 @@ int main(int argc, char** argv) {
   if (section == "quant-crossover") return RunQuantCrossover(pool, reps), 0;
   if (section == "amx-quant") return RunAmxQuant(pool, reps), 0;
   if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
-  if (section == "quant-stream") return RunQuantStream(pool, reps, bwn), 0;
+  if (section == "quant-stream") return RunQuantStream(pool, reps, bwn, false), 0;
+  if (section == "quant-pages") return RunQuantStream(pool, reps, bwn, true), 0;
   if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;
   struct Shape {
