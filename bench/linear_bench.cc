@@ -147,17 +147,21 @@ void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
       }
       bytes += int64_t(w.size());
     }
+    // One token through stack k, timed; the stacks take turns, one token each per rep.
+    auto token_ms = [&](size_t k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < stacks[k].size(); ++i) {
+        const bool up = i % 2 == 0;
+        ops::WeightView wv{stacks[k][i].as<uint8_t>(), DType::kF32, up ? inter : hidden, up ? hidden : inter};
+        wv.quant = t;
+        ops::Linear(wv, x.data(), 1, wv.in, y.data(), wv.out, &pool);
+      }
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    };
     std::vector<std::vector<double>> ms(kinds.size());
-    for (int r = 0; r < (pages ? reps : 1); ++r)
-      for (size_t k = 0; k < kinds.size(); ++k)
-        ms[k].push_back(bench::MedianMs(pages ? 1 : reps, [&] {
-          for (size_t i = 0; i < stacks[k].size(); ++i) {
-            const bool up = i % 2 == 0;
-            ops::WeightView wv{stacks[k][i].as<uint8_t>(), DType::kF32, up ? inter : hidden, up ? hidden : inter};
-            wv.quant = t;
-            ops::Linear(wv, x.data(), 1, wv.in, y.data(), wv.out, &pool);
-          }
-        }));
+    for (size_t k = 0; k < kinds.size(); ++k) token_ms(k);  // warm-up
+    for (int r = 0; r < reps; ++r)
+      for (size_t k = 0; k < kinds.size(); ++k) ms[k].push_back(token_ms(k));
     for (size_t k = 0; k < kinds.size(); ++k) {
       std::sort(ms[k].begin(), ms[k].end());
       const double med = ms[k][ms[k].size() / 2], gbs = double(bytes) / med / 1e6;

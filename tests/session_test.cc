@@ -253,17 +253,29 @@ TEST(SessionModes, BaselinesNeedEqualLengths) {
 namespace tessera::model {
 namespace {
 
+// The tiny model with a cache for `rows` rows, activations for 8 tokens and scratch: what a caller
+// driving GemmaModel::Forward directly holds.
+struct ForwardRig {
+  ForwardRig(int64_t max_context, int64_t max_chunk, int64_t rows) : m(testing::MakeTinyModel({})) {
+    runtime::SessionOptions o;
+    o.max_context = max_context;
+    o.max_chunk = max_chunk;
+    o.max_batch = rows;
+    cache = std::move(kv::KvCache::Create(runtime::KvCacheConfigFor(m->arch(), o)).value());
+    act.Allocate(m->arch(), 8, 1);
+  }
+  Status Forward(const ForwardBatch& in, float* logits) { return m->Forward(in, *cache, act, nullptr, scratch, logits); }
+
+  std::unique_ptr<GemmaModel> m;
+  std::unique_ptr<kv::KvCache> cache;
+  Activations act;
+  Arena scratch;
+};
+
 // A caller driving GemmaModel::Forward with its own chunks must not split an image block.
 TEST(GemmaModel, RefusesAnImageBlockSplitAcrossChunks) {
-  auto m = testing::MakeTinyModel({});
-  const GemmaArch& a = m->arch();
-  runtime::SessionOptions o;
-  o.max_context = 32;
-  o.max_chunk = 8;
-  auto cache = std::move(kv::KvCache::Create(runtime::KvCacheConfigFor(a, o)).value());
-  Activations act;
-  act.Allocate(a, 8, 1);
-  Arena scratch;
+  ForwardRig rig(32, 8, 1);
+  const GemmaArch& a = rig.m->arch();
   std::vector<float> logits(a.vocab), embeds(8 * a.hidden, 0.5f);
   // Tokens 0..3 text, 4..7 image (block 0) in chunk one; chunk two continues block 0.
   std::vector<int32_t> tokens = {1, 2, 3, 4, 90, 90, 90, 90}, pos(8), block = {-1, -1, -1, -1, 0, 0, 0, 0};
@@ -271,41 +283,32 @@ TEST(GemmaModel, RefusesAnImageBlockSplitAcrossChunks) {
   for (int i = 0; i < 8; ++i) pos[i] = i, use[i] = tokens[i] == 90;
   int32_t count = 8;
   ForwardBatch in{1, 8, tokens.data(), &count, pos.data(), block.data(), embeds.data(), use.data(), false};
-  ASSERT_TRUE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
+  ASSERT_TRUE(rig.Forward(in, logits.data()).ok());
   for (int i = 0; i < 8; ++i) pos[i] = 8 + i, block[i] = i < 2 ? 0 : -1, tokens[i] = i < 2 ? 90 : 5;
   for (int i = 0; i < 8; ++i) use[i] = tokens[i] == 90;
-  const Status st = m->Forward(in, *cache, act, nullptr, scratch, logits.data());
+  const Status st = rig.Forward(in, logits.data());
   EXPECT_NE(st.message().find("image block 0 of row 0 is split across prefill chunks"), std::string::npos)
       << st.message();
   block[0] = block[1] = 1;  // a new image right after the previous one is fine
-  EXPECT_TRUE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
+  EXPECT_TRUE(rig.Forward(in, logits.data()).ok());
 }
 
 // A step's rows must be rows of the cache: first_row + batch past its end (or a negative first
 // row) is refused before anything is written.
 TEST(GemmaModel, RefusesRowsOutsideTheCache) {
-  auto m = testing::MakeTinyModel({});
-  const GemmaArch& a = m->arch();
-  runtime::SessionOptions o;
-  o.max_context = 16;
-  o.max_chunk = 4;
-  o.max_batch = 2;
-  auto cache = std::move(kv::KvCache::Create(runtime::KvCacheConfigFor(a, o)).value());
-  Activations act;
-  act.Allocate(a, 8, 1);
-  Arena scratch;
-  std::vector<float> logits(2 * a.vocab);
+  ForwardRig rig(16, 4, 2);
+  std::vector<float> logits(2 * rig.m->arch().vocab);
   std::vector<int32_t> tokens = {5, 6, 7, 8}, pos = {0, 1, 2, 3}, count = {2, 2};
   ForwardBatch in{2, 2, tokens.data(), count.data(), pos.data()};
   in.first_row = 1;
-  Status st = m->Forward(in, *cache, act, nullptr, scratch, logits.data());
+  Status st = rig.Forward(in, logits.data());
   EXPECT_NE(st.message().find("rows [1, 3) are outside the cache's 2 rows"), std::string::npos) << st.message();
   in.first_row = -1;
-  EXPECT_FALSE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
+  EXPECT_FALSE(rig.Forward(in, logits.data()).ok());
   in.batch = 1, in.first_row = 1;  // row 1 alone: fine
-  EXPECT_TRUE(m->Forward(in, *cache, act, nullptr, scratch, logits.data()).ok());
-  EXPECT_EQ(cache->store(0).write_pos(1), 2);
-  EXPECT_EQ(cache->store(0).write_pos(0), 0);
+  EXPECT_TRUE(rig.Forward(in, logits.data()).ok());
+  EXPECT_EQ(rig.cache->store(0).write_pos(1), 2);
+  EXPECT_EQ(rig.cache->store(0).write_pos(0), 0);
 }
 
 }  // namespace

@@ -400,7 +400,7 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
       [by_name, pool](const std::string& name, const model::StoredTensor& s,
-                            std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
+                      std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
         // An expert's slice takes its stack's type, as in the GGUF.
         const auto it = by_name.find(model::GgufTensorName(name, /*experts=*/IsExpertMatrix(name)));
         if (it == by_name.end() || s.quant != QuantType::kNone || s.shape.size() != 2) return s;
