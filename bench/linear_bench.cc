@@ -24,9 +24,9 @@
 // once for all rows stays near 1x while memory-bound.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
-//       [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-prefill|quant-crossover|small-batch|amx|amx-quant]
+//       [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-prefill|quant-crossover|
+//                  small-batch|amx|amx-quant]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -133,7 +133,8 @@ void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
   std::vector<float> x(inter), y(inter);
   for (float& v : x) v = nd(rng);
   using Pages = AlignedBuffer::Pages;
-  const std::vector<Pages> kinds = pages ? std::vector<Pages>{Pages::kSmall, Pages::kHuge} : std::vector<Pages>{Pages::kSmall};
+  std::vector<Pages> kinds = {Pages::kSmall};
+  if (pages) kinds.push_back(Pages::kHuge);
   for (QuantType t : kQuantTypes) {
     if (hidden % QuantBlockElems(t) != 0) continue;
     std::vector<std::vector<AlignedBuffer>> stacks(kinds.size());
@@ -149,22 +150,21 @@ void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
     }
     // One token through stack k, timed; the stacks take turns, one token each per rep.
     auto token_ms = [&](size_t k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (size_t i = 0; i < stacks[k].size(); ++i) {
-        const bool up = i % 2 == 0;
-        ops::WeightView wv{stacks[k][i].as<uint8_t>(), DType::kF32, up ? inter : hidden, up ? hidden : inter};
-        wv.quant = t;
-        ops::Linear(wv, x.data(), 1, wv.in, y.data(), wv.out, &pool);
-      }
-      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      return bench::TimeMs([&] {
+        for (size_t i = 0; i < stacks[k].size(); ++i) {
+          const bool up = i % 2 == 0;
+          ops::WeightView wv{stacks[k][i].as<uint8_t>(), DType::kF32, up ? inter : hidden, up ? hidden : inter};
+          wv.quant = t;
+          ops::Linear(wv, x.data(), 1, wv.in, y.data(), wv.out, &pool);
+        }
+      });
     };
     std::vector<std::vector<double>> ms(kinds.size());
     for (size_t k = 0; k < kinds.size(); ++k) token_ms(k);  // warm-up
     for (int r = 0; r < reps; ++r)
       for (size_t k = 0; k < kinds.size(); ++k) ms[k].push_back(token_ms(k));
     for (size_t k = 0; k < kinds.size(); ++k) {
-      std::sort(ms[k].begin(), ms[k].end());
-      const double med = ms[k][ms[k].size() / 2], gbs = double(bytes) / med / 1e6;
+      const double med = bench::Median(ms[k]), gbs = double(bytes) / med / 1e6;
       std::printf("%-24s %-5s %-6s %10.2f %12.1f %10.0f\n", "gemma4-12b mlp x 8", QuantTypeName(t),
                   kinds[k] == Pages::kHuge ? "2 MiB" : "4 KiB", med, gbs, bw > 0 ? 100 * gbs / bw : 0.0);
     }
@@ -285,13 +285,11 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
         ops::EnableQuantGemmAmx(true);
         if (amx_int8) amx_ms.push_back(bench::MedianMs(1, int8));
       }
-      std::sort(f32_ms.begin(), f32_ms.end()), std::sort(vnni_ms.begin(), vnni_ms.end());
-      std::sort(amx_ms.begin(), amx_ms.end());
-      const double a = f32_ms[reps / 2], b = vnni_ms[reps / 2], flops = 2.0 * n * s.out * s.in;
+      const double a = bench::Median(f32_ms), b = bench::Median(vnni_ms), flops = 2.0 * n * s.out * s.in;
       std::printf("%-24s %-5s %12.2f %10.1f %12.2f %10.1f %8.2f", s.name, QuantTypeName(t), a, flops / a / 1e6, b,
                   flops / b / 1e6, a / b);
       if (amx_int8) {
-        const double c = amx_ms[reps / 2];
+        const double c = bench::Median(amx_ms);
         std::printf(" %12.2f %10.1f %8.2f", c, flops / c / 1e6, b / c);
       }
       std::printf("\n");
@@ -331,8 +329,7 @@ void RunQuantCrossover(ThreadPool& pool, int reps) {
           return;
         }
         for (int r = 0; r < reps; ++r) row_ms.push_back(bench::MedianMs(1, row)), gemm_ms.push_back(bench::MedianMs(1, gemm));
-        std::sort(row_ms.begin(), row_ms.end()), std::sort(gemm_ms.begin(), gemm_ms.end());
-        const double a = row_ms[reps / 2], b = gemm_ms[reps / 2];
+        const double a = bench::Median(row_ms), b = bench::Median(gemm_ms);
         std::printf("%-24s %-5s %4lld %12.3f %12.3f %10.2f\n", s.name, QuantTypeName(t), (long long)n, a, b, a / b);
       }
     }
@@ -370,15 +367,15 @@ void RunAmx(ThreadPool& pool, int reps, double dot_peak) {
       AlignedBuffer x_pairs(ops::GemmScratchWords(n, s.in) * 4);
       auto call = [&](bool amx) {
         ops::EnableBf16Amx(amx);
-        const auto t0 = std::chrono::steady_clock::now();
-        ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16, x_pairs.as<uint32_t>());
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        return bench::TimeMs([&] {
+          ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16,
+                      x_pairs.as<uint32_t>());
+        });
       };
       call(false), call(true);
       std::vector<double> dot, amx;
       for (int r = 0; r < reps; ++r) dot.push_back(call(false)), amx.push_back(call(true));
-      std::sort(dot.begin(), dot.end()), std::sort(amx.begin(), amx.end());
-      const double d = dot[reps / 2], a = amx[reps / 2], flops = 2.0 * n * s.out * s.in;
+      const double d = bench::Median(dot), a = bench::Median(amx), flops = 2.0 * n * s.out * s.in;
       std::printf("%-24s %5lld %10.3f %10.3f %12.1f %12.1f %8.2f\n", s.name, (long long)n, d, a, flops / d / 1e6,
                   flops / a / 1e6, d / a);
     }
@@ -418,20 +415,20 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
         AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);
         auto call = [&](bool amx) {  // AMX: Gemm itself, which takes it below QuantAmxMinTokens() too
           ops::EnableBf16Amx(amx);
-          const auto t0 = std::chrono::steady_clock::now();
-          if (amx) {
-            ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16, scratch.as<uint32_t>());
-          } else {
-            ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16,
+          return bench::TimeMs([&] {
+            if (amx) {
+              ops::Gemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16,
                         scratch.as<uint32_t>());
-          }
-          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            } else {
+              ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kBf16,
+                          scratch.as<uint32_t>());
+            }
+          });
         };
         call(false), call(true);
         std::vector<double> vnni, amx;
         for (int r = 0; r < reps; ++r) vnni.push_back(call(false)), amx.push_back(call(true));
-        std::sort(vnni.begin(), vnni.end()), std::sort(amx.begin(), amx.end());
-        const double v = vnni[reps / 2], a = amx[reps / 2], flops = 2.0 * n * s.out * s.in;
+        const double v = bench::Median(vnni), a = bench::Median(amx), flops = 2.0 * n * s.out * s.in;
         std::printf("%-24s %-5s %5lld %10.3f %10.3f %12.1f %12.1f %8.2f\n", s.name, QuantTypeName(t), (long long)n, v, a,
                     flops / v / 1e6, flops / a / 1e6, v / a);
       }
@@ -443,7 +440,8 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
 
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
-                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-prefill|quant-crossover|small-batch|amx|amx-quant]\n");
+                                      " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-stream|"
+                                      "quant-pages|quant-prefill|quant-crossover|small-batch|amx|amx-quant]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 
@@ -34,18 +35,27 @@ double Bf16DotPeakGflops(int threads);
 // also asks Linux for the tile state); 0 where it does not.
 double AmxBf16PeakGflops(int threads);
 
+// Wall milliseconds of one call of f.
+template <typename F>
+double TimeMs(F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The median of timings (the upper one of an even count).
+inline double Median(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
 // Median wall milliseconds of `reps` calls of f, after one untimed warm-up call.
 template <typename F>
 double MedianMs(int reps, F&& f) {
   f();
   std::vector<double> ms;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  for (int r = 0; r < reps; ++r) ms.push_back(TimeMs(f));
+  return Median(std::move(ms));
 }
 
 }  // namespace tessera::bench

@@ -264,7 +264,9 @@ struct ForwardRig {
     cache = std::move(kv::KvCache::Create(runtime::KvCacheConfigFor(m->arch(), o)).value());
     act.Allocate(m->arch(), 8, 1);
   }
-  Status Forward(const ForwardBatch& in, float* logits) { return m->Forward(in, *cache, act, nullptr, scratch, logits); }
+  Status Forward(const ForwardBatch& in, float* logits) {
+    return m->Forward(in, *cache, act, nullptr, scratch, logits);
+  }
 
   std::unique_ptr<GemmaModel> m;
   std::unique_ptr<kv::KvCache> cache;
