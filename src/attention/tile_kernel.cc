@@ -24,9 +24,10 @@ constexpr int64_t kPrefetchKeys = 32;
 constexpr int64_t kPrefetchL2Keys = 128;
 
 // Asks for every cache line of [p, p + bytes) into L1 (Locality 3) or L2 (Locality 1); a hint:
-// no fault, no wait.
+// no fault, no wait. Forced inline: a call to a function whose only effect is a prefetch is one GCC
+// may delete as dead code (it did so to the quantized rows' prefetch).
 template <int Locality>
-void Prefetch(const void* p, int64_t bytes) {
+[[gnu::always_inline]] inline void Prefetch(const void* p, int64_t bytes) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + static_cast<uintptr_t>(bytes);
   for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64)
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, Locality);

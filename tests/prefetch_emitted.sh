@@ -1,0 +1,28 @@
+#!/bin/sh
+# Checks that the quantized decode kernels in LIB (the ops library) still issue their software
+# prefetches. A prefetch has no side effect the compiler must keep, so GCC once deleted the
+# K-quant rows' prefetch (a call it had not inlined, found effect-free) and nothing else noticed:
+# results stayed exact, only the weight stream slowed. Every function of the kernel families below
+# must hold a prefetch instruction, and the families must be found (so the check cannot pass empty).
+set -eu
+lib=$1
+objdump -d --no-show-raw-insn -C "$lib" | awk '
+  /^[0-9a-f]+ <.*>:$/ {
+    fn = $0
+    if (fn ~ /RowK45Tokens<.*>::Row<[0-9]>|RowQ6KTokens::Row<[0-9]>|Row16T<[0-9]|Lanes16<.*>::RowsT<[0-9]>/) {
+      kernels[fn] = 0
+      if (fn ~ /RowK45Tokens/) k45++
+      if (fn ~ /RowQ6KTokens/) q6k++
+      if (fn ~ /Row16T/) r16++
+      if (fn ~ /Lanes16/) l16++
+    }
+    next
+  }
+  /prefetch/ && (fn in kernels) { kernels[fn]++ }
+  END {
+    bad = 0
+    for (f in kernels) if (kernels[f] == 0) { print "no prefetch in " f; bad = 1 }
+    printf "kernels: %d K-quant 4/5-bit rows, %d Q6_K rows, %d Row16T, %d Lanes16\n", k45, q6k, r16, l16
+    if (k45 == 0 || q6k == 0 || r16 == 0 || l16 == 0) { print "a kernel family was not found"; bad = 1 }
+    exit bad
+  }'
