@@ -4,9 +4,11 @@
 # K-quant rows' prefetch (a call it had not inlined, found effect-free) and nothing else noticed:
 # results stayed exact, only the weight stream slowed. Every function of the kernel families below
 # must hold a prefetch instruction, and the families must be found (so the check cannot pass empty).
+# Usage: prefetch_emitted.sh LIB [OBJDUMP]
 set -eu
 lib=$1
-objdump -d --no-show-raw-insn -C "$lib" | awk '
+objdump=${2:-objdump}
+"$objdump" -d --no-show-raw-insn -C "$lib" | awk '
   /^[0-9a-f]+ <.*>:$/ {
     fn = $0
     if (fn ~ /RowK45Tokens<.*>::Row<[0-9]>|RowQ6KTokens::Row<[0-9]>|Row16T<[0-9]|Lanes16<.*>::RowsT<[0-9]>/ ||
