@@ -21,6 +21,7 @@
 #include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 #include "tessera/dtype.h"
+#include "tessera/gemm.h"
 
 namespace tessera {
 namespace {
@@ -296,8 +297,8 @@ void ExpectBf16Close(const Problem& problem, const std::vector<float>& ref, cons
 }
 
 // Shapes where the dot-product path engages (blocks of >= 4 rows: prefill, decode with groups of
-// 4 and 16) and where it does not (groups of 1-2, odd head_dim), each with the dot products on and
-// off, against the bf16 reference; f32 precision must be unchanged by the option's existence.
+// 4 and 16; on AMX tiles where head dims are multiples of 32) and where it does not (groups of 1-2,
+// odd head_dim), each on AMX, on the dot products alone and on neither, against the bf16 reference; f32 precision must be unchanged by the option's existence.
 TEST(AttentionBf16, AllPathsMatchBf16Reference) {
   ThreadPool pool(3);
   std::mt19937 rng(21);
@@ -313,14 +314,18 @@ TEST(AttentionBf16, AllPathsMatchBf16Reference) {
       Problem problem(cfg, rng());
       SCOPED_TRACE(cfg.Describe());
       const std::vector<float> ref = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
-      for (bool dot_on : {true, false}) {
-        ops::EnableBf16Dot(dot_on);
+      // AMX panels (where the CPU has them), the dot products alone, the f32 kernels.
+      for (int mode : {0, 1, 2}) {
+        ops::EnableBf16Amx(mode == 0);
+        ops::EnableBf16Dot(mode < 2);
         for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
           for (ThreadPool* p : {&pool, static_cast<ThreadPool*>(nullptr)}) {
             const std::vector<float> out = problem.Run(AttentionPrecision::kBf16, k, p);
-            ExpectBf16Close(problem, ref, out, AttentionKernelName(k));
+            const std::string what = AttentionKernelName(k) + std::string(" mode ") + std::to_string(mode);
+            ExpectBf16Close(problem, ref, out, what.c_str());
           }
       }
+      ops::EnableBf16Amx(true);
       ops::EnableBf16Dot(true);
     }
   }

@@ -1,5 +1,6 @@
 #include "attention/tile_kernel.h"
 
+#include "ops/bf16_amx_attention.h"
 #include "ops/bf16_dot.h"
 #include "ops/prefetch_rows.h"
 #include "ops/simd.h"
@@ -67,9 +68,12 @@ float RowMax(const float* s, int64_t n, uint32_t* bad) {
   return m;
 }
 
-// The bf16 dot-product path's scratch: q panels, one panel's scores, one panel's weight pairs.
+// The bf16 dot-product path's scratch: q panels, one panel's scores, one panel's weight pairs,
+// and the AMX panels' (taken whether or not AMX is on now, so that a switch between planning and
+// running cannot outgrow the plan).
 int64_t DotScratchFloats(int64_t D, int64_t max_rows) {
-  return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + kTileK / 2 * 16;
+  return Pad16((max_rows + 15) / 16 * 16 * (D / 2)) + kTileK * 16 + kTileK / 2 * 16 +
+         Pad16(ops::AmxAttentionScratchBytes(D) / 4);
 }
 
 // Issues the lines of a PrefetchRows into L2 a few at a time (Issue(k) asks for the next k), for
@@ -130,12 +134,18 @@ GroupTileKernel::GroupTileKernel(const AttentionParams& p, int64_t max_rows, flo
     st_ = take(kTileK * 16);
     pw_ = reinterpret_cast<uint32_t*>(take(kTileK / 2 * 16));
     if (D_ % 2 == 0) dot_ = ops::Bf16Dot();  // (an odd head_dim stays on the f32 kernels)
+    float* amx = take(ops::AmxAttentionScratchBytes(D_) / 4);
+    if (dot_ && ops::AmxAttentionUsable()) amx_ = amx;
   }
   wide_path_ = WidePath(p, dot_);
   if (max_rows >= kPackedRows) wide_ = ops::GemmTileWide();
   o_ = take(max_rows * Dv_);
   m_ = take(max_rows);
   l_ = take(max_rows);
+}
+
+GroupTileKernel::~GroupTileKernel() {
+  if (amx_) ops::AmxRelease();
 }
 
 void GroupTileKernel::Begin(int64_t b, int64_t g, int64_t i0, int64_t n_q) {
@@ -212,6 +222,11 @@ ops::PrefetchRows GroupTileKernel::RowsAhead(const HeadsView& view, int64_t j0, 
 // "Attention at precision bf16, and decode prefetch spread over the arithmetic").
 void GroupTileKernel::PanelScores(int64_t r0, int64_t j0, int64_t n, const void* const* k_rows) {
   const uint16_t* const* k16 = reinterpret_cast<const uint16_t* const*>(k_rows);
+  if (amx_) {  // (the tile rows are at K's row stride from the tile's first key)
+    const ops::PrefetchRows k_ahead = RowsAhead(p_.k, j0, 0, r0 == 0 && n_q_ == 1 ? n : 0);
+    return ops::AmxScores16(qw_ + r0 * pairs_, pairs_, k16[0], p_.k.stride_seq, static_cast<int>(n), st_, &k_ahead,
+                            amx_);
+  }
   for (int64_t t0 = 0; t0 < n; t0 += 8) {
     const int nk = static_cast<int>(std::min<int64_t>(8, n - t0));
     const ops::PrefetchRows k_ahead = RowsAhead(p_.k, j0, t0, r0 == 0 && n_q_ == 1 ? nk : 0);
@@ -381,6 +396,14 @@ void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const
   float alpha[16];
   uint16_t seen_by[kTileK];
   uint64_t v_checked = 0, v_bad = 0;  // keys whose V row was checked / holds a NaN or an inf
+  // On AMX, a fully visible tile's V pairs are packed once for all panels (in vp_, which this path
+  // does not otherwise use): every panel reads every key there.
+  const uint32_t* shared_v = nullptr;
+  if (amx_ && cls == TileClass::kFull && rows_ > 16) {
+    ops::AmxPackV(static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n), ~uint64_t{0}, Dv_,
+                  reinterpret_cast<uint32_t*>(vp_));
+    shared_v = reinterpret_cast<const uint32_t*>(vp_);
+  }
   for (int64_t r0 = 0; r0 < rows_; r0 += 16) {
     const int mr = static_cast<int>(std::min<int64_t>(16, rows_ - r0));
     PanelScores(r0, j0, n, k_rows);
@@ -395,8 +418,13 @@ void GroupTileKernel::ConsumeTileDot(int64_t j0, int64_t n, TileClass cls, const
     // P.V also rescales the rows by alpha as it adds to them (no separate pass over o).
     bool rescale = false;
     for (int r = 0; r < mr; ++r) rescale |= alpha[r] != 1.0f;
-    dot_->pv_rows16(pw_, static_cast<const uint16_t*>(v_rows[0]), p_.v.stride_seq, static_cast<int>(n), keys & ~apart,
-                    o_ + r0 * Dv_, Dv_, mr, rescale ? alpha : nullptr, Dv_, r0 == 0 ? &v_ahead : nullptr);
+    const uint16_t* v0 = static_cast<const uint16_t*>(v_rows[0]);
+    if (amx_)
+      ops::AmxPv16(pw_, shared_v, v0, p_.v.stride_seq, static_cast<int>(n), keys & ~apart, o_ + r0 * Dv_, Dv_, mr,
+                   rescale ? alpha : nullptr, Dv_, r0 == 0 ? &v_ahead : nullptr, amx_);
+    else
+      dot_->pv_rows16(pw_, v0, p_.v.stride_seq, static_cast<int>(n), keys & ~apart, o_ + r0 * Dv_, Dv_, mr,
+                      rescale ? alpha : nullptr, Dv_, r0 == 0 ? &v_ahead : nullptr);
     PvApart(r0, mr, apart, seen_by, v_rows);
   }
 }

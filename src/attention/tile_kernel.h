@@ -7,7 +7,7 @@
 // At precision bf16 q and the softmax weights are rounded to bf16 (AttentionPrecision); from
 // kPackedRows rows on, where the CPU has AVX-512-BF16, the products then run on its bf16 dot
 // product: scores from 16-row query panels against K read in place, P.V of 16-row panels against V
-// read in place.
+// read in place; on CPUs with AMX, on its tiles instead (ops/bf16_amx_attention.h).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,9 @@ class GroupTileKernel {
   // Works in `scratch`, ScratchFloats(p, max_rows) floats (64-byte aligned) owned by the caller,
   // for at most `max_rows` query rows. Construction is free; no allocation happens here.
   GroupTileKernel(const AttentionParams& p, int64_t max_rows, float* scratch);
+  ~GroupTileKernel();  // releases the AMX tile state where the panels used it
+  GroupTileKernel(const GroupTileKernel&) = delete;
+  GroupTileKernel& operator=(const GroupTileKernel&) = delete;
   static int64_t ScratchFloats(const AttentionParams& p, int64_t max_rows);
 
   // Loads queries [i0, i0 + n_q) of all query heads of KV group g in batch row b and resets the
@@ -99,6 +102,8 @@ class GroupTileKernel {
   // Precision bf16 on the dot-product kernels (null: f32 kernels, on rounded values at bf16).
   bool bf16_ = false;
   const ops::Bf16DotKernels* dot_ = nullptr;
+  // The dot path's panels on AMX tiles (ops/bf16_amx_attention.h), and their scratch; null: off.
+  void* amx_ = nullptr;
   TilePath wide_path_ = TilePath::kPacked;  // the path of blocks of kPackedRows rows or more
   TilePath path_ = TilePath::kInPlace;      // this block's path (Begin)
   // The wide f32 micro-tile for packed prefill blocks (null: the 6 x 16 gemm_tile).

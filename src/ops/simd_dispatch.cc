@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "ops/bf16_amx.h"
+#include "ops/bf16_amx_attention.h"
 #include "ops/bf16_dot.h"
 #include "ops/quant_gemm.h"
 #include "ops/simd.h"
@@ -102,6 +103,8 @@ bool AmxInt8Usable() {
 }
 
 bool Bf16AmxActive() { return Bf16Amx() != nullptr; }
+
+bool AmxAttentionUsable() { return Bf16Amx() != nullptr; }
 
 void EnableBf16Amx(bool on) { bf16_amx_enabled.store(on, std::memory_order_relaxed); }
 
