@@ -8,6 +8,7 @@
 #include "vision/gemma4_ops.h"
 #include "vision/gemma4_weight_reader.h"
 #include "vision/loaders.h"
+#include "vision/vision_ops.h"
 
 namespace tessera::vision {
 namespace {
@@ -241,8 +242,10 @@ Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& 
   const bool bf16 = options_.matmul_precision == ops::MatmulPrecision::kBf16;
   const int64_t widest_in = std::max({input_proj_.in, c.intermediate_size, c.num_attention_heads * c.head_dim, H});
   const int64_t pair_floats = bf16 ? ops::GemmScratchWords(std::max(tokens, soft), widest_in) + 16 : 0;
-  const int64_t floats = tokens * H + z.x + 2 * z.q + 2 * z.kv + 2 * z.gate + z.clip + soft * H + pair_floats;
-  AlignedBuffer buf(static_cast<size_t>(floats) * sizeof(float) + 64 * 12);
+  const int64_t kv16_floats = bf16 ? z.kv : 0;  // K and V as bf16: two halves of z.kv floats
+  const int64_t floats =
+      tokens * H + z.x + 2 * z.q + 2 * z.kv + 2 * z.gate + z.clip + soft * H + pair_floats + kv16_floats;
+  AlignedBuffer buf(static_cast<size_t>(floats) * sizeof(float) + 64 * 13);
   std::vector<int32_t> ints(static_cast<size_t>(2 * tokens + longest));
   float* next = buf.as<float>();
   auto take = [&](int64_t n) {
@@ -256,6 +259,7 @@ Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& 
   s.gate = take(z.gate), s.up = take(z.gate), s.clip = z.clip ? take(z.clip) : nullptr;
   float* pooled = take(soft * H);
   s.x_pairs = bf16 ? reinterpret_cast<uint32_t*>(take(pair_floats)) : nullptr;
+  s.kv_bf16 = bf16 ? reinterpret_cast<uint16_t*>(take(kv16_floats)) : nullptr;
   int32_t* xpos = ints.data();
   int32_t* ypos = xpos + tokens;
   int32_t* iota = ypos + tokens;
@@ -268,10 +272,10 @@ Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& 
   s.xpos = xpos, s.ypos = ypos, s.iota = iota;
   Arena arena;
   const int32_t longest32 = static_cast<int32_t>(longest);
-  arena.Reserve(AttentionScratchBytes(ImageAttentionParams(nullptr, nullptr, nullptr, nullptr, longest,
-                                                           c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                                           iota, &longest32),
-                                      pool.num_threads()));
+  AttentionParams sizing = ImageAttentionParams(nullptr, nullptr, nullptr, nullptr, longest, c.num_attention_heads,
+                                                c.num_key_value_heads, c.head_dim, iota, &longest32);
+  if (bf16) UseBf16KeysValues(sizing, nullptr, nullptr);
+  arena.Reserve(AttentionScratchBytes(sizing, pool.num_threads()));
   s.attn_arena = &arena;
 
   for (size_t i = 0; i < inputs.size(); ++i) EmbedPatches(*inputs[i], h + images[i].row0 * H, s.x, s.x_pairs, pool);

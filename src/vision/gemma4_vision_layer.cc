@@ -5,6 +5,7 @@
 #include "ops/elementwise.h"
 #include "tessera/attention.h"
 #include "vision/gemma4_ops.h"
+#include "vision/vision_ops.h"
 
 namespace tessera::vision {
 
@@ -55,11 +56,17 @@ Status RunGemma4VisionLayer(const Gemma4VisionConfig& c, const Gemma4VisionLayer
   Project(c, w, inv_freq, tokens, mp, s, pool);
   // Each image attends within itself: one call per image over its valid patches only.
   AttentionContext ctx{&pool, s.attn_arena};
+  uint16_t* k16 = s.kv_bf16;
+  uint16_t* v16 = k16 ? k16 + tokens * Hkv * D : nullptr;
+  if (k16) {
+    RoundToBf16(s.k, tokens * Hkv, D, k16, &pool);
+    RoundToBf16(s.v, tokens * Hkv, D, v16, &pool);
+  }
   for (const ImageRows& im : images) {
     const int32_t valid = static_cast<int32_t>(im.rows);
-    const AttentionParams p = ImageAttentionParams(s.q + im.row0 * Hq * D, s.k + im.row0 * Hkv * D,
-                                                   s.v + im.row0 * Hkv * D, s.attn + im.row0 * Hq * D, im.rows, Hq,
-                                                   Hkv, D, s.iota, &valid);
+    AttentionParams p = ImageAttentionParams(s.q + im.row0 * Hq * D, s.k + im.row0 * Hkv * D, s.v + im.row0 * Hkv * D,
+                                             s.attn + im.row0 * Hq * D, im.rows, Hq, Hkv, D, s.iota, &valid);
+    if (k16) UseBf16KeysValues(p, k16 + im.row0 * Hkv * D, v16 + im.row0 * Hkv * D);
     TESSERA_RETURN_IF_ERROR(Attention(p, ctx));
   }
   ClippedLinearForward(w.o_proj, s.attn, tokens, s.x, s.clip, mp, s.x_pairs, pool);

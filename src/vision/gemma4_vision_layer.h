@@ -40,6 +40,9 @@ struct Gemma4LayerScratch {
   float *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *attn = nullptr, *gate = nullptr, *up = nullptr;
   float* clip = nullptr;         // [tokens, widest Linear input]: a clamped copy of a Linear's input
   uint32_t* x_pairs = nullptr;   // precision bf16's GEMM scratch (tessera/gemm.h), or null
+  // [2, tokens, hkv, head_dim]: K and V rounded to bf16 for attention at precision bf16 (at matmul
+  // precision bf16, as the tower computes in transformers at bf16), or null: f32.
+  uint16_t* kv_bf16 = nullptr;
   const int32_t* xpos = nullptr;  // [tokens] patch x / y
   const int32_t* ypos = nullptr;
   const int32_t* iota = nullptr;  // 0..(longest image rows - 1)

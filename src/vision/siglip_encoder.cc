@@ -162,8 +162,12 @@ Status SiglipEncoder::Encode(const std::vector<const image::PixelInput*>& inputs
   const int64_t P = config_.num_patches(), n = G * P, D = config_.hidden_size, I = config_.intermediate_size;
   const int64_t F = config_.patch_features(), T = config_.mm_tokens_per_image;
   Scratch s;
-  const int64_t sizes[] = {n * F, n * D, n * D, n * D, n * D, n * D, n * D, n * I, G * T * D};
-  float** slots[] = {&s.patches, &s.h, &s.x, &s.q, &s.k, &s.v, &s.a, &s.m, &s.pooled};
+  const bool bf16 = options_.matmul_precision == ops::MatmulPrecision::kBf16;
+  // At matmul precision bf16, K and V also go to bf16 copies (n * D floats hold both) for attention
+  // at precision bf16, as the tower computes in transformers at bf16.
+  float* kv16 = nullptr;
+  const int64_t sizes[] = {n * F, n * D, n * D, n * D, n * D, n * D, n * D, n * I, G * T * D, bf16 ? n * D : 0};
+  float** slots[] = {&s.patches, &s.h, &s.x, &s.q, &s.k, &s.v, &s.a, &s.m, &s.pooled, &kv16};
   int64_t total = 0;
   for (int64_t sz : sizes) total += (sz + 15) / 16 * 16;  // each slot 64-byte aligned
   s.floats = AlignedBuffer(static_cast<size_t>(total) * sizeof(float));
@@ -176,10 +180,11 @@ Status SiglipEncoder::Encode(const std::vector<const image::PixelInput*>& inputs
   s.positions = s.ints.as<int32_t>();
   s.valid = s.positions + n;
   std::fill(s.valid, s.valid + G, static_cast<int32_t>(P));  // Gemma 3 images have no padding patches
-  if (options_.matmul_precision == ops::MatmulPrecision::kBf16)
+  if (bf16)
     s.pairs = AlignedBuffer(static_cast<size_t>(ops::GemmScratchWords(n, std::max({F, D, I}))) * sizeof(uint32_t));
   s.attn = {G, P, config_.num_attention_heads, config_.head_dim(),
-            1.0f / std::sqrt(static_cast<float>(config_.head_dim())), s.valid, s.positions};
+            1.0f / std::sqrt(static_cast<float>(config_.head_dim())), s.valid, s.positions,
+            bf16 ? reinterpret_cast<uint16_t*>(kv16) : nullptr};
   s.attention.Reserve(s.attn.ScratchBytes(pool.num_threads()));
   for (int64_t g0 = 0; g0 < count; g0 += G) {
     const int64_t g = std::min(G, count - g0);

@@ -76,6 +76,16 @@ void AddBiasResidual(float* y, const float* b, const float* residual, int64_t n,
   });
 }
 
+void RoundToBf16(const float* x, int64_t n, int64_t d, uint16_t* y, ThreadPool* pool) {
+  ForRows(n, d, pool, [&](int64_t r) { EncodeFromF32(DType::kBF16, x + r * d, y + r * d, static_cast<size_t>(d)); });
+}
+
+void UseBf16KeysValues(AttentionParams& p, const uint16_t* k16, const uint16_t* v16) {
+  p.k.data = k16, p.k.dtype = DType::kBF16;
+  p.v.data = v16, p.v.dtype = DType::kBF16;
+  p.precision = AttentionPrecision::kBf16;
+}
+
 AttentionParams BidirectionalAttention::Params(const float* q, const float* k, const float* v, float* out) const {
   const int64_t width = heads * head_dim;
   // Token-major [images * seq, heads * head_dim] seen as [images, heads, seq, head_dim].
@@ -92,6 +102,7 @@ AttentionParams BidirectionalAttention::Params(const float* q, const float* k, c
   p.mask.kv_valid = valid;
   p.mask.causal = false;
   p.scale = scale;
+  if (kv_bf16) UseBf16KeysValues(p, kv_bf16, kv_bf16 + images * seq * width);
   return p;
 }
 
@@ -104,6 +115,11 @@ Status BidirectionalAttention::Run(const float* q, const float* k, const float* 
   for (int64_t i = 0; i < images; ++i)
     for (int64_t s = 0; s < seq; ++s) positions[i * seq + s] = static_cast<int32_t>(s);
   scratch.Reset();
+  if (kv_bf16) {
+    const int64_t rows = images * seq, width = heads * head_dim;
+    RoundToBf16(k, rows, width, kv_bf16, pool);
+    RoundToBf16(v, rows, width, kv_bf16 + rows * width, pool);
+  }
   AttentionContext ctx{pool, &scratch};
   return Attention(Params(q, k, v, out), ctx);
 }

@@ -26,6 +26,14 @@ void AddBias(float* y, const float* b, int64_t n, int64_t d, ThreadPool* pool);
 // unless they are the same buffer.
 void AddBiasResidual(float* y, const float* b, const float* residual, int64_t n, int64_t d, ThreadPool* pool);
 
+// y[r] = x[r] rounded to bf16 (nearest, ties to even) for n rows of width d.
+void RoundToBf16(const float* x, int64_t n, int64_t d, uint16_t* y, ThreadPool* pool);
+
+// Attention at precision bf16 over K and V rounded to bf16 (k16, v16: same layout as p's f32 views):
+// what a tower run in bf16 computes, q and the softmax weights rounded too (tessera/attention.h),
+// on the bf16 kernels (AMX tiles where the CPU has them). Null pointers: only the shapes, for sizing.
+void UseBf16KeysValues(AttentionParams& p, const uint16_t* k16, const uint16_t* v16);
+
 // Self-attention of `images` independent sequences of `seq` tokens each, every token attending to
 // every valid token of its own sequence (no causality, no window). q, k, v and out are
 // token-major [images * seq, heads * head_dim] f32 (the Linear outputs, no transposes).
@@ -38,6 +46,9 @@ struct BidirectionalAttention {
   // [images * seq] scratch the call fills with positions 0..seq-1 per sequence (the mask's q_pos
   // and k_pos; only the key validity and the absence of causality matter here).
   int32_t* positions = nullptr;
+  // [2, images * seq, heads * head_dim] scratch for K and V rounded to bf16: attention then runs
+  // at precision bf16 (UseBf16KeysValues). Null: f32.
+  uint16_t* kv_bf16 = nullptr;
 
   AttentionParams Params(const float* q, const float* k, const float* v, float* out) const;
   // Arena bytes Run needs with `num_threads` threads (the tiled kernel: no [seq, seq] buffer).
