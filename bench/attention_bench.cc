@@ -5,8 +5,9 @@
 //   prefill (16 q, 8 kv, 256), S = 2048 / 4096 / 8192: causal and window 1024, each with and
 //           without a 256-token image block in the middle: ms, GFLOP/s on visible pairs, % of peak,
 //           the window / causal cost ratio and the image-block overhead.
-// Each at precision f32 (prefill with f32 K/V) and bf16 (bf16 K/V; its peak is the bf16 dot
-// product's where the CPU has AVX-512-BF16, else the FMA peak). The onnxruntime comparison of the
+// Each at precision f32 (prefill with f32 K/V) and bf16 (bf16 K/V; its peak is AMX's tdpbf16ps
+// where the kernels run on its tiles (tessera::ops::Bf16AmxActive()), else the bf16 dot product's
+// where the CPU has AVX-512-BF16, else the FMA peak). The onnxruntime comparison of the
 // same shapes is bench/attention_peers.py.
 //
 //   build/release/tessera_bench_attention [--threads N] [--reps R] [--max-s 8192] [--max-keys 32768]
@@ -23,6 +24,7 @@
 #include "roofline.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
+#include "tessera/gemm.h"
 
 using namespace tessera;
 
@@ -68,10 +70,12 @@ int ParseOptions(int argc, char** argv, Options* o) {
 
 // The machine's roofline, measured in this run.
 struct Roofline {
-  double bw = 0, peak = 0, dot_peak = 0;
-  // The compute peak of a precision: bf16 runs on the dot product where the CPU has it.
+  double bw = 0, peak = 0, dot_peak = 0, amx_peak = 0;
+  // The compute peak of a precision: bf16 runs on AMX tiles, else on the dot product, where the
+  // CPU has them.
   double PeakOf(AttentionPrecision pr) const {
-    return pr == AttentionPrecision::kBf16 && dot_peak > 0 ? dot_peak : peak;
+    if (pr != AttentionPrecision::kBf16) return peak;
+    return amx_peak > 0 ? amx_peak : dot_peak > 0 ? dot_peak : peak;
   }
 };
 
@@ -198,8 +202,10 @@ int main(int argc, char** argv) {
   r.peak = bench::FmaPeakGflops(o.threads);
   const double bw_small = bench::ReadBandwidthGBs(o.threads, int64_t(1) << 30, 5, bench::Paging::kSmall);
   r.dot_peak = bench::Bf16DotPeakGflops(o.threads);
+  r.amx_peak = ops::Bf16AmxActive() ? bench::AmxBf16PeakGflops(o.threads) : 0;
   std::printf("roofline (%d threads): read bandwidth %.1f GB/s (huge pages; 4 KiB pages %.1f), f32 FMA peak %.1f "
-              "GFLOP/s, bf16 dot peak %.1f GFLOP/s\n\n", o.threads, r.bw, bw_small, r.peak, r.dot_peak);
+              "GFLOP/s, bf16 dot peak %.1f GFLOP/s, AMX bf16 peak %.1f GFLOP/s (0: not used)\n\n",
+              o.threads, r.bw, bw_small, r.peak, r.dot_peak, r.amx_peak);
   ThreadPool pool(o.threads);
   Arena arena;
   AttentionContext ctx{&pool, &arena};

@@ -11,8 +11,8 @@
 // --pixels / --positions: the transformers processor's arrays (bench/vision_peers.py writes them),
 // so every engine encodes the same input; without them EncodePixels gets the processor's output of
 // --image. EncodePixels: median of --reps after one untimed call; EncodeImages then runs on the
-// warm encoder, --image-reps timed calls. --features writes the f32 EncodePixels soft tokens for
-// the peers' numerics check.
+// warm encoder, --image-reps timed calls. --features writes the f32 precision's EncodePixels soft
+// tokens for the peers' numerics check (with a single --precisions entry, that precision's).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -258,7 +258,7 @@ Status RunPrecision(const Args& a, const std::string& prec, const TowerShape& sh
   std::sort(im_all.begin(), im_all.end());
   const double im_ms = im_all[im_all.size() / 2];
   if (!im_st.ok()) std::printf("%-13s %-5s not measured: %s\n", "EncodeImages", prec.c_str(), im_st.message().c_str());
-  if (!a.features.empty() && mp == ops::MatmulPrecision::kF32) {
+  if (!a.features.empty() && (mp == ops::MatmulPrecision::kF32 || a.precisions.size() == 1)) {
     if (Status w = WriteNpy(a.features, feat); !w.ok()) return w;
   }
   const int64_t soft = feat.tokens_per_image.empty() ? 0 : feat.tokens_per_image[0];
