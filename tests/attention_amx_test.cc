@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ops/bf16_amx_attention.h"
+#include "pv_check.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
 
@@ -127,34 +128,17 @@ TEST(AttentionAmx, PvMatchesDouble) {
           std::memcpy(v.data(), vals.data(), vals.size() * 2);
           for (int t = 0; t < n; ++t)
             if (!(keys >> t & 1)) std::fill(v.data() + t * stride, v.data() + t * stride + cols, kBf16NaN);
-          const bool rescale = (n + mr + subset) % 2 == 1;
-          float alpha[16];
-          for (int r = 0; r < 16; ++r) alpha[r] = r < mr ? (r % 3 == 0 ? 1.0f : 0.125f * r) : std::nanf("");
-          const int64_t cs = cols + 20;
-          std::vector<float> c(16 * cs, 0.25f);
-          const std::vector<float> c0 = c;
+          testing::PvCase pc(n, mr, subset, cols);
           AlignedBuffer scratch = PoisonedScratch(32);
           AlignedBuffer packed(ops::AmxPackVWords(cols) * 4);
           std::fill(packed.as<uint32_t>(), packed.as<uint32_t>() + ops::AmxPackVWords(cols), 0x7fc07fc0u);
           if (prepacked) ops::AmxPackV(v.data(), stride, n, keys, cols, packed.as<uint32_t>());
           const ops::PrefetchRows ahead{v.data(), stride * 2, cols * 2, n};
-          ops::AmxPv16(w, prepacked ? packed.as<uint32_t>() : nullptr, v.data(), stride, n, keys, c.data(), cs, mr,
-                       rescale ? alpha : nullptr, cols, n % 2 ? &ahead : nullptr, scratch.data());
-          for (int r = 0; r < 16; ++r)
-            for (int64_t j = 0; j < cs; ++j) {
-              if (r >= mr || j >= cols) {
-                ASSERT_EQ(c[r * cs + j], c0[r * cs + j]) << "wrote outside the block: r " << r << " j " << j;
-                continue;
-              }
-              double want = 0.25 * (rescale ? alpha[r] : 1.0f), mag = std::fabs(want);
-              for (int t = 0; t < n; ++t) {
-                if (!(keys >> t & 1)) continue;
-                const double x = double(Bf16ToF32(wv[r * 64 + t])) * Bf16ToF32(v.data()[t * stride + j]);
-                want += x, mag += std::fabs(x);
-              }
-              ASSERT_NEAR(c[r * cs + j], want, ChainBound(n + 1, mag))
-                  << "n " << n << " cols " << cols << " mr " << mr << " r " << r << " variant " << variant;
-            }
+          ops::AmxPv16(w, prepacked ? packed.as<uint32_t>() : nullptr, v.data(), stride, n, keys, pc.c.data(), pc.cs,
+                       mr, pc.Alpha(), cols, n % 2 ? &ahead : nullptr, scratch.data());
+          ASSERT_TRUE(testing::PvRowsMatch(pc, mr, cols, n, keys, wv.data(), v.data(), stride,
+                                           [&](double mag) { return ChainBound(n + 1, mag); }))
+              << "n " << n << " cols " << cols << " mr " << mr << " variant " << variant;
         }
       }
     }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention_problem.h"
+#include "pv_check.h"
 #include "ops/bf16_dot.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
@@ -153,32 +154,14 @@ TEST(Bf16Dot, PvRows16MatchesDouble) {
           }
           // Rescale factors in every other case (some rows 1, others not; NaN past mr, which must
           // reach no result), null in the rest.
-          const bool rescale = (n + mr + subset) % 2 == 1;
-          float alpha[16];
-          for (int r = 0; r < 16; ++r) alpha[r] = r < mr ? (r % 3 == 0 ? 1.0f : 0.125f * r) : std::nanf("");
-          const int64_t cs = cols + 20;
-          std::vector<float> c(16 * cs, 0.25f);
-          const std::vector<float> c0 = c;
+          testing::PvCase pc(n, mr, subset, cols);
           // With odd n the kernel also prefetches V's rows meanwhile, which must change nothing.
           const ops::PrefetchRows ahead{vk.data(), stride * 2, cols * 2, n};
-          dot->pv_rows16(w.data(), vk.data(), stride, n, keys, c.data(), cs, mr, rescale ? alpha : nullptr, cols,
+          dot->pv_rows16(w.data(), vk.data(), stride, n, keys, pc.c.data(), pc.cs, mr, pc.Alpha(), cols,
                          n % 2 ? &ahead : nullptr);
-          for (int r = 0; r < 16; ++r)
-            for (int64_t j = 0; j < cs; ++j) {
-              if (r >= mr || j >= cols) {
-                ASSERT_EQ(c[r * cs + j], c0[r * cs + j]) << "wrote outside the block: r " << r << " j " << j;
-                continue;
-              }
-              double want = 0.25 * (rescale ? alpha[r] : 1.0f), mag = std::fabs(want);
-              for (int t = 0; t < n; ++t) {
-                if (!(keys >> t & 1)) continue;
-                const double x = double(Bf16ToF32(wv[r * 64 + t])) * Bf16ToF32(vk[t * stride + j]);
-                want += x, mag += std::fabs(x);
-              }
-              ASSERT_NEAR(c[r * cs + j], want, kSumRel * mag)
-                  << "n " << n << " cols " << cols << " mr " << mr << " r " << r << " subset " << subset
-                  << " rescale " << rescale;
-            }
+          ASSERT_TRUE(testing::PvRowsMatch(pc, mr, cols, n, keys, wv.data(), vk.data(), stride,
+                                           [](double mag) { return kSumRel * mag; }))
+              << "n " << n << " cols " << cols << " mr " << mr << " subset " << subset << " rescale " << pc.rescale;
         }
       }
     }
