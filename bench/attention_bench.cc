@@ -1,7 +1,8 @@
 // Attention kernels at the performance issue's Gemma shapes, timed in C++ (no binding overhead)
 // beside the machine's roofline measured in the same run (bench/roofline.h):
-//   decode  (16 q, 8 kv, 256) and (16 q, 1 kv, 512), bf16 K/V, 1k / 8k / 32k keys: ms, GB/s of K/V
-//           read, % of the multi-thread read bandwidth, GFLOP/s and % of the compute peak;
+//   decode  (16 q, 8 kv, 256), (4 q, 1 kv, 256) (the Gemma-3-1B group) and (16 q, 1 kv, 512), bf16
+//           K/V, 1k / 8k / 32k keys: ms, GB/s of K/V read, % of the multi-thread read bandwidth,
+//           GFLOP/s and % of the compute peak;
 //   prefill (16 q, 8 kv, 256), S = 2048 / 4096 / 8192: causal and window 1024, each with and
 //           without a 256-token image block in the middle: ms, GFLOP/s on visible pairs, % of peak,
 //           the window / causal cost ratio and the image-block overhead.
@@ -115,7 +116,7 @@ double DecodeMs(int64_t hq, int64_t hkv, int64_t d, int64_t keys, AttentionPreci
 void DecodeTable(const Options& o, const Roofline& r, AttentionContext& ctx, std::mt19937& rng) {
   std::printf("%-26s %5s %7s %10s %9s %8s %10s %8s\n", "decode (bf16 K/V)", "prec", "keys", "ms", "GB/s", "% bw",
               "GFLOP/s", "% peak");
-  for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 256}, {16, 1, 512}})
+  for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{16, 8, 256}, {4, 1, 256}, {16, 1, 512}})
     for (AttentionPrecision precision : o.precisions)
       for (int64_t keys : {1024, 8192, 32768}) {
         if (keys > o.max_keys) continue;
