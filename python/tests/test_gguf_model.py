@@ -22,6 +22,7 @@ two values llama.cpp assumes (query_pre_attn_scalar = head_dim, every 6th layer 
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -32,7 +33,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers.models import BUILD_DIR, MODELS_DIR, REPO, load_golden
+from helpers.models import BUILD_DIR, MODELS_DIR, REPO, load_golden, load_tensors, write_f32_tensors
 
 import tessera
 
@@ -41,9 +42,11 @@ SDIST = os.path.join(PEERS, "llama-sdist", "vendor", "llama.cpp")
 CONVERTER = os.path.join(SDIST, "convert_hf_to_gguf.py")
 PEERS_PY = os.path.join(PEERS, "venv", "bin", "python")
 
+# The converter runs under this interpreter and imports torch (python/requirements-peers.txt), which
+# scripts/setup.sh leaves out on a disk without room for it.
 needs_converter = pytest.mark.skipif(
-    not os.path.exists(CONVERTER),
-    reason=f"llama.cpp's converter not found at {CONVERTER} (bash bench/setup_peers.sh installs it)")
+    not os.path.exists(CONVERTER) or importlib.util.find_spec("torch") is None,
+    reason=f"llama.cpp's converter ({CONVERTER}: bash bench/setup_peers.sh) or the torch it imports is missing")
 needs_llama_cpp = pytest.mark.skipif(
     not os.path.exists(PEERS_PY), reason=f"llama-cpp-python's venv not found at {PEERS_PY} (bash bench/setup_peers.sh)")
 
@@ -250,7 +253,6 @@ def dequantized_checkpoint(hf, gguf_file, dst, experts=False):
     the stacked expert tensors too)."""
     gguf = gguf_py()
     from gguf.quants import dequantize  # noqa: PLC0415
-    from safetensors.numpy import load_file, save_file  # noqa: PLC0415
     r = gguf.GGUFReader(gguf_file)
     deq = {t.name: dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)]) for t in r.tensors}
     layer = {"self_attn.q_proj.weight": "attn_q", "self_attn.k_proj.weight": "attn_k",
@@ -261,7 +263,7 @@ def dequantized_checkpoint(hf, gguf_file, dst, experts=False):
         layer.update({"experts.gate_up_proj": "ffn_gate_up_exps", "experts.down_proj": "ffn_down_exps"})
     glob = {"embed_tokens.weight": "token_embd", "embed_tokens_per_layer.weight": "per_layer_token_embd",
             "per_layer_model_projection.weight": "per_layer_model_proj"}
-    w = load_file(os.path.join(hf, "model.safetensors"))
+    w = dict(load_tensors(os.path.join(hf, "model.safetensors")))
     replaced = 0
     for k in list(w):
         prefix = next((p for p in ("model.language_model.", "language_model.model.", "model.") if k.startswith(p)), "")
@@ -277,7 +279,7 @@ def dequantized_checkpoint(hf, gguf_file, dst, experts=False):
     assert replaced > 0
     os.makedirs(dst, exist_ok=True)
     shutil.copyfile(os.path.join(hf, "config.json"), os.path.join(dst, "config.json"))
-    save_file(w, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    write_f32_tensors(os.path.join(dst, "model.safetensors"), w)
     return dst
 
 
@@ -332,8 +334,8 @@ def test_q8_0_moe_gguf_logits(work):
     hf = make_hf(work, "gemma4_moe")
     q8 = convert(hf, "q8_0")
     deq_dir = dequantized_checkpoint(hf, q8, os.path.join(work, "gemma4_moe_q8_deq"), experts=True)
-    from safetensors.numpy import load_file  # noqa: PLC0415
-    orig, deqw = load_file(os.path.join(hf, "model.safetensors")), load_file(os.path.join(deq_dir, "model.safetensors"))
+    orig = load_tensors(os.path.join(hf, "model.safetensors"))
+    deqw = load_tensors(os.path.join(deq_dir, "model.safetensors"))
     stacks = [k for k in orig if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]
     assert len(stacks) == 8 and all(np.abs(deqw[k] - orig[k]).max() > 0 for k in stacks)  # the file's, not the original's
     _, got = logits(q8)

@@ -24,7 +24,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers.models import BUILD_DIR, MODELS_DIR
+from helpers.models import BUILD_DIR, MODELS_DIR, load_tensors, write_f32_tensors
 from test_gguf_model import (PEERS_PY, PROMPT, convert, gguf_py, llama_cpp_run, make_hf, needs_converter,
                              needs_llama_cpp, write_tokenizer)
 
@@ -46,33 +46,6 @@ FIXTURES = ["gemma3_text", "gemma3", "gemma4_text", "gemma4", "gemma4_unified", 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     return str(tmp_path_factory.mktemp("quantize"))
-
-
-def write_safetensors(path, tensors):
-    header, body, off = {}, [], 0
-    for name, a in tensors.items():
-        raw = np.ascontiguousarray(a, dtype=np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        body.append(raw)
-        off += len(raw)
-    hb = json.dumps(header).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(body))
-
-
-def read_safetensors(path):
-    """An all-F32 safetensors file (the fixtures' and make_wide's) as {name: array}."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    out = {}
-    for name, meta in json.loads(data[8:8 + n]).items():
-        if name != "__metadata__":
-            assert meta["dtype"] == "F32", name
-            s, e = meta["data_offsets"]
-            out[name] = np.frombuffer(data[8 + n + s:8 + n + e], dtype=np.float32).reshape(meta["shape"])
-    return out
 
 
 def make_wide(root, grid=False):
@@ -108,7 +81,7 @@ def make_wide(root, grid=False):
                      ("post_attention_layernorm.weight", H), ("pre_feedforward_layernorm.weight", H),
                      ("post_feedforward_layernorm.weight", H)]:
             t[p + n] = (rng.standard_normal(w) * 0.1).astype(np.float32)
-    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    write_f32_tensors(os.path.join(d, "model.safetensors"), t)
     write_tokenizer(d, V)
     open(os.path.join(d, "READY"), "w").close()
     return d
@@ -133,7 +106,7 @@ def make_half(root, dtype):
     if os.path.exists(os.path.join(d, "READY")):
         return d
     shutil.copytree(src, d, dirs_exist_ok=True)
-    t = read_safetensors(os.path.join(src, "model.safetensors"))
+    t = load_tensors(os.path.join(src, "model.safetensors"))
     header, body, off = {}, [], 0
     for name, a in t.items():
         if dtype == "f16":
@@ -167,13 +140,13 @@ def make_moe16(root):
     cfg.get("text_config", cfg)["num_experts"] = 16
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    t = read_safetensors(os.path.join(src, "model.safetensors"))
+    t = load_tensors(os.path.join(src, "model.safetensors"))
     stacked = (".router.proj.weight", ".router.per_expert_scale", ".experts.gate_up_proj", ".experts.down_proj")
     for k, a in t.items():
         if k.endswith(stacked):
             assert a.shape[0] == 8, k
             t[k] = np.concatenate([a, 0.5 * a])
-    write_safetensors(os.path.join(d, "model.safetensors"), t)
+    write_f32_tensors(os.path.join(d, "model.safetensors"), t)
     open(os.path.join(d, "READY"), "w").close()
     return d
 
@@ -304,7 +277,7 @@ def test_qat_grid_weights_are_exact(work, tmp_path):
     hf = make_wide(work, grid=True)
     path = str(tmp_path / "grid.q4_0.gguf")
     types = tessera.quantize(hf, "q4_0", path)
-    src = read_safetensors(os.path.join(hf, "model.safetensors"))
+    src = load_tensors(os.path.join(hf, "model.safetensors"))
     import gguf  # noqa: PLC0415 -- the gguf package (python/requirements.txt): the independent reader
     from gguf.quants import dequantize  # noqa: PLC0415
     names = {"attn_q.weight": "self_attn.q_proj.weight", "attn_k.weight": "self_attn.k_proj.weight",
@@ -344,23 +317,23 @@ def test_errors(work, tmp_path):
     # a tensor with no GGUF counterpart (a MoE expert), named
     bad = str(tmp_path / "moe")
     shutil.copytree(hf, bad)
-    t = read_safetensors(os.path.join(hf, "model.safetensors"))
+    t = load_tensors(os.path.join(hf, "model.safetensors"))
     t["model.layers.0.mlp.experts.down_proj"] = np.zeros((2, 4, 4), np.float32)
-    write_safetensors(os.path.join(bad, "model.safetensors"), t)
+    write_f32_tensors(os.path.join(bad, "model.safetensors"), t)
     with pytest.raises(ValueError, match=r"model.layers.0.mlp.experts.down_proj .* has no GGUF counterpart"):
         tessera.quantize(bad, "q4_0", str(tmp_path / "moe.gguf"))
     # a non-finite weight: the first one (by row) named, whichever of the threads' row chunks holds it
     nan = str(tmp_path / "nan")
     shutil.copytree(make_wide(work), nan)
-    t = read_safetensors(os.path.join(nan, "model.safetensors"))
+    t = load_tensors(os.path.join(nan, "model.safetensors"))
     emb = t["model.embed_tokens.weight"].copy()  # [512, 256]: two chunks of rows
     emb[400, 9] = np.inf
     t["model.embed_tokens.weight"] = emb
-    write_safetensors(os.path.join(nan, "model.safetensors"), t)
+    write_f32_tensors(os.path.join(nan, "model.safetensors"), t)
     r = run_cli("quantize", "--model", nan, "--type", "q4_0", "--out", str(tmp_path / "nan.gguf"), "--threads", "2")
     assert r.returncode != 0 and "model.embed_tokens.weight has a non-finite value at row 400, column 9" in r.stderr
     emb[100, 5] = np.nan
-    write_safetensors(os.path.join(nan, "model.safetensors"), t)
+    write_f32_tensors(os.path.join(nan, "model.safetensors"), t)
     with pytest.raises(ValueError, match="model.embed_tokens.weight has a non-finite value at row 100, column 5"):
         tessera.quantize(nan, "q8_0", str(tmp_path / "nan.gguf"))
     # quantize-on-load spreads a matrix's rows over the model's threads too: the same first row named

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers.models import MODELS_DIR, NAMES, REPO, read_safetensors
+from helpers.models import MODELS_DIR, NAMES, REPO, load_tensors
 
 ARCH = {"gemma3_text": "Gemma3ForCausalLM", "gemma3": "Gemma3ForConditionalGeneration",
         "gemma4_text": "Gemma4ForCausalLM", "gemma4": "Gemma4ForConditionalGeneration",
@@ -34,25 +34,11 @@ REF_TOL = 5e-5       # float64 numpy vs float32 torch, relative to max(1, |x|); 
 # Loading (no safetensors / torch dependency: the format is an 8-byte header size, a JSON header, raw data)
 # ------------------------------------------------------------------------------------------------------------------
 
-_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
-
-
-def load_safetensors(path):
-    header, base, data = read_safetensors(path)
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = np.frombuffer(data[base + a:base + b], dtype=_ST_DTYPES[v["dtype"]]).reshape(v["shape"])
-    return out
-
-
 def load(name):
     d = os.path.join(MODELS_DIR, name)
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
-    w = load_safetensors(os.path.join(d, "model.safetensors"))
+    w = load_tensors(os.path.join(d, "model.safetensors"))
     g = dict(np.load(os.path.join(d, "golden.npz")))
     return cfg, w, g
 

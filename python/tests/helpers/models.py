@@ -43,6 +43,36 @@ def read_safetensors(path):
     return json.loads(data[8:8 + n]), 8 + n, data
 
 
+_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I64": np.int64, "I32": np.int32}
+
+
+def load_tensors(path):
+    """A safetensors file as {name: array} (read-only views of the file's bytes); our own reader, so
+    the tests need no safetensors package (it comes with the peers, which a small disk goes without)."""
+    header, base, data = read_safetensors(path)
+    out = {}
+    for k, v in header.items():
+        if k != "__metadata__":
+            a, b = v["data_offsets"]
+            out[k] = np.frombuffer(data[base + a:base + b], dtype=_DTYPES[v["dtype"]]).reshape(v["shape"])
+    return out
+
+
+def write_f32_tensors(path, tensors):
+    """Writes {name: array} as an all-F32 safetensors file (the fixtures' own type)."""
+    header, body, off = {}, [], 0
+    for name, a in tensors.items():
+        assert np.asarray(a).dtype.kind == "f", name
+        raw = np.ascontiguousarray(a, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(np.shape(a)), "data_offsets": [off, off + len(raw)]}
+        body.append(raw)
+        off += len(raw)
+    hb = json.dumps(header).encode()
+    hb += b" " * (-len(hb) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(body))
+
+
 def copy_config(src, dst):
     """Creates `dst` holding src's config.json; the caller writes dst/model.safetensors."""
     os.makedirs(dst, exist_ok=True)
