@@ -14,19 +14,19 @@
 #include "model/loaded_model.h"
 #include "ops/bf16_dot.h"
 #include "tessera/thread_pool.h"
+#include "temp_dir.h"
 
 namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A copy of test checkpoint `name` in a temporary directory, with element `index` of the tensor
-// whose key ends in `suffix` set to x (stored in its dtype).
-fs::path PatchedCheckpoint(const std::string& name, const std::string& suffix, int64_t index, float x,
-                           const std::string& tag) {
+// A copy of test checkpoint `name` in `into` (removed when the test ends), with element `index` of
+// the tensor whose key ends in `suffix` set to x (stored in its dtype).
+fs::path PatchedCheckpoint(const testing::TempDir& into, const std::string& name, const std::string& suffix,
+                           int64_t index, float x) {
   const fs::path src = fs::path(TESSERA_TESTDATA_DIR) / "models" / name;
-  const fs::path dir = fs::path(::testing::TempDir()) / ("tessera_nonfinite_" + name + "_" + tag);
-  fs::create_directories(dir);
+  const fs::path dir = into.path();
   fs::copy_file(src / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
   StatusOr<io::SafetensorsCheckpoint> ckpt = io::SafetensorsCheckpoint::Open(src.string());
   EXPECT_TRUE(ckpt.ok()) << ckpt.status().message();
@@ -77,7 +77,8 @@ TEST(WeightLoader, NonFiniteLinearWeightIsAnError) {
     const int64_t in = clean.value()->model().weights().layers[1].down.in;
     for (int k = 0; k < 3; ++k) {
       // Row 3, column 5 of layer 1's down projection.
-      const fs::path dir = PatchedCheckpoint(model, "layers.1.mlp.down_proj.weight", 3 * in + 5, kinds[k], names[k]);
+      const testing::TempDir tmp("tessera_nonfinite");
+      const fs::path dir = PatchedCheckpoint(tmp, model, "layers.1.mlp.down_proj.weight", 3 * in + 5, kinds[k]);
       for (const model::WeightLoadOptions& o : AllLoadPaths(k == 1 ? nullptr : &pool))
         ExpectLoadError(dir, o,
                         std::string("tensor layers.1.mlp.down_proj.weight in ") + dir.string() +
@@ -89,15 +90,18 @@ TEST(WeightLoader, NonFiniteLinearWeightIsAnError) {
 // The embedding table (read by row, and as the tied LM head) is checked like any matrix.
 TEST(WeightLoader, NonFiniteEmbeddingIsAnError) {
   ThreadPool pool(2);
-  const fs::path dir = PatchedCheckpoint("gemma3_text", "embed_tokens.weight", 7, std::numeric_limits<float>::quiet_NaN(), "embed");
+  const testing::TempDir tmp("tessera_nonfinite");
+  const fs::path dir =
+      PatchedCheckpoint(tmp, "gemma3_text", "embed_tokens.weight", 7, std::numeric_limits<float>::quiet_NaN());
   for (const model::WeightLoadOptions& o : AllLoadPaths(&pool))
     ExpectLoadError(dir, o, "tensor embed_tokens.weight in");
 }
 
 // A finite f32 weight that overflows bf16 is named as such when the load converts to bf16.
 TEST(WeightLoader, OverflowOnConversionIsAnError) {
+  const testing::TempDir tmp("tessera_nonfinite");
   const fs::path dir =
-      PatchedCheckpoint("gemma3_text", "layers.0.self_attn.q_proj.weight", 0, std::numeric_limits<float>::max(), "big");
+      PatchedCheckpoint(tmp, "gemma3_text", "layers.0.self_attn.q_proj.weight", 0, std::numeric_limits<float>::max());
   model::WeightLoadOptions plain, to_bf16;
   to_bf16.convert_to = DType::kBF16;
   ASSERT_TRUE(model::LoadedModel::Load(dir.string(), plain).ok());
