@@ -15,6 +15,7 @@
 //   |y - ref| <= sum_i |w_i| (d_b / 256 + 2 u |x_i|) + (G + 10) u S + u |ref|.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -184,6 +185,35 @@ TEST(QuantGemm, FastPackingMatchesPlainUnpack) {
       for (int64_t r = 0; r < 16; ++r)
         ASSERT_EQ(panel.as<uint8_t>()[k / 4 * 64 + r * 4 + k % 4], rows.as<uint8_t>()[r * stride + k])
             << "kc=" << kc << " k=" << k << " r=" << r;
+  }
+}
+
+// UnpackScalesK45Avx512 gives each live row's UnpackQuantCodes a and b in the panel layout, bit
+// for bit (zero and subnormal scales included), and +0 in the lanes past the live rows.
+TEST(QuantGemm, PanelScalesMatchPlainUnpack) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(16);
+  const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff};
+  for (QuantType t : {QuantType::kQ4_K, QuantType::kQ5_K}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      const int64_t blocks = 1 + rng() % 6, in = blocks * 256, bb = QuantBlockBytes(t);
+      const int64_t b0 = rng() % blocks, k0 = b0 * 256, kc = (1 + rng() % (blocks - b0)) * 256;
+      const int live = static_cast<int>(rng() % 17), groups = static_cast<int>(kc / 32);
+      std::vector<uint8_t> w = RandomBlocks(rng, t, std::max(live, 1), in);
+      for (int64_t i = 0; i < static_cast<int64_t>(w.size()) / bb; i += 3)  // d or dmin special
+        std::memcpy(w.data() + i * bb + 2 * (rng() % 2), &specials[rng() % 5], 2);
+      AlignedBuffer a(groups * 16 * 4), b(groups * 16 * 4);
+      ops::UnpackScalesK45Avx512(t, w.data(), in / 256 * bb, live, k0, kc, a.as<float>(), b.as<float>());
+      std::vector<float> ra(groups), rb(groups);
+      for (int r = 0; r < 16; ++r) {
+        if (r < live) ops::UnpackQuantCodes(t, w.data() + r * (in / 256 * bb), k0, kc, nullptr, ra.data(), rb.data());
+        for (int g = 0; g < groups; ++g) {
+          const float wa = r < live ? ra[g] : 0.0f, wb = r < live ? rb[g] : 0.0f;
+          ASSERT_EQ(0, std::memcmp(&a.as<float>()[g * 16 + r], &wa, 4)) << QuantTypeName(t) << " r=" << r << " g=" << g;
+          ASSERT_EQ(0, std::memcmp(&b.as<float>()[g * 16 + r], &wb, 4)) << QuantTypeName(t) << " r=" << r << " g=" << g;
+        }
+      }
+    }
   }
 }
 

@@ -144,17 +144,23 @@ void PackPanels(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t
   alignas(64) uint8_t rows[16][kKcQ];  // a panel's codes row by row, then transposed into place
   float ra[kMaxSub], rb[kMaxSub];
   const int64_t panels = (nc + 31) / 32 * 2, groups = kc / sub, row_bytes = QuantRowBytes(w.quant, w.in);
+  // K-quant scales: unpacked for the panel's 16 rows at once, straight into the panel layout.
+  const bool k45 = w.quant == QuantType::kQ4_K || w.quant == QuantType::kQ5_K;
   for (int64_t p = 0; p < panels; ++p) {
+    const int live = static_cast<int>(std::clamp<int64_t>(nc - p * 16, 0, 16));
+    const char* first = static_cast<const char*>(w.data) + (live ? (o0 + p * 16) * row_bytes : 0);
+    if (k45)
+      UnpackScalesK45Avx512(w.quant, first, row_bytes, live, k0, kc, a + p * groups * 16, b + p * groups * 16);
     for (int r = 0; r < 16; ++r) {
-      const int64_t o = p * 16 + r;
-      if (o < nc) {
-        const char* src = static_cast<const char*>(w.data) + (o0 + o) * row_bytes;
-        UnpackQuantCodes(w.quant, src, k0, kc, nullptr, ra, rb);
+      if (r < live) {
+        const char* src = first + r * row_bytes;
+        if (!k45) UnpackQuantCodes(w.quant, src, k0, kc, nullptr, ra, rb);
         UnpackCodesAvx512(w.quant, src, k0, kc, rows[r]);
       } else {
         std::memset(rows[r], 0, kc), std::fill(ra, ra + groups, 0.0f), std::fill(rb, rb + groups, 0.0f);
       }
-      for (int64_t g = 0; g < groups; ++g) a[(p * groups + g) * 16 + r] = ra[g], b[(p * groups + g) * 16 + r] = rb[g];
+      for (int64_t g = 0; !k45 && g < groups; ++g)
+        a[(p * groups + g) * 16 + r] = ra[g], b[(p * groups + g) * 16 + r] = rb[g];
     }
     TransposeCodesAvx512(rows[0], kKcQ, kc, codes + p * kc * 16);
   }

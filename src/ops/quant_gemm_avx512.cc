@@ -139,6 +139,43 @@ void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uin
   }
 }
 
+void UnpackScalesK45Avx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc,
+                           float* a, float* b) {
+  const __mmask16 live = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << rows) - 1);
+  const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
+  const __m512i zero = _mm512_setzero_si512(), sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
+  const int64_t bb = QuantBlockBytes(t);  // Q4_K and Q5_K start with the same 16-byte header
+  const uint8_t* blk = static_cast<const uint8_t*>(row0) + k0 / 256 * bb;
+  for (int64_t i = 0; i < kc / 256; ++i, blk += bb, a += 8 * 16, b += 8 * 16) {
+    // One super-block header per lane: d | dmin, then the twelve 6-bit scale / min bytes.
+    const __m512i h = _mm512_mask_i32gather_epi32(zero, live, off, blk, 1);
+    const __m512i s0 = _mm512_mask_i32gather_epi32(zero, live, off, blk + 4, 1);
+    const __m512i s1 = _mm512_mask_i32gather_epi32(zero, live, off, blk + 8, 1);
+    const __m512i s2 = _mm512_mask_i32gather_epi32(zero, live, off, blk + 12, 1);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)));
+    for (int j = 0; j < 8; ++j) {
+      const int sh = 8 * (j & 3);
+      __m512i sc, m;
+      if (j < 4) {  // as ScaleMin: the low 6 bits of bytes j and j + 4
+        sc = _mm512_and_si512(_mm512_srli_epi32(s0, sh), m6);
+        m = _mm512_and_si512(_mm512_srli_epi32(s1, sh), m6);
+      } else {  // 4 bits of byte j + 4, 2 high bits of bytes j - 4 (scale) and j (min)
+        sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, sh), m4),
+                             _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, sh + 6), m2), 4));
+        m = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, sh + 4), m4),
+                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, sh + 6), m2), 4));
+      }
+      // b = -(dmin * m), the sign flipped as the scalar negation flips it (zero becomes -0).
+      const __m512i bm = _mm512_castps_si512(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m)));
+      _mm512_store_ps(a + j * 16, _mm512_maskz_mul_ps(live, d, _mm512_cvtepi32_ps(sc)));
+      _mm512_store_ps(b + j * 16, _mm512_maskz_mov_ps(live, _mm512_castsi512_ps(_mm512_xor_si512(bm, sign))));
+    }
+  }
+}
+
 void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8_t* panel) {
   const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(static_cast<int>(stride)));
