@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from helpers.models import BUILD_DIR, MODELS_DIR, load_tensors, write_f32_tensors
+from helpers.models import BUILD_DIR, MODELS_DIR, load_tensors, write_f32_tensors, write_tensors
 from test_gguf_model import (PEERS_PY, PROMPT, convert, gguf_py, llama_cpp_run, make_hf, needs_converter,
                              needs_llama_cpp, write_tokenizer)
 
@@ -106,21 +105,15 @@ def make_half(root, dtype):
     if os.path.exists(os.path.join(d, "READY")):
         return d
     shutil.copytree(src, d, dirs_exist_ok=True)
-    t = load_tensors(os.path.join(src, "model.safetensors"))
-    header, body, off = {}, [], 0
-    for name, a in t.items():
+    out = {}
+    for name, a in load_tensors(os.path.join(src, "model.safetensors")).items():
         if dtype == "f16":
             raw = a.astype(np.float16).tobytes()
         else:  # round to nearest even, as torch does
             b = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
             raw = ((b + (0x7FFF + ((b >> 16) & 1))) >> 16).astype(np.uint16).tobytes()
-        header[name] = {"dtype": dtype.upper(), "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        body.append(raw)
-        off += len(raw)
-    hb = json.dumps(header).encode()
-    hb += b" " * (-len(hb) % 8)
-    with open(os.path.join(d, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(body))
+        out[name] = (dtype.upper(), a.shape, raw)
+    write_tensors(os.path.join(d, "model.safetensors"), out)
     return d
 
 

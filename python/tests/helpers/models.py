@@ -58,19 +58,24 @@ def load_tensors(path):
     return out
 
 
-def write_f32_tensors(path, tensors):
-    """Writes {name: array} as an all-F32 safetensors file (the fixtures' own type)."""
-    header, body, off = {}, [], 0
-    for name, a in tensors.items():
-        assert np.asarray(a).dtype.kind == "f", name
-        raw = np.ascontiguousarray(a, dtype=np.float32).tobytes()
-        header[name] = {"dtype": "F32", "shape": list(np.shape(a)), "data_offsets": [off, off + len(raw)]}
-        body.append(raw)
+def write_tensors(path, tensors):
+    """Writes {name: (dtype, shape, raw bytes)} as a safetensors file (dtype: "F32", "F16", "BF16", ...)."""
+    header, off = {}, 0
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
         off += len(raw)
     hb = json.dumps(header).encode()
     hb += b" " * (-len(hb) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(body))
+        f.write(struct.pack("<Q", len(hb)) + hb + b"".join(raw for _, _, raw in tensors.values()))
+
+
+def write_f32_tensors(path, tensors):
+    """Writes {name: array} as an all-F32 safetensors file (the fixtures' own type)."""
+    for name, a in tensors.items():
+        assert np.asarray(a).dtype.kind == "f", name
+    write_tensors(path, {name: ("F32", np.shape(a), np.ascontiguousarray(a, dtype=np.float32).tobytes())
+                         for name, a in tensors.items()})
 
 
 def copy_config(src, dst):
