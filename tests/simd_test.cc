@@ -246,6 +246,40 @@ TEST(Simd, WideTileMatchesScalarFmaChains) {
   }
 }
 
+// The softmax's max pass: every lane and tail length, with NaN, +-inf and signed zeros placed at
+// random, against the plain scalar loop (NaNs skipped; -inf for no values) and its finiteness flag.
+TEST(Simd, RowMaxMatchesScalarLoop) {
+  const SimdKernels* impls[4];
+  const int n_impl = AvailableSimd(impls, 4);
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> ud(-50.0f, 50.0f);
+  const float specials[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 3.0e38f, -3.0e38f};
+  for (int k = 0; k < n_impl; ++k) {
+    const SimdKernels& s = *impls[k];
+    SCOPED_TRACE(s.name);
+    for (int trial = 0; trial < 400; ++trial) {
+      const int64_t n = trial % 70;
+      std::vector<float> x(n);
+      const int odds = trial % 4 == 0 ? 0 : 1 + trial % 9;  // every 4th trial: finite values only
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = odds && rng() % (3 * odds) == 0 ? specials[rng() % 8] : (trial % 3 ? ud(rng) : -ud(rng) - 60.0f);
+      float want = -INFINITY;
+      uint32_t want_bad = 0;
+      for (float v : x) {
+        want_bad |= std::isnan(v) || std::isinf(v);
+        want = want < v ? v : want;
+      }
+      uint32_t bad = 0;
+      const float got = s.row_max(x.data(), n, &bad);
+      ASSERT_EQ(got, want) << "trial " << trial << " n=" << n;  // (-0 == +0: either sign is a right max)
+      ASSERT_EQ(bad, want_bad) << "trial " << trial << " n=" << n;
+      uint32_t kept = 1;  // *bad is or-ed into, never cleared
+      s.row_max(x.data(), n, &kept);
+      ASSERT_EQ(kept, 1u);
+    }
+  }
+}
+
 // The softmax numerator: every lane and tail length, arguments from 0 down past the f32 underflow
 // (-87.3) and -inf, against exp in double: a few ulps relative, exact 0 for -inf.
 TEST(Simd, ExpSubSumMatchesDoubleExp) {

@@ -44,30 +44,6 @@ inline uint32_t NonFinite(float x) {
   return (u & 0x7f800000u) == 0x7f800000u;
 }
 
-// max(s[0, n)) (-inf for none; NaNs are skipped, as by std::max) and, in *bad, whether some s[t]
-// is NaN or +-inf. Sixteen independent lanes: the compiler vectorizes them, not a serial max.
-float RowMax(const float* s, int64_t n, uint32_t* bad) {
-  float lane[16];
-  uint32_t flags[16] = {};
-  std::fill(lane, lane + 16, kNegInf);
-  int64_t t = 0;
-  for (; t + 16 <= n; t += 16)
-    for (int l = 0; l < 16; ++l) {
-      lane[l] = lane[l] < s[t + l] ? s[t + l] : lane[l];
-      flags[l] |= NonFinite(s[t + l]);
-    }
-  for (int l = 0; t + l < n; ++l) {
-    lane[l] = lane[l] < s[t + l] ? s[t + l] : lane[l];
-    flags[l] |= NonFinite(s[t + l]);
-  }
-  float m = kNegInf;
-  for (int l = 0; l < 16; ++l) {
-    m = m < lane[l] ? lane[l] : m;
-    *bad |= flags[l];
-  }
-  return m;
-}
-
 // The bf16 dot-product path's scratch: q panels, one panel's scores, one panel's weight pairs,
 // and the AMX panels' (taken whether or not AMX is on now, so that a switch between planning and
 // running cannot outgrow the plan).
@@ -499,8 +475,9 @@ void GroupTileKernel::SoftmaxRows(int64_t j0, int64_t n, TileClass cls, const vo
 // a full tile's max pass (the row is then poisoned and its weights zeroed for FullTilePv).
 bool GroupTileKernel::SoftmaxStep(int64_t r, int64_t n, TileClass cls) {
   float* s = s_ + r * kTileK;
+  const ops::SimdKernels& simd = ops::Simd();
   uint32_t bad = 0;
-  const float tile_max = RowMax(s, n, &bad);
+  const float tile_max = simd.row_max(s, n, &bad);
   // In a full tile without a cap the finiteness check rides on the max pass; otherwise
   // PrepareRow checked the visible scores, and masked ones are -inf.
   if (bad && cls == TileClass::kFull && p_.softcap <= 0) {
@@ -509,7 +486,6 @@ bool GroupTileKernel::SoftmaxStep(int64_t r, int64_t n, TileClass cls) {
     return false;
   }
   if (tile_max == kNegInf) return false;  // nothing visible to this row in this tile (never a full tile)
-  const ops::SimdKernels& simd = ops::Simd();
   const float m_new = std::max(m_[r], tile_max);
   if (m_[r] != m_new) {
     const float alpha = std::exp(m_[r] - m_new);  // 0 when m_[r] is -inf

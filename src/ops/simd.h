@@ -54,6 +54,9 @@ struct SimdKernels {
   // j < 16: dst[(p * rows + t) * 16 + j] = widen(src[t * src_stride + p * 16 + j]), 0 past cols.
   // (V tiles for P.V on gemm_tile.) dst 64-byte aligned.
   void (*pack_rows16)(DType dtype, const void* src, int64_t src_stride, int64_t rows, int64_t cols, float* dst);
+  // max(s[0, n)) with NaNs skipped (as std::max(m, s[i]) skips them; -inf for n = 0), and
+  // *bad |= 1 when some s[i] is NaN or +-inf: the softmax's max pass with its finiteness check.
+  float (*row_max)(const float* s, int64_t n, uint32_t* bad);
   // Softmax numerator in place: s[i] = exp(s[i] - m) (-inf gives 0); returns the sum. Relative
   // error of each exp within a few f32 ulps of std::exp.
   float (*exp_sub_sum)(float* s, int64_t n, float m);

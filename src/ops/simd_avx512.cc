@@ -161,6 +161,7 @@ const SimdKernels* SimdAvx512() {
                              GemmTile,
                              SimdAvx2()->gemm_tile_b,
                              SimdAvx2()->pack_rows16,
+                             SimdAvx2()->row_max,
                              SimdAvx2()->exp_sub_sum,
                              SimdAvx2()->gelu_tanh_mul,
                              SimdAvx2()->pack_panel16};

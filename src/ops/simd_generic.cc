@@ -1,6 +1,8 @@
 // Portable implementation: independent partial sums so compilers vectorize without
 // reassociation flags.
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "ops/simd.h"
 #include "tessera/dtype.h"
@@ -91,6 +93,19 @@ void PackRows16(DType dt, const void* src, int64_t st, int64_t rows, int64_t col
   }
 }
 
+float RowMax(const float* s, int64_t n, uint32_t* bad) {
+  float m = -std::numeric_limits<float>::infinity();
+  uint32_t flags = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, s + i, 4);
+    flags |= (u & 0x7f800000u) == 0x7f800000u;  // NaN or +-inf: all exponent bits set
+    m = m < s[i] ? s[i] : m;
+  }
+  *bad |= flags;
+  return m;
+}
+
 float ExpSubSum(float* s, int64_t n, float m) {
   float sum = 0.0f;
   for (int64_t i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - m));
@@ -141,6 +156,7 @@ const SimdKernels& SimdGeneric() {
                              GemmTile,
                              GemmTileB,
                              PackRows16,
+                             RowMax,
                              ExpSubSum,
                              GeluTanhMul,
                              PackPanel16};
