@@ -310,38 +310,35 @@ inline __m256 Exp(__m256 x) {
 }
 
 // Two registers of running maxima. maxps(x, m) returns m when x is NaN or not larger, exactly the
-// scalar `m < x ? x : m`; non-finite values are found from their exponent bits.
+// scalar `m < x ? x : m`; non-finite values are found from their exponent bits. The last partial
+// register is loaded masked, its dead lanes -inf and left out of the flag.
 float RowMax(const float* s, int64_t n, uint32_t* bad) {
-  const __m256i expo = _mm256_set1_epi32(0x7f800000);
-  __m256 m0 = _mm256_set1_ps(-__builtin_inff()), m1 = m0;
+  const __m256i expo = _mm256_set1_epi32(0x7f800000), all = _mm256_set1_epi32(-1);
+  const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
+  __m256 m0 = neg_inf, m1 = neg_inf;
   __m256i f = _mm256_setzero_si256();
-  auto flag = [&](__m256 x) {
+  auto flag = [&](__m256 x, __m256i live) {
     const __m256i e = _mm256_and_si256(_mm256_castps_si256(x), expo);
-    f = _mm256_or_si256(f, _mm256_cmpeq_epi32(e, expo));
+    f = _mm256_or_si256(f, _mm256_and_si256(live, _mm256_cmpeq_epi32(e, expo)));
   };
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 a = _mm256_loadu_ps(s + i), b = _mm256_loadu_ps(s + i + 8);
     m0 = _mm256_max_ps(a, m0), m1 = _mm256_max_ps(b, m1);
-    flag(a), flag(b);
+    flag(a, all), flag(b, all);
   }
-  for (; i + 8 <= n; i += 8) {
-    const __m256 a = _mm256_loadu_ps(s + i);
+  for (; i < n; i += 8) {
+    const __m256i live = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i < 8 ? n - i : 8)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 a = _mm256_blendv_ps(neg_inf, _mm256_maskload_ps(s + i, live), _mm256_castsi256_ps(live));
     m0 = _mm256_max_ps(a, m0);
-    flag(a);
+    flag(a, live);
   }
   alignas(32) float lane[16];
   _mm256_store_ps(lane, m0), _mm256_store_ps(lane + 8, m1);
   float m = lane[0];
   for (int l = 1; l < 16; ++l) m = m < lane[l] ? lane[l] : m;
-  uint32_t flags = _mm256_movemask_epi8(f) != 0;
-  for (; i < n; ++i) {
-    uint32_t u;
-    __builtin_memcpy(&u, s + i, 4);
-    flags |= (u & 0x7f800000u) == 0x7f800000u;
-    m = m < s[i] ? s[i] : m;
-  }
-  *bad |= flags;
+  *bad |= _mm256_movemask_epi8(f) != 0;
   return m;
 }
 
