@@ -162,7 +162,8 @@ Golden ReadGolden(const std::string& name, int64_t images, int64_t k2) {
 }
 
 std::vector<float> EncodeAll(const VisionEncoder& e, const std::vector<image::PixelInput>& inputs, ThreadPool& pool,
-                             Status* status) {
+                             Status* status, EncodeScratch* kept = nullptr) {
+  EncodeScratch fresh;
   std::vector<const image::PixelInput*> ptrs;
   int64_t rows = 0;
   for (const image::PixelInput& in : inputs) {
@@ -170,7 +171,7 @@ std::vector<float> EncodeAll(const VisionEncoder& e, const std::vector<image::Pi
     rows += in.soft_tokens;
   }
   std::vector<float> out(rows * e.output_width(), -7.0f);
-  *status = e.Encode(ptrs, out.data(), pool);
+  *status = e.Encode(ptrs, out.data(), pool, kept ? *kept : fresh);
   return out;
 }
 
@@ -194,18 +195,27 @@ TEST_P(VisionGemma4Golden, MatchesTransformers) {
   ASSERT_EQ(g.inputs.size(), 2u);
   ThreadPool pool(3);
   Status st;
-  const std::vector<float> got = EncodeAll(*enc.value(), g.inputs, pool, &st);
+  EncodeScratch scratch;
+  const std::vector<float> got = EncodeAll(*enc.value(), g.inputs, pool, &st, &scratch);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(got.size(), g.out.size());
   EXPECT_LT(RelErr(got, g.out), 1e-5);
-  // Each image alone gives its rows of the batched call; padding pixels are never read.
+  // Each image alone gives its rows of the batched call; padding pixels are never read, nor is
+  // scratch the call did not write (the kept scratch is all NaN before it).
   std::vector<image::PixelInput> second = {g.inputs[1]};
   for (size_t i = second[0].valid_rows * second[0].shape[1]; i < second[0].pixels.size(); ++i)
     second[0].pixels[i] = 1e30f;
-  const std::vector<float> alone = EncodeAll(*enc.value(), second, pool, &st);
+  const size_t held = scratch.bytes();
+  scratch.Poison();
+  const std::vector<float> alone = EncodeAll(*enc.value(), second, pool, &st, &scratch);
   ASSERT_TRUE(st.ok()) << st.message();
   const std::vector<float> tail(got.end() - alone.size(), got.end());
   EXPECT_LT(RelErr(alone, tail), 1e-6);
+  EXPECT_EQ(scratch.bytes(), held);  // the smaller call fit in what the first one left
+  // The same call again on the kept, poisoned scratch: the same bits.
+  scratch.Poison();
+  EXPECT_EQ(EncodeAll(*enc.value(), g.inputs, pool, &st, &scratch), got);
+  ASSERT_TRUE(st.ok()) << st.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, VisionGemma4Golden,
@@ -223,7 +233,8 @@ TEST(VisionGemma4, BadInputsAreErrorsNamingTheProblem) {
   auto expect_error = [&](image::PixelInput in, const std::string& needle) {
     std::vector<float> out(64 * 64);
     std::vector<const image::PixelInput*> ptrs = {&in};
-    const Status st = enc.value()->Encode(ptrs, out.data(), pool);
+    EncodeScratch scratch;
+    const Status st = enc.value()->Encode(ptrs, out.data(), pool, scratch);
     ASSERT_FALSE(st.ok()) << needle;
     EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
   };
@@ -261,6 +272,13 @@ TEST(VisionGemma4, Bf16MatmulPrecisionStaysCloseToF32) {
   const std::vector<float> a = EncodeAll(*e32.value(), g.inputs, pool, &s32);
   const std::vector<float> b = EncodeAll(*e16.value(), g.inputs, pool, &s16);
   ASSERT_TRUE(s32.ok() && s16.ok()) << s16.message();
+  // The bf16 buffers (rounded x, K and V copies) come from the scratch too: a kept, poisoned one
+  // gives the same bits.
+  EncodeScratch kept;
+  EncodeAll(*e16.value(), g.inputs, pool, &s16, &kept);
+  kept.Poison();
+  EXPECT_EQ(EncodeAll(*e16.value(), g.inputs, pool, &s16, &kept), b);
+  ASSERT_TRUE(s16.ok()) << s16.message();
   // Each Linear input rounded to bf16 moves it by at most 2^-9 relative; over the tower's 9 Linear
   // stages (patch embedder, 7 per layer, embedder) that stays within a few times 9 * 2^-9.
   const double err = RelErr(b, a);

@@ -273,16 +273,21 @@ TEST_F(SiglipEncoderTest, TinyCheckpointMatchesReferenceLoops) {
   for (const auto& im : images) ptrs.push_back(&im);
   const int64_t T = c.mm_tokens_per_image, W = enc.output_width();
   std::vector<float> out(static_cast<size_t>(3 * T * W), std::nanf(""));
-  ASSERT_TRUE(enc.Encode(ptrs, out.data(), pool_).ok());
+  EncodeScratch scratch;
+  ASSERT_TRUE(enc.Encode(ptrs, out.data(), pool_, scratch).ok());
   for (int64_t i = 0; i < 3; ++i) {
     const std::vector<float> ref = ReferenceEncode(enc, images[i].pixels);
     const std::vector<float> got(out.begin() + i * T * W, out.begin() + (i + 1) * T * W);
     EXPECT_LT(RelErr(got, ref), 1e-5) << "image " << i;
   }
-  // One image alone gives the same rows as inside the batch.
+  // One image alone gives the same rows as inside the batch, on the kept scratch made all NaN
+  // first (so nothing reads scratch the call did not write).
   std::vector<float> one(static_cast<size_t>(T * W));
-  ASSERT_TRUE(enc.Encode({ptrs[1]}, one.data(), pool_).ok());
+  const size_t held = scratch.bytes();
+  scratch.Poison();
+  ASSERT_TRUE(enc.Encode({ptrs[1]}, one.data(), pool_, scratch).ok());
   EXPECT_LT(RelErr(one, std::vector<float>(out.begin() + T * W, out.begin() + 2 * T * W)), 1e-6);
+  EXPECT_EQ(scratch.bytes(), held);
 }
 
 TEST_F(SiglipEncoderTest, BadInputsAreRefusedByName) {
@@ -302,7 +307,8 @@ TEST_F(SiglipEncoderTest, BadInputsAreRefusedByName) {
                                                                      {&nan, "non-finite pixel value at [2, 5, 7]"},
                                                                      {nullptr, "null"}};
   for (const auto& [in, what] : cases) {
-    Status s = enc.value()->Encode({&good, in}, out.data(), pool_);
+    EncodeScratch scratch;
+    Status s = enc.value()->Encode({&good, in}, out.data(), pool_, scratch);
     ASSERT_FALSE(s.ok()) << what;
     EXPECT_NE(s.message().find("input 1"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
@@ -322,8 +328,15 @@ TEST_F(SiglipEncoderTest, Bf16PrecisionRunsOnBf16CopiesOfF32Weights) {
   const image::PixelInput in = Pixels(enc.config(), 7);
   const size_t n = static_cast<size_t>(in.soft_tokens * enc.output_width());
   std::vector<float> got(n), ref(n);
-  ASSERT_TRUE(enc.Encode({&in}, got.data(), pool_).ok());
-  ASSERT_TRUE(f.value()->Encode({&in}, ref.data(), pool_).ok());
+  EncodeScratch scratch;
+  ASSERT_TRUE(enc.Encode({&in}, got.data(), pool_, scratch).ok());
+  ASSERT_TRUE(f.value()->Encode({&in}, ref.data(), pool_, scratch).ok());
+  // The bf16 buffers (rounded x, K and V copies) come from the scratch too: kept and poisoned, the
+  // same bits.
+  std::vector<float> again(n);
+  scratch.Poison();
+  ASSERT_TRUE(enc.Encode({&in}, again.data(), pool_, scratch).ok());
+  EXPECT_EQ(again, got);
   // bf16 operands (8 significant bits) through one layer and the projector: a few units of 2^-8.
   const double err = RelErr(got, ref);
   EXPECT_GT(err, 0.0);

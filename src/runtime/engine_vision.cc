@@ -1,4 +1,6 @@
 // Model's image entry points (tessera/engine.h): processor, encoder, prompt layout.
+#include <mutex>
+#include <new>
 #include <numeric>
 #include <string>
 
@@ -72,7 +74,15 @@ StatusOr<ImageFeatures> Model::EncodePixels(const std::vector<image::PixelInput>
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("image features: " + std::to_string(rows) + " x " + std::to_string(f.hidden) + " floats");
   }
-  if (Status st = encoder->Encode(ptrs, f.rows.data(), *pool_); !st.ok()) return st;
+  std::unique_lock<std::mutex> held(vision_->scratch_mu[precision], std::try_to_lock);
+  vision::EncodeScratch fresh;
+  vision::EncodeScratch& scratch = held.owns_lock() ? vision_->scratch[precision] : fresh;
+  try {
+    if (Status st = encoder->Encode(ptrs, f.rows.data(), *pool_, scratch); !st.ok()) return st;
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("image encoder: out of memory for the activations of " + std::to_string(inputs.size()) +
+                             " image(s)");
+  }
   return f;
 }
 

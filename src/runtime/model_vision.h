@@ -17,6 +17,10 @@ struct Model::Vision {
   // One encoder per matmul precision (kF32, kBf16), or why it could not be made.
   std::unique_ptr<vision::VisionEncoder> encoders[2];
   std::optional<Status> encoder_error[2];
+  // Each encoder's activations, kept between calls (vision/encode_scratch.h); a call takes its
+  // encoder's with try_lock and uses a fresh one when another call holds it.
+  vision::EncodeScratch scratch[2];
+  std::mutex scratch_mu[2];
 };
 
 }  // namespace tessera

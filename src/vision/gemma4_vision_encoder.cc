@@ -223,7 +223,7 @@ void Gemma4VisionEncoder::Standardize(float* x, int64_t rows) const {
 }
 
 Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& inputs, float* out,
-                                   ThreadPool& pool) const {
+                                   ThreadPool& pool, EncodeScratch& scratch) const {
   const Gemma4VisionConfig& c = config_;
   std::vector<ImageRows> images;
   int64_t tokens = 0, longest = 0, soft = 0;
@@ -237,7 +237,7 @@ Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& 
   }
   if (tokens == 0) return Status::Ok();
   const int64_t H = c.hidden_size;
-  // Every activation of this call in one buffer, sized here from the inputs.
+  // Every activation of this call in one block of the scratch, sized here from the inputs.
   const Gemma4LayerSizes z = Gemma4LayerSizes::For(c, tokens);
   const bool bf16 = options_.matmul_precision == ops::MatmulPrecision::kBf16;
   const int64_t widest_in = std::max({input_proj_.in, c.intermediate_size, c.num_attention_heads * c.head_dim, H});
@@ -245,9 +245,7 @@ Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& 
   const int64_t kv16_floats = bf16 ? z.kv : 0;  // K and V as bf16: two halves of z.kv floats
   const int64_t floats =
       tokens * H + z.x + 2 * z.q + 2 * z.kv + 2 * z.gate + z.clip + soft * H + pair_floats + kv16_floats;
-  AlignedBuffer buf(static_cast<size_t>(floats) * sizeof(float) + 64 * 13);
-  std::vector<int32_t> ints(static_cast<size_t>(2 * tokens + longest));
-  float* next = buf.as<float>();
+  float* next = scratch.Floats(static_cast<size_t>(floats) + 16 * 13);
   auto take = [&](int64_t n) {
     float* p = next;
     next += (n + 15) / 16 * 16;  // keep every buffer 64-byte aligned
@@ -260,7 +258,7 @@ Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& 
   float* pooled = take(soft * H);
   s.x_pairs = bf16 ? reinterpret_cast<uint32_t*>(take(pair_floats)) : nullptr;
   s.kv_bf16 = bf16 ? reinterpret_cast<uint16_t*>(take(kv16_floats)) : nullptr;
-  int32_t* xpos = ints.data();
+  int32_t* xpos = scratch.Ints(static_cast<size_t>(2 * tokens + longest));
   int32_t* ypos = xpos + tokens;
   int32_t* iota = ypos + tokens;
   for (int64_t i = 0; i < longest; ++i) iota[i] = static_cast<int32_t>(i);
@@ -270,13 +268,12 @@ Status Gemma4VisionEncoder::Encode(const std::vector<const image::PixelInput*>& 
       ypos[images[i].row0 + r] = inputs[i]->positions[2 * r + 1];
     }
   s.xpos = xpos, s.ypos = ypos, s.iota = iota;
-  Arena arena;
   const int32_t longest32 = static_cast<int32_t>(longest);
   AttentionParams sizing = ImageAttentionParams(nullptr, nullptr, nullptr, nullptr, longest, c.num_attention_heads,
                                                 c.num_key_value_heads, c.head_dim, iota, &longest32);
   if (bf16) UseBf16KeysValues(sizing, nullptr, nullptr);
-  arena.Reserve(AttentionScratchBytes(sizing, pool.num_threads()));
-  s.attn_arena = &arena;
+  scratch.attention().Reserve(AttentionScratchBytes(sizing, pool.num_threads()));
+  s.attn_arena = &scratch.attention();
 
   for (size_t i = 0; i < inputs.size(); ++i) EmbedPatches(*inputs[i], h + images[i].row0 * H, s.x, s.x_pairs, pool);
   for (const Gemma4VisionLayerWeights& l : layers_)

@@ -20,7 +20,8 @@ class Gemma4VisionEncoder final : public VisionEncoder {
                                                                const VisionOptions& options);
   image::Family family() const override { return image::Family::kGemma4; }
   int64_t output_width() const override { return text_hidden_; }
-  Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool) const override;
+  Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool,
+                EncodeScratch& scratch) const override;
   const Gemma4VisionConfig& config() const { return config_; }
 
  private:

@@ -25,18 +25,16 @@ std::string ShapeString(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-// Every buffer of one Encode call, carved from one allocation made before any work.
+// Every buffer of one Encode call, carved from the EncodeScratch before any work.
 struct SiglipEncoder::Scratch {
-  AlignedBuffer floats;
-  AlignedBuffer ints;
-  AlignedBuffer pairs;  // the GEMM's rounded-x scratch at precision bf16
-  Arena attention;
   float *patches = nullptr, *h = nullptr, *x = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *a = nullptr,
         *m = nullptr, *pooled = nullptr;
   int32_t *positions = nullptr, *valid = nullptr;
+  uint32_t* pairs = nullptr;  // the GEMM's rounded-x scratch at precision bf16, else null
+  Arena* attention = nullptr;
   BidirectionalAttention attn;
 
-  uint32_t* x_pairs() { return pairs.size() ? pairs.as<uint32_t>() : nullptr; }
+  uint32_t* x_pairs() { return pairs; }
 };
 
 int64_t SiglipEncoder::ImagesPerGroup(int64_t count) const {
@@ -103,7 +101,7 @@ Status SiglipEncoder::Layer(const SiglipLayerWeights& L, int64_t count, Scratch&
     AddBias(dst.second, dst.first->data(), n, D, &pool);
   }
   s.attn.images = count;
-  TESSERA_RETURN_IF_ERROR(s.attn.Run(s.q, s.k, s.v, s.a, &pool, s.attention));
+  TESSERA_RETURN_IF_ERROR(s.attn.Run(s.q, s.k, s.v, s.a, &pool, *s.attention));
   ops::Linear(L.o, s.a, n, D, s.x, D, &pool, mp, s.x_pairs());
   AddBiasResidual(s.x, L.o_b.data(), s.h, n, D, &pool);
   std::swap(s.h, s.x);  // the residual stream moves to the freshly written buffer
@@ -154,7 +152,7 @@ void SiglipEncoder::Project(const float* states, int64_t count, Scratch& s, floa
 }
 
 Status SiglipEncoder::Encode(const std::vector<const image::PixelInput*>& inputs, float* out,
-                             ThreadPool& pool) const {
+                             ThreadPool& pool, EncodeScratch& scratch) const {
   for (size_t i = 0; i < inputs.size(); ++i) TESSERA_RETURN_IF_ERROR(CheckInput(inputs[i], i));
   if (inputs.empty()) return Status::Ok();
   if (out == nullptr) return InvalidArgument("SiglipEncoder::Encode: out is null");
@@ -165,27 +163,28 @@ Status SiglipEncoder::Encode(const std::vector<const image::PixelInput*>& inputs
   const bool bf16 = options_.matmul_precision == ops::MatmulPrecision::kBf16;
   // At matmul precision bf16, K and V also go to bf16 copies (n * D floats hold both) for attention
   // at precision bf16, as the tower computes in transformers at bf16.
-  float* kv16 = nullptr;
-  const int64_t sizes[] = {n * F, n * D, n * D, n * D, n * D, n * D, n * D, n * I, G * T * D, bf16 ? n * D : 0};
-  float** slots[] = {&s.patches, &s.h, &s.x, &s.q, &s.k, &s.v, &s.a, &s.m, &s.pooled, &kv16};
+  float *kv16 = nullptr, *pairs = nullptr;
+  const int64_t pair_words = bf16 ? ops::GemmScratchWords(n, std::max({F, D, I})) : 0;
+  const int64_t sizes[] = {n * F, n * D, n * D, n * D, n * D, n * D, n * D, n * I, G * T * D, bf16 ? n * D : 0,
+                           pair_words};
+  float** slots[] = {&s.patches, &s.h, &s.x, &s.q, &s.k, &s.v, &s.a, &s.m, &s.pooled, &kv16, &pairs};
   int64_t total = 0;
   for (int64_t sz : sizes) total += (sz + 15) / 16 * 16;  // each slot 64-byte aligned
-  s.floats = AlignedBuffer(static_cast<size_t>(total) * sizeof(float));
+  float* base = scratch.Floats(static_cast<size_t>(total));
   int64_t at = 0;
   for (size_t j = 0; j < std::size(slots); ++j) {
-    *slots[j] = s.floats.as<float>() + at;
+    *slots[j] = base + at;
     at += (sizes[j] + 15) / 16 * 16;
   }
-  s.ints = AlignedBuffer(static_cast<size_t>(n + G) * sizeof(int32_t));
-  s.positions = s.ints.as<int32_t>();
+  s.pairs = bf16 ? reinterpret_cast<uint32_t*>(pairs) : nullptr;
+  s.positions = scratch.Ints(static_cast<size_t>(n + G));
   s.valid = s.positions + n;
   std::fill(s.valid, s.valid + G, static_cast<int32_t>(P));  // Gemma 3 images have no padding patches
-  if (bf16)
-    s.pairs = AlignedBuffer(static_cast<size_t>(ops::GemmScratchWords(n, std::max({F, D, I}))) * sizeof(uint32_t));
   s.attn = {G, P, config_.num_attention_heads, config_.head_dim(),
             1.0f / std::sqrt(static_cast<float>(config_.head_dim())), s.valid, s.positions,
             bf16 ? reinterpret_cast<uint16_t*>(kv16) : nullptr};
-  s.attention.Reserve(s.attn.ScratchBytes(pool.num_threads()));
+  s.attention = &scratch.attention();
+  s.attention->Reserve(s.attn.ScratchBytes(pool.num_threads()));
   for (int64_t g0 = 0; g0 < count; g0 += G) {
     const int64_t g = std::min(G, count - g0);
     StatusOr<float*> states = Tower(inputs.data() + g0, g, s, pool);

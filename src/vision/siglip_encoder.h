@@ -25,8 +25,10 @@ class SiglipEncoder final : public VisionEncoder {
   int64_t output_width() const override { return text_hidden_; }
   // Each input: pixels [num_channels, image_size, image_size], soft_tokens = mm_tokens_per_image.
   // Writes mm_tokens_per_image rows of output_width() per input. Images are encoded in groups
-  // (all patches of a group in one Linear call per weight); scratch is sized once per call.
-  Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool) const override;
+  // (all patches of a group in one Linear call per weight); their buffers come from `scratch`,
+  // carved once per call.
+  Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool,
+                EncodeScratch& scratch) const override;
 
   const SiglipConfig& config() const { return config_; }
   const SiglipWeights& weights() const { return weights_; }

@@ -120,7 +120,7 @@ void UnifiedVisionEmbedder::Embed(const image::PixelInput& in, float* x, float* 
 }
 
 Status UnifiedVisionEmbedder::Encode(const std::vector<const image::PixelInput*>& inputs, float* out,
-                                     ThreadPool& pool) const {
+                                     ThreadPool& pool, EncodeScratch& scratch) const {
   int64_t longest = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == nullptr)
@@ -134,8 +134,7 @@ Status UnifiedVisionEmbedder::Encode(const std::vector<const image::PixelInput*>
   const bool bf16 = options_.matmul_precision == ops::MatmulPrecision::kBf16;
   const int64_t tmp_floats = (std::max(longest * P, 2 * E) + 15) / 16 * 16, x_floats = (longest * E + 15) / 16 * 16;
   const int64_t pair_words = bf16 ? ops::GemmScratchWords(longest, std::max(P, E)) : 0;
-  AlignedBuffer buf(static_cast<size_t>(tmp_floats + x_floats + pair_words) * 4);
-  float* tmp = buf.as<float>();
+  float* tmp = scratch.Floats(static_cast<size_t>(tmp_floats + x_floats + pair_words));
   float* x = tmp + tmp_floats;
   uint32_t* pairs = bf16 ? reinterpret_cast<uint32_t*>(x + x_floats) : nullptr;
   int64_t at = 0;

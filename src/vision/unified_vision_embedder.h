@@ -19,7 +19,8 @@ class UnifiedVisionEmbedder final : public VisionEncoder {
                                                                  const VisionOptions& options);
   image::Family family() const override { return image::Family::kGemma4Unified; }
   int64_t output_width() const override { return text_hidden_; }
-  Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool) const override;
+  Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool,
+                EncodeScratch& scratch) const override;
 
  private:
   UnifiedVisionEmbedder() = default;

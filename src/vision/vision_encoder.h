@@ -13,6 +13,7 @@
 #include "tessera/precision.h"
 #include "tessera/status.h"
 #include "tessera/thread_pool.h"
+#include "vision/encode_scratch.h"
 
 namespace tessera::vision {
 
@@ -30,8 +31,10 @@ class VisionEncoder {
                                                        const VisionOptions& options = {});
   virtual image::Family family() const = 0;
   virtual int64_t output_width() const = 0;  // the text model's hidden size
-  // Soft tokens of every input in order: out [sum of inputs' soft_tokens, output_width] f32.
-  virtual Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool) const = 0;
+  // Soft tokens of every input in order: out [sum of inputs' soft_tokens, output_width] f32. The
+  // activations come from `scratch`, which grows to fit the call (std::bad_alloc when it cannot).
+  virtual Status Encode(const std::vector<const image::PixelInput*>& inputs, float* out, ThreadPool& pool,
+                        EncodeScratch& scratch) const = 0;
 };
 
 }  // namespace tessera::vision
