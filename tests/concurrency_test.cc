@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/session.h"
+#include "tessera/engine.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
 #include "tessera/thread_pool.h"
@@ -131,6 +132,55 @@ TEST(Concurrency, AttentionCallsOnOnePoolMatchAlone) {
   for (auto& t : callers) t.join();
   for (int c = 0; c < kCallers; ++c)
     EXPECT_EQ(0, std::memcmp(together[c].data(), alone[c].data(), alone[c].size() * sizeof(float))) << c;
+}
+
+// Patches of a side x side grid for the tiny Gemma 4 tower (patch 2, pooling 2: 12 values per
+// patch, (side / 2)^2 soft tokens) plus 4 padding rows; values from `seed`.
+image::PixelInput GridPixels(int64_t side, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  image::PixelInput in;
+  const int64_t rows = side * side + 4;
+  in.shape = {rows, 12};
+  for (int64_t i = 0; i < rows * 12; ++i) in.pixels.push_back(u(rng));
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool pad = r >= side * side;
+    in.positions.push_back(pad ? -1 : static_cast<int32_t>(r % side));
+    in.positions.push_back(pad ? -1 : static_cast<int32_t>(r / side));
+  }
+  in.valid_rows = side * side;
+  in.soft_tokens = (side / 2) * (side / 2);
+  return in;
+}
+
+// Callers encoding images of different sizes at once on one Model: the encoder's kept scratch goes
+// to one of them at a time (and grows for the larger ones), the others get fresh scratch; every
+// caller gets the bits it gets alone.
+TEST(Concurrency, ImageEncodesOnOneModelMatchAlone) {
+  LoadOptions o;
+  o.threads = 2;
+  StatusOr<std::unique_ptr<Model>> m = Model::Load(std::string(TESSERA_TESTDATA_DIR) + "/models/gemma4", o);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  std::vector<std::vector<float>> alone(kCallers), together(kCallers);
+  for (int c = 0; c < kCallers; ++c) {
+    StatusOr<ImageFeatures> f = m.value()->EncodePixels({GridPixels(6 + 2 * c, 300 + c)});
+    ASSERT_TRUE(f.ok()) << f.status().message();
+    alone[c] = f.value().rows;
+  }
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c)
+    callers.emplace_back([&, c] {
+      for (int rep = 0; rep < 4; ++rep) {
+        StatusOr<ImageFeatures> f = m.value()->EncodePixels({GridPixels(6 + 2 * c, 300 + c)});
+        EXPECT_TRUE(f.ok()) << f.status().message();
+        if (f.ok()) together[c] = f.value().rows;
+      }
+    });
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < kCallers; ++c) {
+    ASSERT_EQ(together[c].size(), alone[c].size()) << c;
+    EXPECT_EQ(0, std::memcmp(together[c].data(), alone[c].data(), alone[c].size() * sizeof(float))) << c;
+  }
 }
 
 }  // namespace
