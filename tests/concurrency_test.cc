@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "runtime/session.h"
-#include "tessera/engine.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/attention.h"
+#include "tessera/engine.h"
+#include "tessera/image.h"
 #include "tessera/thread_pool.h"
 #include "tiny_model.h"
 
@@ -134,23 +135,20 @@ TEST(Concurrency, AttentionCallsOnOnePoolMatchAlone) {
     EXPECT_EQ(0, std::memcmp(together[c].data(), alone[c].data(), alone[c].size() * sizeof(float))) << c;
 }
 
-// Patches of a side x side grid for the tiny Gemma 4 tower (patch 2, pooling 2: 12 values per
-// patch, (side / 2)^2 soft tokens) plus 4 padding rows; values from `seed`.
+// A random RGB image of side x side patches through the processor, set up for the tiny Gemma 4
+// tower (patch 2, pooling 2, no resize): (side / 2)^2 soft tokens, padded to the 70-token budget.
 image::PixelInput GridPixels(int64_t side, uint32_t seed) {
+  image::ProcessorConfig c;
+  c.family = image::Family::kGemma4;
+  c.patch_size = 2, c.pooling_kernel_size = 2, c.do_resize = false;
+  StatusOr<image::ImageProcessor> p = image::ImageProcessor::FromConfig(c);
+  EXPECT_TRUE(p.ok()) << p.status().message();
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
-  image::PixelInput in;
-  const int64_t rows = side * side + 4;
-  in.shape = {rows, 12};
-  for (int64_t i = 0; i < rows * 12; ++i) in.pixels.push_back(u(rng));
-  for (int64_t r = 0; r < rows; ++r) {
-    const bool pad = r >= side * side;
-    in.positions.push_back(pad ? -1 : static_cast<int32_t>(r % side));
-    in.positions.push_back(pad ? -1 : static_cast<int32_t>(r / side));
-  }
-  in.valid_rows = side * side;
-  in.soft_tokens = (side / 2) * (side / 2);
-  return in;
+  image::Image im{2 * side, 2 * side, {}};
+  for (int64_t i = 0; i < im.height * im.width * 3; ++i) im.rgb.push_back(static_cast<uint8_t>(rng()));
+  StatusOr<image::PixelInput> in = p.value().Process(im, 70);
+  EXPECT_TRUE(in.ok()) << in.status().message();
+  return in.ok() ? std::move(in).value() : image::PixelInput{};
 }
 
 // Callers encoding images of different sizes at once on one Model: the encoder's kept scratch goes

@@ -2,7 +2,7 @@
 // every activation of a call from Floats / Ints and gives attention the Arena; each grows to the
 // largest call seen and never shrinks. So a second image of a size seen before is encoded without
 // an allocation, on pages already faulted in: fresh pages cost a first touch (the kernel zeroes
-// them), a visible share of an encode (bench/results/vision.md).
+// them), a visible share of an encode's profile (bench/results/vision.md).
 //
 // One call at a time per scratch, and nothing in it outlives a call. Model keeps one per encoder
 // and lets it hold its largest call's memory for the model's life (docs/images.md); a call that

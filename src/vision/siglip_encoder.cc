@@ -33,8 +33,6 @@ struct SiglipEncoder::Scratch {
   uint32_t* pairs = nullptr;  // the GEMM's rounded-x scratch at precision bf16, else null
   Arena* attention = nullptr;
   BidirectionalAttention attn;
-
-  uint32_t* x_pairs() { return pairs; }
 };
 
 int64_t SiglipEncoder::ImagesPerGroup(int64_t count) const {
@@ -97,19 +95,19 @@ Status SiglipEncoder::Layer(const SiglipLayerWeights& L, int64_t count, Scratch&
   const std::pair<const ops::WeightView*, std::pair<const std::vector<float>*, float*>> qkv[] = {
       {&L.q, {&L.q_b, s.q}}, {&L.k, {&L.k_b, s.k}}, {&L.v, {&L.v_b, s.v}}};
   for (const auto& [w, dst] : qkv) {
-    ops::Linear(*w, s.x, n, D, dst.second, D, &pool, mp, s.x_pairs());
+    ops::Linear(*w, s.x, n, D, dst.second, D, &pool, mp, s.pairs);
     AddBias(dst.second, dst.first->data(), n, D, &pool);
   }
   s.attn.images = count;
   TESSERA_RETURN_IF_ERROR(s.attn.Run(s.q, s.k, s.v, s.a, &pool, *s.attention));
-  ops::Linear(L.o, s.a, n, D, s.x, D, &pool, mp, s.x_pairs());
+  ops::Linear(L.o, s.a, n, D, s.x, D, &pool, mp, s.pairs);
   AddBiasResidual(s.x, L.o_b.data(), s.h, n, D, &pool);
   std::swap(s.h, s.x);  // the residual stream moves to the freshly written buffer
   LayerNorm(s.h, L.ln2_w.data(), L.ln2_b.data(), config_.layer_norm_eps, n, D, s.x, &pool);
-  ops::Linear(L.fc1, s.x, n, D, s.m, I, &pool, mp, s.x_pairs());
+  ops::Linear(L.fc1, s.x, n, D, s.m, I, &pool, mp, s.pairs);
   AddBias(s.m, L.fc1_b.data(), n, I, &pool);
   ops::GeluTanh(s.m, n * I, &pool);
-  ops::Linear(L.fc2, s.m, n, I, s.x, D, &pool, mp, s.x_pairs());
+  ops::Linear(L.fc2, s.m, n, I, s.x, D, &pool, mp, s.pairs);
   AddBiasResidual(s.x, L.fc2_b.data(), s.h, n, D, &pool);
   std::swap(s.h, s.x);
   return Status::Ok();
@@ -120,7 +118,7 @@ StatusOr<float*> SiglipEncoder::Tower(const image::PixelInput* const* inputs, in
   const int64_t P = config_.num_patches(), n = count * P, D = config_.hidden_size;
   Patchify(inputs, count, s.patches);
   ops::Linear(weights_.patch, s.patches, n, config_.patch_features(), s.h, D, &pool, options_.matmul_precision,
-              s.x_pairs());
+              s.pairs);
   // Conv output (with its bias), then the learned position embedding of each patch.
   for (int64_t i = 0; i < count; ++i)
     AddBiasResidual(s.h + i * P * D, weights_.patch_b.data(), weights_.position.data(), P, D, &pool);
@@ -148,7 +146,7 @@ void SiglipEncoder::Project(const float* states, int64_t count, Scratch& s, floa
   });
   ops::RmsNorm(s.pooled, D, weights_.mm_norm_w.data(), 1.0f, config_.layer_norm_eps, count * T, D, s.pooled, D);
   ops::Linear(weights_.mm_proj, s.pooled, count * T, D, out, text_hidden_, &pool, options_.matmul_precision,
-              s.x_pairs());
+              s.pairs);
 }
 
 Status SiglipEncoder::Encode(const std::vector<const image::PixelInput*>& inputs, float* out,
