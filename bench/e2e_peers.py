@@ -109,6 +109,9 @@ def main():
     ap.add_argument("--work", default=os.path.join(HERE, ".work"))
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "release", "tessera"))
     ap.add_argument("--tessera-chunk", type=int, default=256, help="tessera run --max-chunk (its default)")
+    ap.add_argument("--tessera-matmul-precision", choices=["int8"],
+                    help="quantized dtypes: tessera run --matmul-precision int8 (one byte per activation in "
+                         "prefill too, llama.cpp's numerics); default: Tessera's f32 (two bytes)")
     ap.add_argument("--dtype", choices=["f32", "bf16"] + list(engines.QUANT_FTYPES), default="f32",
                     help="bf16: a bf16 copy of each checkpoint, bf16 KV; Tessera at attention and matmul precision "
                          "bf16, llama.cpp on its bf16 GGUF (onnxruntime-genai has no bf16 on CPU: skipped); q8_0, q4_0, "
@@ -133,6 +136,8 @@ def main():
     cells = {c for c in args.cells.split(",") if c}
     eng = [e for e in args.engines.split(",") if e]
     quant = args.dtype in engines.QUANT_FTYPES
+    if args.tessera_matmul_precision and not quant:
+        ap.error("--tessera-matmul-precision int8 concerns quantized weights: use it with --dtype q8_0|q4_0|q4_k_m")
     if args.dtype != "f32" and "ortgenai" in eng:
         eng.remove("ortgenai")
         log(f"onnxruntime-genai skipped at --dtype {args.dtype} (its CPU export is f32 here: bench/PEERS.md)")
@@ -226,8 +231,9 @@ def main():
 
         def run(e, ids, decode):
             if e == "tessera":
+                mp = ("--matmul-precision", args.tessera_matmul_precision) if args.tessera_matmul_precision else ()
                 return engines.run_tessera(args.tessera, models[e], ids, decode, args.threads, args.tessera_chunk,
-                                           args.timeout, dtype=args.dtype)
+                                           args.timeout, dtype=args.dtype, extra=mp)
             extra = {"batch": args.llama_batch, "flash_attn": args.llama_flash_attn == "on",
                      "extra_bufts": args.llama_extra_bufts == "on",
                      "kv_type": 30 if bf16 or quant else 0} if e == "llamacpp" \
@@ -289,7 +295,8 @@ def main():
                  "",
                  f"{args.dtype} weights {weight_bytes / 2**30:.2f} GiB (text decoder), {'bf16' if quant else args.dtype} KV, "
                  f"{args.threads} threads{', Tessera at attention and matmul precision bf16' if bf16 else ''}"
-                 f"{', Tessera at attention precision bf16' if quant else ''}, "
+                 f"{', Tessera at attention precision bf16' if quant else ''}"
+                 f"{', matmul precision ' + args.tessera_matmul_precision if args.tessera_matmul_precision else ''}, "
                  f"roofline bandwidth {bw:.1f} GB/s. Decode roofline: "
                  + ", ".join(f"{roofline.decode_roofline(bw, weight_bytes, saved_cfg, n + steps // 2, kv_elem):.2f} "
                              f"tok/s @{n}"

@@ -245,9 +245,9 @@ bool ParseArgs(int argc, char** argv, int* threads, int* reps, std::string* sect
 
 // Prefill on quantized weights: the GEMM on dequantized f32 panels (Linear without the x_pairs
 // scratch) against the int8 GEMM (Linear with it, as the model calls it, on CPUs with AVX-512 VNNI)
-// with its 16-token tiles on VNNI and, where the CPU has AMX-INT8, on AMX tiles, at n tokens, timed
-// alternately call by call (A, B, C, A, B, C, ...) so that a loaded machine hurts all alike;
-// medians, GFLOP/s and the ratios.
+// with its 16-token tiles on VNNI and, where the CPU has AMX-INT8, on AMX tiles, and its one-byte
+// mode (precision int8), at n tokens, timed alternately call by call (A, B, C, D, A, ...) so that a
+// loaded machine hurts all alike; medians, GFLOP/s and the ratios.
 void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
   struct Shape {
     const char* name;
@@ -257,9 +257,10 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
                           {"gemma3-1b mlp up", 6912, 1152}, {"gemma3-1b mlp down", 1152, 6912}};
   const QuantType types[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K,
                              QuantType::kQ5_0, QuantType::kQ5_K};
-  std::printf("\nprefill, n = %lld tokens (f32 FMA peak %.1f GFLOP/s)\n%-24s %-5s %12s %10s %12s %10s %8s %12s %10s %8s\n",
+  std::printf("\nprefill, n = %lld tokens (f32 FMA peak %.1f GFLOP/s)\n"
+              "%-24s %-5s %12s %10s %12s %10s %8s %12s %10s %8s %12s %10s %8s\n",
               (long long)n, peak, "quantized weight", "type", "f32 panel ms", "GFLOP/s", "int8 vnni ms", "GFLOP/s",
-              "speedup", "int8 amx ms", "GFLOP/s", "amx/vnni");
+              "speedup", "1 byte ms", "GFLOP/s", "2b/1b", "int8 amx ms", "GFLOP/s", "amx/vnni");
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const bool amx_int8 = ops::QuantGemmAmxActive();
@@ -272,22 +273,27 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
       std::vector<float> x(n * s.in), y(n * s.out);
       for (float& v : x) v = nd(rng);
       AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);
-      std::vector<double> f32_ms, vnni_ms, amx_ms;
+      std::vector<double> f32_ms, vnni_ms, one_ms, amx_ms;
       auto f32 = [&] { ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool); };
       auto int8 = [&] {
         ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kF32, scratch.as<uint32_t>());
+      };
+      auto one = [&] {
+        ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kInt8, scratch.as<uint32_t>());
       };
       // The int8 GEMM with its 16-token tiles on AVX-512 VNNI, then on AMX-INT8 where the CPU has it.
       for (int r = 0; r < reps; ++r) {
         f32_ms.push_back(bench::MedianMs(1, f32));
         ops::EnableQuantGemmAmx(false);
         vnni_ms.push_back(bench::MedianMs(1, int8));
+        one_ms.push_back(bench::MedianMs(1, one));
         ops::EnableQuantGemmAmx(true);
         if (amx_int8) amx_ms.push_back(bench::MedianMs(1, int8));
       }
       const double a = bench::Median(f32_ms), b = bench::Median(vnni_ms), flops = 2.0 * n * s.out * s.in;
-      std::printf("%-24s %-5s %12.2f %10.1f %12.2f %10.1f %8.2f", s.name, QuantTypeName(t), a, flops / a / 1e6, b,
-                  flops / b / 1e6, a / b);
+      const double o = bench::Median(one_ms);
+      std::printf("%-24s %-5s %12.2f %10.1f %12.2f %10.1f %8.2f %12.2f %10.1f %8.2f", s.name, QuantTypeName(t), a,
+                  flops / a / 1e6, b, flops / b / 1e6, a / b, o, flops / o / 1e6, b / o);
       if (amx_int8) {
         const double c = bench::Median(amx_ms);
         std::printf(" %12.2f %10.1f %8.2f", c, flops / c / 1e6, b / c);

@@ -10,7 +10,8 @@ The files are the end-to-end bench's (make them first: `python3 bench/e2e_peers.
 checkpoint (equal to transformers' logits, python/tests) with the same bf16 KV cache and attention
 precision. Tessera is measured twice: one prefill of the whole sequence (its GEMM on dequantized
 panels, Linear inputs in f32) and token by token (max_chunk 1: decode's row-dot, Linear inputs
-rounded to int8 blocks as llama.cpp rounds them).
+rounded to int8 blocks as llama.cpp rounds them); with --int8 also one prefill at matmul precision
+int8 (Linear inputs rounded to one int8 per block in prefill too, llama.cpp's numerics).
 llama.cpp (the peers venv, extra buffer types off: bench/PEERS.md) evaluates the sequence in
 batches of 512 with every position's logits.
 """
@@ -54,10 +55,11 @@ def compare(ref_lp, ref_top, logits):
     return float(kl.mean()), float((logits.argmax(-1) == ref_top).mean())
 
 
-def tessera_logits(path, ids, threads, chunk=None):
+def tessera_logits(path, ids, threads, chunk=None, matmul_precision="float32"):
     import tessera
 
     kw = dict(max_chunk=chunk) if chunk else {}
+    kw["matmul_precision"] = matmul_precision
     m = tessera.Model.load(path, dtype="auto", max_context=len(ids), num_threads=threads, kv_dtype="bfloat16",
                            attention_precision="bfloat16", **kw)
     t = time.time()
@@ -82,6 +84,7 @@ def main():
     ap.add_argument("--types", default="q8_0,q4_0,q4_k_m")
     ap.add_argument("--tokens", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--int8", action="store_true", help="also Tessera's prefill at matmul precision int8")
     ap.add_argument("--work", default=os.path.join(HERE, ".work"))
     args = ap.parse_args()
     layers = {"gemma3": 26, "gemma4": 6}[args.shape]
@@ -105,6 +108,9 @@ def main():
         runs = [("Tessera, one prefill", lambda: tessera_logits(path, ids, args.threads)),
                 ("Tessera, token by token", lambda: tessera_logits(path, ids, args.threads, chunk=1)),
                 ("llama.cpp", lambda: llama_logits(path, ids, args.threads))]
+        if args.int8:
+            runs.insert(1, ("Tessera, one prefill, matmul precision int8",
+                            lambda: tessera_logits(path, ids, args.threads, matmul_precision="int8")))
         for name, run in runs:
             logits, secs = run()
             if logits is None:

@@ -13,6 +13,11 @@
 // roundings per term, over G = in / sub terms, each bounded by S = sum_i M_i |x^_i| with M_i =
 // |w_i| plus the format's offset counted twice (its part of w = a code + b). So
 //   |y - ref| <= sum_i |w_i| (d_b / 256 + 2 u |x_i|) + (G + 10) u S + u |ref|.
+//
+// With one activation byte (precision int8) the activations are the decode row-dot's, so the
+// reference is LinearReferenceInt8 (those same int8 values times DequantizeRow's weights, summed in
+// double) and only the f32 steps above remain, with DequantizeRow's rounding of the K-quant weights
+// (u S at most) inside the margin: |y - ref| <= (G + 10) u S + u |ref|, x^ = d q in S.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "ops/quant_act.h"
 #include "ops/quant_gemm.h"
+#include "ops/quant_linear.h"
 #include "quant_blocks.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
@@ -44,10 +51,11 @@ constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::k
 constexpr double kU = 1.0 / (1 << 24);
 constexpr float kUnwritten = -12345.0f;
 
-std::vector<float> RunQuantGemm(const QuantProblem& p, int64_t n, int64_t t0, ThreadPool* pool) {
+std::vector<float> RunQuantGemm(const QuantProblem& p, int64_t n, int64_t t0, ThreadPool* pool,
+                                ops::QuantActBytes bytes = ops::QuantActBytes::kTwo) {
   std::vector<float> y(n * p.ys, kUnwritten);
   AlignedBuffer scratch(ops::GemmScratchWords(n, p.in) * 4);
-  ops::QuantGemm(p.View(), p.x.data() + t0 * p.xs, n, p.xs, y.data(), p.ys, pool, scratch.as<uint32_t>());
+  ops::QuantGemm(p.View(), p.x.data() + t0 * p.xs, n, p.xs, y.data(), p.ys, pool, scratch.as<uint32_t>(), bytes);
   return y;
 }
 
@@ -230,6 +238,112 @@ TEST(QuantGemm, NonFiniteActivationsGiveNaN) {
         EXPECT_TRUE(std::isnan(y[p.ys + o])) << QuantTypeName(t);
         EXPECT_TRUE(std::isfinite(y[2 * p.ys + o])) << QuantTypeName(t);
       }
+    }
+  }
+}
+
+// One activation byte against LinearReferenceInt8 (header comment's bound), every type, random
+// shapes, 1 and 2 threads, and each token's bits the same in any batch.
+TEST(QuantGemm, OneByteMatchesInt8Reference) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(15);
+  ThreadPool pool(2);
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t), sub = ops::QuantGemmSubBlock(t), ab = ops::ActBlockElems(t);
+    for (int64_t blocks : {int64_t{1}, int64_t{3}, be == 32 ? int64_t{70} : int64_t{9}}) {
+      for (int64_t out : {3, 33, 129}) {
+        const int64_t n = 1 + rng() % 40, in = blocks * be;
+        SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
+                     " n=" + std::to_string(n));
+        const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
+        std::vector<float> ref(n * p.ys);
+        ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+        // |x^_i| <= |x_i| + d_b / 2 with d_b = amax / 127 over the activation block (32 or 256).
+        std::vector<double> xq(n * in);
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t b = 0; b < in / ab; ++b) {
+            double amax = 0;
+            const float* xb = p.x.data() + i * p.xs;
+            for (int64_t k = b * ab; k < (b + 1) * ab; ++k) amax = std::max(amax, std::fabs(double(xb[k])));
+            for (int64_t k = b * ab; k < (b + 1) * ab; ++k) xq[i * in + k] = std::fabs(double(xb[k])) + amax / 254;
+          }
+        std::vector<double> tol(n * p.ys);
+        for (int64_t o = 0; o < out; ++o) {
+          const std::vector<double> m = Magnitudes(t, p.Row(o), in, /*q8_0_offset=*/256);
+          for (int64_t i = 0; i < n; ++i) {
+            double s = 0;
+            for (int64_t k = 0; k < in; ++k) s += m[k] * xq[i * in + k];
+            tol[i * p.ys + o] = (in / sub + 10) * kU * s + kU * std::fabs(ref[i * p.ys + o]);
+          }
+        }
+        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          const std::vector<float> y = RunQuantGemm(p, n, 0, tp, ops::QuantActBytes::kOne);
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t o = 0; o < p.ys; ++o) {
+              const size_t k = i * p.ys + o;
+              if (o >= out) {
+                ASSERT_EQ(y[k], kUnwritten) << "wrote past the row at t=" << i;
+              } else {
+                ASSERT_LE(std::fabs(double(y[k]) - ref[k]), tol[k]) << "t=" << i << " o=" << o << ": " << y[k]
+                                                                    << " vs " << ref[k];
+              }
+            }
+          const int64_t tail_n = std::min<int64_t>(n, 5);
+          const std::vector<float> tail = RunQuantGemm(p, tail_n, n - tail_n, tp, ops::QuantActBytes::kOne);
+          for (int64_t i = 0; i < tail_n; ++i)
+            for (int64_t o = 0; o < out; ++o) ASSERT_EQ(tail[i * p.ys + o], y[(n - tail_n + i) * p.ys + o]);
+        }
+      }
+    }
+  }
+}
+
+// Precision int8 sends quantized prefill to the one-byte GEMM and, for a weight that is not
+// block-quantized, computes exactly what precision f32 does (GEMM and row-dot token counts).
+TEST(QuantGemm, LinearRoutesPrecisionInt8) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(16);
+  ThreadPool pool(2);
+  const QuantProblem p = MakeQuantProblem(rng, QuantType::kQ4_K, 20, 512, 48);
+  AlignedBuffer scratch(ops::GemmScratchWords(20, p.in) * 4);
+  std::vector<float> y(20 * p.ys, kUnwritten);
+  ops::Linear(p.View(), p.x.data(), 20, p.xs, y.data(), p.ys, &pool, ops::MatmulPrecision::kInt8,
+              scratch.as<uint32_t>());
+  EXPECT_EQ(y, RunQuantGemm(p, 20, 0, &pool, ops::QuantActBytes::kOne));
+  EXPECT_NE(y, RunQuantGemm(p, 20, 0, &pool, ops::QuantActBytes::kTwo));
+  std::vector<float> w(48 * 512);
+  std::normal_distribution<float> nd;
+  for (float& v : w) v = nd(rng);
+  ops::WeightView fw{w.data(), DType::kF32, 48, 512};
+  AlignedBuffer panels(ops::F32PanelFloats(48, 512) * 4);
+  ops::PackF32Panels(fw, panels.as<float>());
+  for (bool packed : {false, true}) {
+    // With panels the matrix is read only through them (the loader may release `data`): poisoned
+    // data shows a path that skips them.
+    ops::WeightView v = fw;
+    std::vector<float> poisoned(w.size(), std::numeric_limits<float>::quiet_NaN());
+    if (packed) v.panels = panels.as<float>(), v.data = poisoned.data();
+    for (int64_t n : {2, 20}) {
+      std::vector<float> a(n * p.ys, kUnwritten), b(n * p.ys, kUnwritten);
+      ops::Linear(v, p.x.data(), n, p.xs, a.data(), p.ys, &pool, ops::MatmulPrecision::kInt8, scratch.as<uint32_t>());
+      ops::Linear(v, p.x.data(), n, p.xs, b.data(), p.ys, &pool, ops::MatmulPrecision::kF32, scratch.as<uint32_t>());
+      EXPECT_EQ(a, b) << "n=" << n << " panels=" << packed;
+      EXPECT_TRUE(std::all_of(a.begin(), a.begin() + 48, [](float f) { return std::isfinite(f); }));
+    }
+  }
+}
+
+TEST(QuantGemm, OneByteNonFiniteActivationsGiveNaN) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(17);
+  for (QuantType t : kTypes) {
+    QuantProblem p = MakeQuantProblem(rng, t, 3, 2 * QuantBlockElems(t), 40);
+    p.x[p.xs + 5] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> y = RunQuantGemm(p, 3, 0, nullptr, ops::QuantActBytes::kOne);
+    for (int64_t o = 0; o < p.out; ++o) {
+      EXPECT_TRUE(std::isfinite(y[o])) << QuantTypeName(t);
+      EXPECT_TRUE(std::isnan(y[p.ys + o])) << QuantTypeName(t);
+      EXPECT_TRUE(std::isfinite(y[2 * p.ys + o])) << QuantTypeName(t);
     }
   }
 }

@@ -18,7 +18,7 @@ Status ParseEngineOptions(const Args& a, SessionOptions* opt, LoadOptions* load)
   if (!ParseAttentionPrecision(a.Get("attention-precision", "f32"), &opt->attention_precision))
     return InvalidArgument("--attention-precision must be f32 or bf16, got '" + a.Get("attention-precision") + "'");
   if (!ops::ParseMatmulPrecision(a.Get("matmul-precision", "f32"), &opt->matmul_precision))
-    return InvalidArgument("--matmul-precision must be f32 or bf16, got '" + a.Get("matmul-precision") + "'");
+    return InvalidArgument("--matmul-precision must be f32, bf16 or int8, got '" + a.Get("matmul-precision") + "'");
   // Linear matrices repacked at load into the GEMM's panels, unless --no-repack: they are then read
   // in place (mapped), which loads faster and prefills slower (bench/BENCHMARKS.md "Repacking at load").
   load->repack_for = a.Has("no-repack") ? std::nullopt : std::optional(opt->matmul_precision);

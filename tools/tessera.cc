@@ -31,6 +31,8 @@ const Command kCommands[] = {
      "      [--top-p P] [--seed S] [--max-context N] [--max-chunk N] [--threads N] [--kv-dtype bf16]\n"
      "      [--attention-precision bf16]   (needs --kv-dtype bf16)\n"
      "      [--dtype bf16] [--matmul-precision bf16]   (convert weights on load; needs bf16 weights)\n"
+     "      [--matmul-precision int8]   (quantized weights: one byte per activation in prefill too, llama.cpp's\n"
+     "      numerics, faster; default f32 keeps prefill activations near f32)\n"
      "      [--no-repack]   (read the weights as stored: faster load, slower prefill) [--no-stop]\n"
      "      [--quantize q8_0|q4_0|q4_k_m]   (a checkpoint's matrices quantized at load, as tessera quantize does)\n"
      "      [--draft DIR [--draft-tokens K]]   (speculative decoding with a Gemma 4 assistant drafter,\n"
@@ -53,7 +55,7 @@ const Command kCommands[] = {
     {"serve", tessera::cli::ServeCommand, &tessera::cli::kServeFlags,
      " --model DIR|FILE.gguf [--model-id NAME] [--host 127.0.0.1] [--port 8080] [--slots 4]\n"
      "      [--max-context 4096] [--max-chunk 256] [--max-queue 64] [--api-key KEY] [--threads N]\n"
-     "      [--kv-dtype bf16] [--attention-precision bf16] [--dtype bf16] [--matmul-precision bf16]\n"
+     "      [--kv-dtype bf16] [--attention-precision bf16] [--dtype bf16] [--matmul-precision bf16|int8]\n"
      "      [--quantize q8_0|q4_0|q4_k_m] [--no-repack]\n"
      "      an OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (stream or\n"
      "      not), GET /v1/models, /health, /metrics. --port 0 picks a free port; the bound address is\n"

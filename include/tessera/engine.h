@@ -52,7 +52,8 @@ struct SessionOptions {
   // bf16): twice the arithmetic rate on CPUs with AVX-512-BF16, a bf16 model's rounding.
   AttentionPrecision attention_precision = AttentionPrecision::kF32;
   // bf16: every Linear rounds its input to bf16 (needs bf16 weights, as real Gemma checkpoints
-  // store them): prefill's GEMM at twice the FMA rate on AVX-512-BF16.
+  // store them): prefill's GEMM at twice the FMA rate on AVX-512-BF16. int8: block-quantized
+  // weights take one int8 per input value in prefill too, as decode does (tessera/precision.h).
   ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kF32;
   Mode mode = Mode::kUnified;  // kBias / kSplit need prompts of equal length (one concat length)
   bool all_logits = false;     // Prefill may return logits for every prompt token (sizes a

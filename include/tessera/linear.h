@@ -51,10 +51,11 @@ struct WeightView {
 // the blocked GEMM (tessera/gemm.h) for more (prefill: compute-bound).
 // precision kBf16 needs w.dtype bf16 and in <= kMaxRoundedRowDotFloats (checked), or quantized weights.
 // Quantized weights (w.quant): a few tokens take the int8 row-dot path (x quantized per block,
-// in <= kMaxQuantRowDotIn, checked; either precision), more the int8 GEMM where the CPU has
-// AVX-512 VNNI and x_pairs is given (x as two int8 bytes per value, near f32; either precision;
-// docs/quantization.md), else the GEMM on dequantized panels (at precision bf16 both x and the
-// dequantized weights rounded to bf16, see tessera/gemm.h).
+// in <= kMaxQuantRowDotIn, checked; any precision), more the int8 GEMM where the CPU has
+// AVX-512 VNNI and x_pairs is given (x as two int8 bytes per value, near f32, at precisions f32
+// and bf16; one byte, the row-dot's quantization, at precision int8; docs/quantization.md), else
+// the GEMM on dequantized panels (at precision bf16 both x and the dequantized weights rounded to
+// bf16, see tessera/gemm.h). Weights that are not block-quantized take precision int8 as f32.
 // x_pairs: optional scratch for the GEMM at precision bf16 and the quantized int8 GEMM
 // (tessera/gemm.h: GemmScratchWords(n, in) words; x rounded into it once per call instead of once
 // per block of output columns); needed for w.pairs to be used. At precision f32, w.panels (where
@@ -92,13 +93,15 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
 
 // The quantized int8 GEMM alone, at any n (Linear runs it from its crossover token count on):
 // false, computing nothing, where it does not run (weights not block-quantized, a CPU without
-// AVX-512 VNNI). x_pairs: GemmScratchWords(n, w.in) words. For the crossover benchmark.
+// AVX-512 VNNI). x_pairs: GemmScratchWords(n, w.in) words. Precision int8: one activation byte,
+// otherwise two. For the crossover benchmark.
 bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                     ThreadPool* pool, uint32_t* x_pairs);
+                     ThreadPool* pool, uint32_t* x_pairs, MatmulPrecision precision = MatmulPrecision::kF32);
 
 // Plain loops with double accumulation: the reference the tests compare Linear against (at kBf16
 // over x rounded by F32ToBf16). Quantized weights are dequantized by DequantizeRow (tessera/quant.h):
-// the exact product of the stored weights (the row-dot path's int8 numerics: ops/quant_linear.h).
+// the exact product of the stored weights (the row-dot path's int8 numerics: ops/quant_linear.h);
+// at kInt8 they are multiplied by x quantized as precision int8 quantizes it (LinearReferenceInt8).
 void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                      MatmulPrecision precision = MatmulPrecision::kF32);
 

@@ -106,7 +106,7 @@ std::unique_ptr<PyModel> MakeModel(const std::string& path, const std::string& d
   if (!ParseAttentionPrecision(attention_precision, &o.attention_precision))
     throw py::value_error("unknown attention_precision '" + attention_precision + "' (f32, bf16)");
   if (!ops::ParseMatmulPrecision(matmul_precision, &o.matmul_precision))
-    throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16)");
+    throw py::value_error("unknown matmul_precision '" + matmul_precision + "' (f32, bf16, int8)");
   if (!ParseMode(mode, &o.mode)) throw py::value_error("unknown mode '" + mode + "' (unified, bias, split)");
   lo.repack_for = repack ? std::optional(o.matmul_precision) : std::nullopt;
   Status st;

@@ -15,7 +15,7 @@ from ._images import ImagesMixin
 
 __all__ = ["Model"]
 
-_PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
+_PRECISIONS = {"float32": "f32", "bfloat16": "bf16", "int8": "int8"}
 
 
 class Model(ImagesMixin):
@@ -54,7 +54,9 @@ class Model(ImagesMixin):
         "bfloat16" to round every Linear's input to bf16 (a bf16 model's matmul operands; on CPUs
         with AVX-512-BF16 every Linear then runs on its dot product at twice the FMA rate, over the
         weights repacked once at load); needs bf16 weights (dtype="bfloat16", or "auto" on a bf16
-        checkpoint).
+        checkpoint); or "int8": block-quantized weights (a GGUF, or quantize=) multiply Linear inputs
+        rounded to one int8 per block in prefill as decode does (llama.cpp's numerics; about twice
+        "float32"'s prefill rate, which keeps two bytes per input); other weights as "float32".
         repack: False reads the weights as stored (mapped, or as converted) instead of repacking
         them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
         blocks per call; bench/BENCHMARKS.md "Repacking at load"). `Model.repacked` tells which was done.

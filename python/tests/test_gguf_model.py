@@ -369,6 +369,39 @@ def test_q8_0_gguf_at_matmul_precision_bf16(work, name):
     assert sure.any() and (got.argmax(-1) == deq.argmax(-1))[sure].all()
 
 
+# The one-byte int8 GEMM runs on CPUs with AVX-512 VNNI (ops/quant_gemm.h); elsewhere precision
+# int8's prefill takes the dequantized f32 panels, which keep the activations exact.
+def _has_vnni():
+    with open("/proc/cpuinfo") as f:
+        return "avx512_vnni" in f.read() and os.environ.get("TESSERA_SIMD") not in ("avx2", "generic")
+
+
+VNNI = _has_vnni()
+
+
+@needs_converter
+@pytest.mark.skipif(not VNNI, reason="no AVX-512 VNNI: precision int8's prefill is the f32 panels' here")
+@pytest.mark.parametrize("name", TYPED)
+def test_q8_0_gguf_at_matmul_precision_int8(work, name):
+    """Precision int8 rounds the prefill's Linear inputs to one int8 per block as the decode row-dot
+    does (llama.cpp's numerics): its 16-token prefill must agree with the same positions computed
+    in chunks of 8 tokens (fewer than the quantized GEMM takes: every matrix read by the row-dot)
+    more closely than either agrees with the model the file encodes, and precision f32's prefill
+    (two bytes per input) must be closer to that model than precision int8's."""
+    hf = make_hf(work, name)
+    q8 = convert(hf, "q8_0")
+    deq_dir = dequantized_checkpoint(hf, q8, os.path.join(work, f"{name}_q8_deq"))
+    _, deq = logits(deq_dir)
+    _, int8 = logits(q8, matmul_precision="int8")
+    _, two = logits(q8)
+    _, steps = logits(q8, max_chunk=8)
+    between, int8_kl, steps_kl = kl(steps, int8), kl(deq, int8), kl(deq, steps)
+    print(f"{name}: KL int8 prefill vs steps {between:.3e}; vs dequantized: int8 {int8_kl:.3e}, "
+          f"steps {steps_kl:.3e}, f32 prefill {kl(deq, two):.3e}")
+    assert between < min(int8_kl, steps_kl), (between, int8_kl, steps_kl)
+    assert kl(deq, two) < int8_kl
+
+
 def kl(p_logits, q_logits):
     """Mean over positions (every leading axis) of KL(softmax p || softmax q)."""
     lp = p_logits - p_logits.max(-1, keepdims=True)

@@ -80,6 +80,7 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
 bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out) {
   if (name == "f32" || name == "float32") return *out = MatmulPrecision::kF32, true;
   if (name == "bf16" || name == "bfloat16") return *out = MatmulPrecision::kBf16, true;
+  if (name == "int8") return *out = MatmulPrecision::kInt8, true;
   return false;
 }
 
@@ -98,9 +99,11 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
         Bf16AmxActive())
       return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
     if (n >= kGemmMinTokensQuant && x_pairs && QuantGemmAvailable(w.quant))
-      return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
+      return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs,
+                       precision == MatmulPrecision::kInt8 ? QuantActBytes::kOne : QuantActBytes::kTwo);
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   }
+  precision = ForFloatWeights(precision);
   // Prepacked panels: one kernel for every n, so decode and prefill give each token the same
   // result. A panel streams at least as well as a row (bench/BENCHMARKS.md): bf16 pair panels
   // 1.1-1.7x the row-dot decode on the Gemma-4 weights, f32 panels level with it (0.95-1.05x).
@@ -129,7 +132,7 @@ void LinearBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool, MatmulP
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                   ThreadPool* pool, MatmulPrecision precision) {
   if (w.quant != QuantType::kNone) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
-  if (precision == MatmulPrecision::kF32) return RowDotF32(w, x, n, x_stride, y, y_stride, pool);
+  if (ForFloatWeights(precision) == MatmulPrecision::kF32) return RowDotF32(w, x, n, x_stride, y, y_stride, pool);
   TESSERA_CHECK(w.dtype == DType::kBF16, "LinearRowDot: precision bf16 needs bf16 weights");
   TESSERA_CHECK(w.in <= kMaxRoundedRowDotFloats, "LinearRowDot: precision bf16 needs in <= kMaxRoundedRowDotFloats");
   // bf16 x bf16 products are exact in f32, so the f32 kernels on the rounded x (bf16 weights
@@ -144,14 +147,17 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
 }
 
 bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                     ThreadPool* pool, uint32_t* x_pairs) {
+                     ThreadPool* pool, uint32_t* x_pairs, MatmulPrecision precision) {
   if (w.quant == QuantType::kNone || !QuantGemmAvailable(w.quant)) return false;
-  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
+  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs,
+            precision == MatmulPrecision::kInt8 ? QuantActBytes::kOne : QuantActBytes::kTwo);
   return true;
 }
 
 void LinearReference(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                      MatmulPrecision precision) {
+  if (precision == MatmulPrecision::kInt8 && w.quant != QuantType::kNone)
+    return LinearReferenceInt8(w, x, n, x_stride, y, y_stride);
   std::vector<float> row(w.in);
   const size_t es = DTypeSize(w.dtype);
   for (int64_t o = 0; o < w.out; ++o) {

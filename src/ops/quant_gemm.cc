@@ -133,6 +133,42 @@ void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t 
   }
 }
 
+// One activation byte: the row quantized exactly as QuantizeActivations(t) quantizes it for the
+// decode row-dot (32-value blocks, or 256 for the K-quants), into q_hi, with xd per 32 values =
+// the block's d and xs per sub-block = d sum(q). q_lo stays unwritten: the one-byte tile skips it.
+void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, int64_t in, int64_t sub, char* row) {
+  constexpr int64_t kChunk = 1024;  // whole blocks of 32 and of 256
+  alignas(64) char tmp[kChunk / 32 * (sizeof(ActBlock32) + 8)];
+  static_assert(kChunk / 256 * sizeof(ActBlock256) <= sizeof(tmp));
+  int8_t* hi = reinterpret_cast<int8_t*>(row);
+  float* xd = reinterpret_cast<float*>(row + 2 * in);
+  float* xs = xd + in / 32;
+  const int64_t be = ActBlockElems(t);
+  for (int64_t k0 = 0; k0 < in; k0 += kChunk) {
+    const int64_t kc = std::min(kChunk, in - k0);
+    dq.quantize_act(t, x + k0, kc, tmp);
+    for (int64_t j = 0; j < kc / be; ++j) {
+      float d;
+      const int8_t* q;
+      if (be == 32) {
+        const auto& blk = reinterpret_cast<const ActBlock32*>(tmp)[j];
+        d = blk.d, q = blk.q;
+      } else {
+        const auto& blk = reinterpret_cast<const ActBlock256*>(tmp)[j];
+        d = blk.d, q = blk.q;
+      }
+      const int64_t i0 = k0 + be * j;
+      std::memcpy(hi + i0, q, be);
+      for (int64_t l = 0; l < be; l += 32) xd[(i0 + l) / 32] = d;
+      for (int64_t s0 = 0; s0 < be; s0 += sub) {
+        int32_t sum = 0;
+        for (int64_t l = s0; l < s0 + sub; ++l) sum += q[l];
+        xs[(i0 + s0) / sub] = d * static_cast<float>(sum);
+      }
+    }
+  }
+}
+
 struct Item {
   int64_t o0, nc, t_begin, t_end;
 };
@@ -197,7 +233,7 @@ QuantTile TileRows(const char* xq, int64_t stride, int64_t in, int64_t sub, int6
 // Tokens in whole AMX tiles of 16 go to QuantGemmTileAmx, the rest 4 at a time to the VNNI tile:
 // the same bits either way, so a token's result does not depend on which tile took it.
 void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, float* y, int64_t y_stride,
-             const Item& it, bool amx) {
+             const Item& it, bool amx, QuantActBytes bytes) {
   alignas(64) uint8_t codes[kNcQ * kKcQ];
   alignas(64) float a[kNcQ * kMaxSub], b[kNcQ * kMaxSub];
   const int64_t depth = std::min<int64_t>(QuantBlockDepth(w.quant, w.in, kKcQ), kKcQ);
@@ -218,7 +254,7 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
         const int64_t p = j / 16;
         QuantGemmTileAvx512(tile, mr, codes + p * kc * 16, a + p * groups * 16, b + p * groups * 16, kc, sub,
                             y + t * y_stride + it.o0 + j, y_stride, static_cast<int>(std::min<int64_t>(32, it.nc - j)),
-                            k0 > 0);
+                            k0 > 0, bytes);
       }
     }
   }
@@ -261,17 +297,22 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
 }
 
 void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-               ThreadPool* pool, uint32_t* scratch) {
+               ThreadPool* pool, uint32_t* scratch, QuantActBytes bytes) {
   TESSERA_CHECK(QuantGemmAvailable(w.quant), "QuantGemm: no int8 GEMM kernel for this CPU or type");
   TESSERA_CHECK(w.in % QuantBlockElems(w.quant) == 0, "QuantGemm: quantized weight rows must be whole blocks");
   const int64_t sub = QuantGemmSubBlock(w.quant), stride = QuantGemmRowBytes(w.in);
   char* xq = reinterpret_cast<char*>(scratch);
   const QuantDotKernels& dq = QuantDot();
-  auto quantize = [&](int64_t t, int) { QuantizeRow(dq, x + t * x_stride, w.in, sub, xq + t * stride); };
+  const bool one = bytes == QuantActBytes::kOne;
+  auto quantize = [&](int64_t t, int) {
+    if (one) return QuantizeRowOneByte(dq, w.quant, x + t * x_stride, w.in, sub, xq + t * stride);
+    QuantizeRow(dq, x + t * x_stride, w.in, sub, xq + t * stride);
+  };
   const int threads = pool ? pool->num_threads() : 1;
   // Q6_K's 16-value sub-blocks fill a quarter of a tile product's depth and double the f32 steps per
   // value: there the AMX tile measured no faster than the VNNI one (bench/results/quant_prefill.md).
-  const bool amx = QuantGemmAmxActive() && sub == 32;
+  // The AMX tile takes two activation bytes only; one byte stays on the VNNI tile.
+  const bool amx = QuantGemmAmxActive() && sub == 32 && !one;
   const int64_t col_blocks = (w.out + kNcQ - 1) / kNcQ, tiles = (n + kMr - 1) / kMr;
   const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
@@ -279,7 +320,7 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * kNcQ, t_begin = rb * tiles_per_block * kMr;
     RunItem(w, xq, stride, sub, y, y_stride,
-            Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)}, amx);
+            Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)}, amx, bytes);
   };
   if (pool) {
     pool->ParallelFor(n, quantize);

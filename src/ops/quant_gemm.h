@@ -10,6 +10,9 @@
 //   y[t][o] = sum over sub-blocks g of (a[o][g] * xd[t][g]) * isum[t][o][g] + b[o][g] * xs[t][g]
 // where xd = d / 256 and xs = xd * (256 sum(q_hi) + sum(q_lo)) over the sub-block. Sub-blocks are
 // 32 values (16 for Q6_K, whose scales are per 16).
+// With one activation byte (precision int8, llama.cpp's numerics) each row is quantized exactly as
+// the decode row-dot quantizes it (QuantizeActivations: per 32 values, per 256 for the K-quants),
+// q_lo is not read, isum = codes.q_hi, xd = d and xs = d sum(q_hi): half the vpdpbusd of two bytes.
 #pragma once
 
 #include <cstdint>
@@ -51,19 +54,23 @@ void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8
 // xs[in / sub] (room for sub = 16), in 64-byte lines. GemmScratchWords(1, in) covers it.
 int64_t QuantGemmRowBytes(int64_t in);
 
+// Bytes per activation value: two (q_hi, q_lo; near f32) or one (q_hi; the row-dot's numerics).
+enum class QuantActBytes { kTwo, kOne };
+
 // y[t * y_stride + o] = x[t] . W[o] for t < n, o < w.out, as the header comment describes.
 // scratch: GemmScratchWords(n, w.in) u32 words (the model's x_pairs scratch), 64-byte aligned;
 // w.in whole blocks. Every token's result is the same whatever n and its position.
 void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-               ThreadPool* pool, uint32_t* scratch);
+               ThreadPool* pool, uint32_t* scratch, QuantActBytes bytes = QuantActBytes::kTwo);
 
 // Tokens per micro-tile at most.
 constexpr int kQuantTileTokens = 4;
 
 // The micro-tile (quant_gemm_avx512.cc): mr <= kQuantTileTokens tokens by two 16-row panels over kc values.
 // codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; hi[r], lo[r]: token
-// r's codes at this block, xd[r] its per-32 scales d / 256, xs[r] its per-sub-block offset terms;
-// y[r * y_stride + c] for c < nr, added to when accumulate.
+// r's codes at this block (lo unread with one byte), xd[r] its per-32 scales (d / 256, or d with
+// one byte), xs[r] its per-sub-block offset terms; y[r * y_stride + c] for c < nr, added to when
+// accumulate.
 struct QuantTile {
   const int8_t* hi[kQuantTileTokens];
   const int8_t* lo[kQuantTileTokens];
@@ -71,7 +78,8 @@ struct QuantTile {
   const float* xs[kQuantTileTokens];
 };
 void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
-                         int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);
+                         int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate,
+                         QuantActBytes bytes = QuantActBytes::kTwo);
 
 // Tokens per AMX micro-tile: full tiles of 16 take it, the rest of a token range the VNNI tile.
 // QuantGemmAmxActive / EnableQuantGemmAmx (tessera/gemm.h) say whether whole tiles of this many

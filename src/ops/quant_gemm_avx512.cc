@@ -19,7 +19,8 @@ inline __m512i Bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-template <int MR>
+// kPasses: the activation bytes per value (2: q_hi then q_lo; 1: q_hi alone).
+template <int MR, int kPasses>
 void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const float* b, int64_t kc, int64_t sub,
           float* y, int64_t y_stride, int nr, bool accumulate) {
   const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1);
@@ -38,7 +39,7 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
     // |256 sum(code q_hi) + sum(code q_lo)| <= 257 * 32 * 255 * 127 < 2^31.
     __m512i s0[MR], s1[MR];
     for (int r = 0; r < MR; ++r) s0[r] = s1[r] = _mm512_setzero_si512();
-    for (int pass = 0; pass < 2; ++pass) {
+    for (int pass = 0; pass < kPasses; ++pass) {
       for (int64_t k = g * sub; k < (g + 1) * sub; k += 4) {
         const __m512i w0 = _mm512_load_si512(c0 + k * 16), w1 = _mm512_load_si512(c1 + k * 16);
         for (int r = 0; r < MR; ++r) {
@@ -47,7 +48,7 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
           s1[r] = _mm512_dpbusd_epi32(s1[r], w1, xb);
         }
       }
-      if (pass == 0)
+      if (pass == 0 && kPasses == 2)
         for (int r = 0; r < MR; ++r) s0[r] = _mm512_slli_epi32(s0[r], 8), s1[r] = _mm512_slli_epi32(s1[r], 8);
     }
     const __m512 a0 = _mm512_load_ps(a + g * 16), a1 = _mm512_load_ps(a + groups * 16 + g * 16);
@@ -183,14 +184,22 @@ void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8
     _mm512_store_si512(panel + 64 * k4, _mm512_i32gather_epi32(idx, rows + 4 * k4, 1));
 }
 
-void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
-                         int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate) {
+template <int kPasses>
+void TileFor(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b, int64_t kc,
+             int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate) {
   switch (mr) {
-    case 1: return Tile<1>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 2: return Tile<2>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 3: return Tile<3>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    default: return Tile<4>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    case 1: return Tile<1, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    case 2: return Tile<2, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    case 3: return Tile<3, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    default: return Tile<4, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
   }
+}
+
+void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
+                         int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate,
+                         QuantActBytes bytes) {
+  if (bytes == QuantActBytes::kOne) return TileFor<1>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+  TileFor<2>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
 }
 
 }  // namespace tessera::ops

@@ -11,7 +11,7 @@
 
 namespace tessera::ops {
 
-// LinearRowDot for quantized weights (either precision: the activations are quantized to int8
+// LinearRowDot for quantized weights (any precision: the activations are quantized to int8
 // either way, finer than bf16 rounding would make them). Each token's x is quantized once per
 // call on the calling thread's stack, so in <= kMaxQuantRowDotIn (checked); each token's result
 // does not depend on n or its position.

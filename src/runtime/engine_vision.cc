@@ -46,13 +46,15 @@ StatusOr<const image::ImageProcessor*> Model::ImageProcessor() const {
 
 StatusOr<ImageFeatures> Model::EncodePixels(const std::vector<image::PixelInput>& inputs,
                                             const EncodeOptions& options) const {
-  const int precision = options.matmul_precision == ops::MatmulPrecision::kBf16 ? 1 : 0;
+  // The towers' weights are never block-quantized: int8 encodes as f32.
+  const ops::MatmulPrecision mp = ops::ForFloatWeights(options.matmul_precision);
+  const int precision = mp == ops::MatmulPrecision::kBf16 ? 1 : 0;
   const vision::VisionEncoder* encoder = nullptr;
   {
     std::lock_guard<std::mutex> lock(vision_->mu);
     if (!vision_->encoders[precision] && !vision_->encoder_error[precision]) {
       StatusOr<std::unique_ptr<vision::VisionEncoder>> e =
-          vision::VisionEncoder::Load(*loaded_, vision::VisionOptions{options.matmul_precision});
+          vision::VisionEncoder::Load(*loaded_, vision::VisionOptions{mp});
       if (e.ok()) vision_->encoders[precision] = std::move(e.value());
       else vision_->encoder_error[precision] = e.status();
     }

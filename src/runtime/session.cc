@@ -73,8 +73,8 @@ Status CheckMatmulPrecision(const model::GemmaModel& model, ops::MatmulPrecision
   if (precision != ops::MatmulPrecision::kBf16) return Status::Ok();
   const model::GemmaWeights& w = model.weights();
   auto check = [](const ops::WeightView& v, const std::string& name) -> Status {
-    // Quantized matrices take either precision: it only picks their prefill panels (decode
-    // quantizes x to int8 blocks at both).
+    // Quantized matrices take any precision: it only picks their prefill kernel and activation
+    // bytes (decode quantizes x to int8 blocks at all three).
     if (v.data == nullptr || v.quant != QuantType::kNone) return Status::Ok();
     if (v.dtype != DType::kBF16)
       return InvalidArgument("Session: matmul precision bf16 needs bf16 weights, got " + std::string(DTypeName(v.dtype)) +
