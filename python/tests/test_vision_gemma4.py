@@ -142,6 +142,9 @@ def test_tiny_gemma4_f32(grids):
     want = reference(ref_model, pv, pos)
     got = encode(tessera_model(os.path.join(TINY, "gemma4")), pv, pos)
     assert rel_err(got, want) < TOL_F32
+    # The tower's weights are never block-quantized: matmul precision int8 encodes as f32 does.
+    int8 = encode(tessera_model(os.path.join(TINY, "gemma4"), matmul_precision="int8"), pv, pos)
+    np.testing.assert_array_equal(int8, got)
 
 
 @pytest.mark.parametrize("grids", [[(3, 2)], [(3, 2), (1, 5), (4, 4)]])
