@@ -59,6 +59,29 @@ std::vector<float> RunQuantGemm(const QuantProblem& p, int64_t n, int64_t t0, Th
   return y;
 }
 
+// The GEMM on p's n tokens, with no thread pool and with `pool`: within tol of ref, nothing written
+// past a row, and the last min(n, 7) tokens as their own batch the same bits.
+void ExpectWithinTolerance(const QuantProblem& p, const std::vector<float>& ref, const std::vector<double>& tol,
+                           ThreadPool* pool, ops::QuantActBytes bytes) {
+  for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), pool}) {
+    const std::vector<float> y = RunQuantGemm(p, p.n, 0, tp, bytes);
+    for (int64_t i = 0; i < p.n; ++i)
+      for (int64_t o = 0; o < p.ys; ++o) {
+        const size_t k = i * p.ys + o;
+        if (o >= p.out) {
+          ASSERT_EQ(y[k], kUnwritten) << "wrote past the row at t=" << i;
+        } else {
+          ASSERT_LE(std::fabs(double(y[k]) - ref[k]), tol[k]) << "t=" << i << " o=" << o << ": " << y[k] << " vs "
+                                                              << ref[k];
+        }
+      }
+    const int64_t tail_n = std::min<int64_t>(p.n, 7);
+    const std::vector<float> tail = RunQuantGemm(p, tail_n, p.n - tail_n, tp, bytes);
+    for (int64_t i = 0; i < tail_n; ++i)
+      for (int64_t o = 0; o < p.out; ++o) ASSERT_EQ(tail[i * p.ys + o], y[(p.n - tail_n + i) * p.ys + o]);
+  }
+}
+
 // Per value of token t: the activation error bound d_b / 256 + 2 u |x_i| of the header comment
 // (d_b = amax_b / 127 of its 32-value block, computed here from x).
 std::vector<double> ActError(const QuantProblem& p, int64_t t) {
@@ -103,24 +126,7 @@ TEST(QuantGemm, MatchesReferenceOnRandomShapes) {
             tol[i * p.ys + o] = act + (in / sub + 10) * kU * s + kU * std::fabs(ref[i * p.ys + o]);
           }
         }
-        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          const std::vector<float> y = RunQuantGemm(p, n, 0, tp);
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t o = 0; o < p.ys; ++o) {
-              const size_t k = i * p.ys + o;
-              if (o >= out) {
-                ASSERT_EQ(y[k], kUnwritten) << "wrote past the row at t=" << i;
-              } else {
-                ASSERT_LE(std::fabs(double(y[k]) - ref[k]), tol[k]) << "t=" << i << " o=" << o << ": " << y[k]
-                                                                    << " vs " << ref[k];
-              }
-            }
-          // The last token alone and the last min(n, 7) as their own batch: the same bits.
-          const int64_t tail_n = std::min<int64_t>(n, 7);
-          const std::vector<float> tail = RunQuantGemm(p, tail_n, n - tail_n, tp);
-          for (int64_t i = 0; i < tail_n; ++i)
-            for (int64_t o = 0; o < out; ++o) ASSERT_EQ(tail[i * p.ys + o], y[(n - tail_n + i) * p.ys + o]);
-        }
+        ExpectWithinTolerance(p, ref, tol, &pool, ops::QuantActBytes::kTwo);
       }
     }
   }
@@ -276,23 +282,7 @@ TEST(QuantGemm, OneByteMatchesInt8Reference) {
             tol[i * p.ys + o] = (in / sub + 10) * kU * s + kU * std::fabs(ref[i * p.ys + o]);
           }
         }
-        for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          const std::vector<float> y = RunQuantGemm(p, n, 0, tp, ops::QuantActBytes::kOne);
-          for (int64_t i = 0; i < n; ++i)
-            for (int64_t o = 0; o < p.ys; ++o) {
-              const size_t k = i * p.ys + o;
-              if (o >= out) {
-                ASSERT_EQ(y[k], kUnwritten) << "wrote past the row at t=" << i;
-              } else {
-                ASSERT_LE(std::fabs(double(y[k]) - ref[k]), tol[k]) << "t=" << i << " o=" << o << ": " << y[k]
-                                                                    << " vs " << ref[k];
-              }
-            }
-          const int64_t tail_n = std::min<int64_t>(n, 5);
-          const std::vector<float> tail = RunQuantGemm(p, tail_n, n - tail_n, tp, ops::QuantActBytes::kOne);
-          for (int64_t i = 0; i < tail_n; ++i)
-            for (int64_t o = 0; o < out; ++o) ASSERT_EQ(tail[i * p.ys + o], y[(n - tail_n + i) * p.ys + o]);
-        }
+        ExpectWithinTolerance(p, ref, tol, &pool, ops::QuantActBytes::kOne);
       }
     }
   }
