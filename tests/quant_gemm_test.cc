@@ -15,9 +15,9 @@
 //   |y - ref| <= sum_i |w_i| (d_b / 256 + 2 u |x_i|) + (G + 10) u S + u |ref|.
 //
 // With one activation byte (precision int8) the activations are the decode row-dot's, so the
-// reference is LinearReferenceInt8 (those same int8 values times DequantizeRow's weights, summed in
-// double) and only the f32 steps above remain, with DequantizeRow's rounding of the K-quant weights
-// (u S at most) inside the margin: |y - ref| <= (G + 10) u S + u |ref|, x^ = d q in S.
+// reference is LinearReference at kInt8 (those same int8 values times DequantizeRow's weights,
+// summed in double) and only the f32 steps above remain, with DequantizeRow's rounding of the
+// K-quant weights (u S at most) inside the margin: |y - ref| <= (G + 10) u S + u |ref|, x^ = d q.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,7 +30,6 @@
 
 #include "ops/quant_act.h"
 #include "ops/quant_gemm.h"
-#include "ops/quant_linear.h"
 #include "quant_blocks.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/dtype.h"
@@ -248,7 +247,7 @@ TEST(QuantGemm, NonFiniteActivationsGiveNaN) {
   }
 }
 
-// One activation byte against LinearReferenceInt8 (header comment's bound), every type, random
+// One activation byte against LinearReference at kInt8 (header comment's bound), every type, random
 // shapes, 1 and 2 threads, and each token's bits the same in any batch.
 TEST(QuantGemm, OneByteMatchesInt8Reference) {
   if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
@@ -263,7 +262,7 @@ TEST(QuantGemm, OneByteMatchesInt8Reference) {
                      " n=" + std::to_string(n));
         const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
         std::vector<float> ref(n * p.ys);
-        ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+        ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys, ops::MatmulPrecision::kInt8);
         // |x^_i| <= |x_i| + d_b / 2 with d_b = amax / 127 over the activation block (32 or 256).
         std::vector<double> xq(n * in);
         for (int64_t i = 0; i < n; ++i)

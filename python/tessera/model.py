@@ -55,8 +55,9 @@ class Model(ImagesMixin):
         with AVX-512-BF16 every Linear then runs on its dot product at twice the FMA rate, over the
         weights repacked once at load); needs bf16 weights (dtype="bfloat16", or "auto" on a bf16
         checkpoint); or "int8": block-quantized weights (a GGUF, or quantize=) multiply Linear inputs
-        rounded to one int8 per block in prefill as decode does (llama.cpp's numerics; about twice
-        "float32"'s prefill rate, which keeps two bytes per input); other weights as "float32".
+        rounded to one int8 per block in prefill as decode does (llama.cpp's numerics; half the
+        integer products of "float32"'s prefill, which keeps two bytes per input; on CPUs with
+        AVX-512 VNNI); other weights as "float32".
         repack: False reads the weights as stored (mapped, or as converted) instead of repacking
         them at load: the load is faster (no fresh copy to write), prefill slower (the GEMM packs its
         blocks per call; bench/BENCHMARKS.md "Repacking at load"). `Model.repacked` tells which was done.

@@ -147,10 +147,9 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
 }
 
 bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                     ThreadPool* pool, uint32_t* x_pairs, MatmulPrecision precision) {
+                     ThreadPool* pool, uint32_t* x_pairs) {
   if (w.quant == QuantType::kNone || !QuantGemmAvailable(w.quant)) return false;
-  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs,
-            precision == MatmulPrecision::kInt8 ? QuantActBytes::kOne : QuantActBytes::kTwo);
+  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
   return true;
 }
 

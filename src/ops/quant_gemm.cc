@@ -135,7 +135,8 @@ void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t 
 
 // One activation byte: the row quantized exactly as QuantizeActivations(t) quantizes it for the
 // decode row-dot (32-value blocks, or 256 for the K-quants), into q_hi, with xd per 32 values =
-// the block's d and xs per sub-block = d sum(q). q_lo stays unwritten: the one-byte tile skips it.
+// the block's d and xs per sub-block = d sum(q), from the sums the blocks carry (a 32-value block's
+// sum, a 256-value block's per 16). q_lo stays unwritten: the one-byte tile skips it.
 void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, int64_t in, int64_t sub, char* row) {
   constexpr int64_t kChunk = 1024;  // whole blocks of 32 and of 256
   alignas(64) char tmp[kChunk / 32 * (sizeof(ActBlock32) + 8)];
@@ -148,22 +149,20 @@ void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, 
     const int64_t kc = std::min(kChunk, in - k0);
     dq.quantize_act(t, x + k0, kc, tmp);
     for (int64_t j = 0; j < kc / be; ++j) {
-      float d;
-      const int8_t* q;
-      if (be == 32) {
-        const auto& blk = reinterpret_cast<const ActBlock32*>(tmp)[j];
-        d = blk.d, q = blk.q;
-      } else {
-        const auto& blk = reinterpret_cast<const ActBlock256*>(tmp)[j];
-        d = blk.d, q = blk.q;
-      }
       const int64_t i0 = k0 + be * j;
-      std::memcpy(hi + i0, q, be);
-      for (int64_t l = 0; l < be; l += 32) xd[(i0 + l) / 32] = d;
-      for (int64_t s0 = 0; s0 < be; s0 += sub) {
+      if (be == 32) {  // Q4_0 / Q5_0 / Q8_0: sub = 32
+        const auto& blk = reinterpret_cast<const ActBlock32*>(tmp)[j];
+        std::memcpy(hi + i0, blk.q, 32);
+        xd[i0 / 32] = blk.d, xs[i0 / 32] = blk.d * static_cast<float>(blk.sum);
+        continue;
+      }
+      const auto& blk = reinterpret_cast<const ActBlock256*>(tmp)[j];
+      std::memcpy(hi + i0, blk.q, 256);
+      for (int64_t l = 0; l < 256; l += 32) xd[(i0 + l) / 32] = blk.d;
+      for (int64_t s0 = 0; s0 < 256; s0 += sub) {
         int32_t sum = 0;
-        for (int64_t l = s0; l < s0 + sub; ++l) sum += q[l];
-        xs[(i0 + s0) / sub] = d * static_cast<float>(sum);
+        for (int64_t g = s0 / 16; g < (s0 + sub) / 16; ++g) sum += blk.bsums[g];
+        xs[(i0 + s0) / sub] = blk.d * static_cast<float>(sum);
       }
     }
   }
