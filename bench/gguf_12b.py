@@ -440,9 +440,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-dtype", choices=["bf16", "f32"], default="bf16")
     ap.add_argument("--bf16-attention", action="store_true", help="with bf16 KV: --attention-precision bf16")
-    ap.add_argument("--matmul-precision", choices=["f32", "bf16"],
+    ap.add_argument("--matmul-precision", choices=["f32", "bf16", "int8"],
                     help="tessera run --matmul-precision (default: the CLI's); bf16 on AMX CPUs runs the prefill "
-                         "on dequantized bf16 tiles")
+                         "on dequantized bf16 tiles, int8 with one activation byte (decode is the same either way)")
     ap.add_argument("--timeout", type=int, default=6 * 3600, help="seconds for the measured run")
     ap.add_argument("--estimate", action="store_true", help="also estimate the full 32k-token, 48-layer prefill")
     ap.add_argument("--llamacpp", action="store_true",

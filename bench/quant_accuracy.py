@@ -8,8 +8,9 @@ for Tessera and llama.cpp running the same llama.cpp-quantized file.
 The files are the end-to-end bench's (make them first: `python3 bench/e2e_peers.py --only gemma3
 --dtype q4_0 --prepare-only`, one call per type). The reference is Tessera on the f32 safetensors
 checkpoint (equal to transformers' logits, python/tests) with the same bf16 KV cache and attention
-precision. Tessera is measured twice: one prefill of the whole sequence (its GEMM on dequantized
-panels, Linear inputs in f32) and token by token (max_chunk 1: decode's row-dot, Linear inputs
+precision. Tessera is measured twice: one prefill of the whole sequence (at the default matmul
+precision: the int8 GEMM with two bytes per Linear input where the CPU has AVX-512 VNNI, else
+dequantized f32 panels) and token by token (max_chunk 1: decode's row-dot, Linear inputs
 rounded to int8 blocks as llama.cpp rounds them); with --int8 also one prefill at matmul precision
 int8 (Linear inputs rounded to one int8 per block in prefill too, llama.cpp's numerics).
 llama.cpp (the peers venv, extra buffer types off: bench/PEERS.md) evaluates the sequence in
