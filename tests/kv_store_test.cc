@@ -47,9 +47,8 @@ Chunk MakeChunk(std::mt19937& rng, const KvGeometry& g, int64_t hq, const std::v
     for (float& f : *x) f = nd(rng);
   c.pos.assign(B * S, 0);
   c.blk.assign(B * S, -1);
-  c.count.resize(B);
+  c.count.assign(counts.begin(), counts.begin() + B);  // (not resize: gcc 12 sees a negative size)
   for (int64_t b = 0; b < B; ++b) {
-    c.count[b] = static_cast<int32_t>(counts[b]);
     for (int64_t i = 0; i < S; ++i) c.pos[b * S + i] = static_cast<int32_t>(next_pos[b] + i);
     // An image block strictly inside the chunk (blocks are never split across chunks).
     if (image && counts[b] >= 4)
