@@ -497,6 +497,85 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
   EXPECT_NE(amx, off);
 }
 
+// Precision int8 on a CPU without the int8 GEMM: Q4_0 prefill runs on the row-dot for any number
+// of tokens (its multi-token kernel), so each token's result is its one-token decode's, bit for bit,
+// and within the row-dot's bounds; other types, and kernels without a multi-token path, still take
+// the dequantized panels (the GEMM's bits).
+TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
+  if (ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "this CPU has the int8 GEMM: prefill runs it";
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(14);
+  ThreadPool pool(2);
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0}) {
+    for (int64_t n : {12, 17, 40}) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
+      const QuantProblem p = MakeQuantProblem(rng, t, n, 37 * 32, 21);
+      std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
+      ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
+      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+      std::vector<double> tol_int8, tol_exact;
+      RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+      for (int k = 0; k < n_kernels; ++k) {
+        SCOPED_TRACE(kernels[k]->name);
+        ops::SetQuantDotForTesting(kernels[k]);
+        const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kLinear);
+        if (t != QuantType::kQ4_0 || kernels[k]->dot_rows_tokens == nullptr) {
+          EXPECT_EQ(y, RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kGemm));
+          continue;
+        }
+        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
+        EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+        for (int64_t i = 0; i < n; ++i) {
+          const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kInt8, Path::kRowDot, i);
+          for (int64_t o = 0; o < p.out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
+        }
+      }
+      ops::SetQuantDotForTesting(nullptr);
+    }
+  }
+}
+
+// The largest integer sums a block can give: every code at its maximum (or zero) against
+// activations all at +127, all at -127 or alternating, on every kernel, one and several tokens and a
+// partial row group. The AVX2 eight-row Q4_0 kernel sums eight byte-pair products in 16 bits, exact
+// only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that wrapped or
+// saturated would miss the int8 reference by thousands of scale units.
+TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(13);
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0}) {
+    const int64_t in = 3 * 32, out = 11, n = 3, bb = QuantBlockBytes(t);
+    QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t b = 0; b < 3; ++b) {
+        uint8_t* blk = p.w.data() + o * QuantRowBytes(t, in) + b * bb;
+        std::memset(blk, o % 4 == 3 ? 0x00 : 0xff, bb);  // codes all maximal (Q8_0: all -1), or all zero
+        const uint16_t one = 0x3c00;                      // f16 1.0
+        std::memcpy(blk, &one, 2);
+      }
+    for (int64_t i = 0; i < in; ++i)
+      p.x[i] = 1.0f, p.x[p.xs + i] = -1.0f, p.x[2 * p.xs + i] = i % 2 ? 1.0f : -1.0f;
+    std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
+    ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
+    ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
+    std::vector<double> tol_int8, tol_exact;
+    RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+    for (int k = 0; k < n_kernels; ++k) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " " + kernels[k]->name);
+      ops::SetQuantDotForTesting(kernels[k]);
+      for (int64_t tokens : {int64_t{1}, n}) {
+        QuantProblem q = p;
+        q.n = tokens;
+        const std::vector<float> y = RunLinear(q, tokens, nullptr, MatmulPrecision::kF32, Path::kRowDot);
+        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, q));
+      }
+    }
+    ops::SetQuantDotForTesting(nullptr);
+  }
+}
+
 // A NaN or infinite activation makes every output of its token NaN on the row-dot path (never a
 // finite guess), on every kernel; the other tokens are unaffected.
 TEST(LinearQuant, NonFiniteActivationsGiveNaN) {

@@ -370,7 +370,8 @@ def test_q8_0_gguf_at_matmul_precision_bf16(work, name):
 
 
 # The one-byte int8 GEMM runs on CPUs with AVX-512 VNNI (ops/quant_gemm.h); elsewhere precision
-# int8's prefill takes the dequantized f32 panels, which keep the activations exact.
+# int8's Q8_0 prefill takes the dequantized f32 panels, which keep the activations exact (Q4_0
+# there takes the row-dot, tested bit for bit against decode in tests/linear_quant_test.cc).
 def _has_vnni():
     with open("/proc/cpuinfo") as f:
         return "avx512_vnni" in f.read() and os.environ.get("TESSERA_SIMD") not in ("avx2", "generic")

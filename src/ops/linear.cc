@@ -29,9 +29,16 @@ constexpr int64_t kGemmMinTokensBf16 = 4;
 // 16 tokens: a 16-token prefill through it fails the q8_0 GGUF prefill bound, bench/results/serve.md).
 constexpr int64_t kGemmMinTokensQuant = 12;
 // Linear's choice for block-quantized weights: the int8 row-dot below the GEMM crossover, or for
-// rows that must equal one-token steps.
-bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps) {
-  return w.quant != QuantType::kNone && (rows_as_steps || n < kGemmMinTokensQuant);
+// rows that must equal one-token steps. At precision int8 (one-byte activations, as the row-dot
+// rounds them) on CPUs without the int8 GEMM, Q4_0 stays on the row-dot for every n: its AVX2
+// kernel unpacks each block once for eight tokens, and its byte products outrun the f32 panels the
+// prefill would otherwise dequantize into (bench/results/quant_prefill.md, "AVX2: Q4_0 prefill on
+// the row dots").
+bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps, MatmulPrecision precision) {
+  if (w.quant == QuantType::kNone) return false;
+  if (rows_as_steps || n < kGemmMinTokensQuant) return true;
+  return precision == MatmulPrecision::kInt8 && w.quant == QuantType::kQ4_0 && !QuantGemmAvailable(w.quant) &&
+         QuantDot().dot_rows_tokens != nullptr;
 }
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
@@ -90,7 +97,7 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs, bool rows_as_steps) {
-  if (TakesQuantRowDot(w, n, rows_as_steps)) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
+  if (TakesQuantRowDot(w, n, rows_as_steps, precision)) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
   if (w.quant != QuantType::kNone) {
     // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
     // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).
@@ -121,10 +128,10 @@ void LinearBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool, MatmulP
   LinearJob row_dot[kMaxLinearJobs];
   int64_t m = 0;
   for (int64_t j = 0; j < count; ++j)
-    if (TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps)) row_dot[m++] = jobs[j];
+    if (TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps, precision)) row_dot[m++] = jobs[j];
   QuantRowDotBatch(row_dot, m, pool);
   for (int64_t j = 0; j < count; ++j)
-    if (!TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps))
+    if (!TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps, precision))
       Linear(jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].x_stride, jobs[j].y, jobs[j].y_stride, pool, precision, x_pairs,
              rows_as_steps);
 }

@@ -21,8 +21,8 @@ struct QuantDotKernels {
   void (*dot_rows)(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out);
   // dot_rows for `tokens` (1..kQuantDotTokens) activation rows xq + i * xq_stride at once, token i's
   // outputs at out + i * out_stride: bit for bit dot_rows' per token, each weight block's codes
-  // unpacked once for all of them (a small batch then costs less than tokens x one). Null: call
-  // dot_rows per token.
+  // unpacked once for all of them where the table has such a kernel (a small batch then costs less
+  // than tokens x one). Null: call dot_rows per token.
   void (*dot_rows_tokens)(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq,
                           int64_t xq_stride, int tokens, int64_t nb, float* out, int64_t out_stride);
   // QuantizeActivations (ops/quant_act.h), the same bytes.
