@@ -96,6 +96,20 @@ void RowDotTolerances(const QuantProblem& p, const std::vector<float>& ref_int8,
   }
 }
 
+// Both row-dot references of a problem and the bounds against each (RowDotTolerances).
+struct RowDotRefs {
+  std::vector<float> ref_int8, ref;
+  std::vector<double> tol_int8, tol_exact;
+};
+
+RowDotRefs MakeRowDotRefs(const QuantProblem& p) {
+  RowDotRefs r{std::vector<float>(p.n * p.ys), std::vector<float>(p.n * p.ys), {}, {}};
+  ops::LinearReferenceInt8(p.View(), p.x.data(), p.n, p.xs, r.ref_int8.data(), p.ys);
+  ops::LinearReference(p.View(), p.x.data(), p.n, p.xs, r.ref.data(), p.ys);
+  RowDotTolerances(p, r.ref_int8, r.ref, &r.tol_int8, &r.tol_exact);
+  return r;
+}
+
 double GemmTolerance(const QuantProblem& p, MatmulPrecision prec, bool bf16_weights, const std::vector<float>& ref,
                      int64_t t, int64_t o) {
   std::vector<float> w(p.in);
@@ -134,6 +148,15 @@ std::vector<float> RunLinear(const QuantProblem& p, int64_t n, ThreadPool* pool,
         return ::testing::AssertionFailure() << "t=" << t << " o=" << o << ": " << y[k] << " vs " << ref[k]
                                              << " (tolerance " << tol[k] << ")";
     }
+  return ::testing::AssertionSuccess();
+}
+
+// y (p.n tokens) within the row-dot's bounds against both references.
+::testing::AssertionResult WithinRowDotBounds(const std::vector<float>& y, const RowDotRefs& r, const QuantProblem& p) {
+  ::testing::AssertionResult int8 = WithinTolerances(y, r.ref_int8, r.tol_int8, p);
+  if (!int8) return int8 << " (against LinearReferenceInt8)";
+  ::testing::AssertionResult exact = WithinTolerances(y, r.ref, r.tol_exact, p);
+  if (!exact) return exact << " (against LinearReference)";
   return ::testing::AssertionSuccess();
 }
 
@@ -260,11 +283,7 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
         SCOPED_TRACE(std::string(QuantTypeName(t)) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
                      " n=" + std::to_string(n));
         const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
-        std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
-        ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
-        ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
-        std::vector<double> tol_int8, tol_exact;
-        RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+        const RowDotRefs refs = MakeRowDotRefs(p);
         for (int k = 0; k < n_kernels; ++k) {
           SCOPED_TRACE(kernels[k]->name);
           ops::SetQuantDotForTesting(kernels[k]);
@@ -272,8 +291,7 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
             for (ThreadPool* tp : {static_cast<ThreadPool*>(nullptr), &pool}) {
               const std::vector<float> y = RunLinear(p, n, tp, prec, Path::kLinear);
               EXPECT_EQ(y, RunLinear(p, n, tp, prec, Path::kRowDot));  // a few tokens: Linear's row-dot
-              EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
-              EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+              EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
               // Each token alone gives its result in the batch, bit for bit.
               for (int64_t i = 0; i < n; ++i) {
                 const std::vector<float> one = RunLinear(p, 1, tp, prec, Path::kRowDot, i);
@@ -302,17 +320,12 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
     for (int64_t n = 1; n <= 17; ++n) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
-      std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
-      ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
-      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
-      std::vector<double> tol_int8, tol_exact;
-      RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+      const RowDotRefs refs = MakeRowDotRefs(p);
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
         ops::SetQuantDotForTesting(kernels[k]);
         const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kF32, Path::kRowDot);
-        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
-        EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+        EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
         for (int64_t i = 0; i < n; ++i) {
           const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
           for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
@@ -346,11 +359,7 @@ TEST(LinearQuant, LinearKeepsElevenTokensOnTheRowDot) {
     for (int64_t n : {9, 11, 12, 16}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, 37 * 32, 35);
-      std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
-      ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
-      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
-      std::vector<double> tol_int8, tol_exact;
-      RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+      const RowDotRefs refs = MakeRowDotRefs(p);
       std::vector<float> y(n * p.ys, kUnwritten);
       AlignedBuffer x_pairs(ops::GemmScratchWords(n, p.in) * sizeof(uint32_t));
       ops::Linear(p.View(), p.x.data(), n, p.xs, y.data(), p.ys, &pool, MatmulPrecision::kF32, x_pairs.as<uint32_t>());
@@ -361,8 +370,7 @@ TEST(LinearQuant, LinearKeepsElevenTokensOnTheRowDot) {
       }
       if (n < 12) {
         EXPECT_TRUE(all_equal);
-        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
-        EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+        EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
       } else {
         EXPECT_FALSE(all_equal);  // the int8 GEMM: a different summation order
       }
@@ -511,11 +519,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
     for (int64_t n : {12, 17, 40}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, 37 * 32, 21);
-      std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
-      ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
-      ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
-      std::vector<double> tol_int8, tol_exact;
-      RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+      const RowDotRefs refs = MakeRowDotRefs(p);
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
         ops::SetQuantDotForTesting(kernels[k]);
@@ -524,8 +528,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
           EXPECT_EQ(y, RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kGemm));
           continue;
         }
-        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, p));
-        EXPECT_TRUE(WithinTolerances(y, ref, tol_exact, p));
+        EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
         for (int64_t i = 0; i < n; ++i) {
           const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kInt8, Path::kRowDot, i);
           for (int64_t o = 0; o < p.out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
@@ -557,11 +560,7 @@ TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
       }
     for (int64_t i = 0; i < in; ++i)
       p.x[i] = 1.0f, p.x[p.xs + i] = -1.0f, p.x[2 * p.xs + i] = i % 2 ? 1.0f : -1.0f;
-    std::vector<float> ref_int8(n * p.ys), ref(n * p.ys);
-    ops::LinearReferenceInt8(p.View(), p.x.data(), n, p.xs, ref_int8.data(), p.ys);
-    ops::LinearReference(p.View(), p.x.data(), n, p.xs, ref.data(), p.ys);
-    std::vector<double> tol_int8, tol_exact;
-    RowDotTolerances(p, ref_int8, ref, &tol_int8, &tol_exact);
+    const RowDotRefs refs = MakeRowDotRefs(p);
     for (int k = 0; k < n_kernels; ++k) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " " + kernels[k]->name);
       ops::SetQuantDotForTesting(kernels[k]);
@@ -569,7 +568,7 @@ TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
         QuantProblem q = p;
         q.n = tokens;
         const std::vector<float> y = RunLinear(q, tokens, nullptr, MatmulPrecision::kF32, Path::kRowDot);
-        EXPECT_TRUE(WithinTolerances(y, ref_int8, tol_int8, q));
+        EXPECT_TRUE(WithinRowDotBounds(y, refs, q));
       }
     }
     ops::SetQuantDotForTesting(nullptr);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -32,18 +33,6 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 // pair sum is at most 2 * 15 * 127 in magnitude and eight of them stay below 2^15. Per lane the
 // operations are the same whatever the rows beside it or the number of tokens, so each token's
 // result is the same in any batch (the multi-token contract of QuantDotKernels).
-
-// Where the eight rows are: all stride bytes apart, or the last rows of a call, fewer than eight
-// (lanes past them repeat row 0 and are never stored).
-struct FullRows8 {
-  const uint8_t* w;
-  int64_t stride;
-  const uint8_t* operator()(int r) const { return w + r * stride; }
-};
-struct SomeRows8 {
-  const uint8_t* const* p;
-  const uint8_t* operator()(int r) const { return p[r]; }
-};
 
 // The 32 codes of block `off` of the eight rows: c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles
 // of qs bytes 4m .., m >= 4: high nibbles of qs bytes 4(m - 4) ..), row r in lane r.
@@ -80,9 +69,11 @@ inline __m256i Bcast32(const int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
-// Eight rows (p), T tokens (token i's activation blocks at x + i * x_stride); the first `keep`
-// outputs of each token stored. `next` (or null): the next group's rows, next_bytes from there,
-// prefetched a slice per block into L2, as the AVX-512 sixteen-row kernel does and for its reason.
+// Eight rows (p: FullRows, or SomeRows for the last rows of a call, fewer than eight: lanes past
+// them repeat row 0 and are never stored), T tokens (token i's activation blocks at
+// x + i * x_stride); the first `keep` outputs of each token stored. `next` (or null): the next
+// group's rows, next_bytes from there, prefetched a slice per block into L2, as the AVX-512
+// sixteen-row kernel does and for its reason.
 template <int T, typename Rows>
 void Group8(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out, int64_t out_stride, int keep,
             const uint8_t* next = nullptr, int64_t next_bytes = 0) {
@@ -121,38 +112,29 @@ void Group8(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* o
   }
 }
 
+// Out of line, one function per token count: tests/prefetch_emitted.sh finds each by its name.
 template <int T>
-void Rows8T(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb, float* out,
-            int64_t out_stride) {
+[[gnu::noinline]] void Rows8T(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
+                              int64_t nb, float* out, int64_t out_stride) {
   const auto* w = static_cast<const uint8_t*>(wp);
   const char* x = static_cast<const char*>(xq);
   int64_t r = 0;
   for (; r + 8 <= rows; r += 8) {
     const int64_t next_rows = std::min<int64_t>(8, rows - r - 8);
-    Group8<T>(FullRows8{w + r * w_stride, w_stride}, x, xq_stride, nb, out + r, out_stride, 8,
+    Group8<T>(FullRows{w + r * w_stride, w_stride}, x, xq_stride, nb, out + r, out_stride, 8,
               next_rows > 0 ? w + (r + 8) * w_stride : nullptr, next_rows * w_stride);
   }
   if (r == rows) return;
   const int left = static_cast<int>(rows - r);
   const uint8_t* p[8];
   for (int i = 0; i < 8; ++i) p[i] = w + (r + (i < left ? i : 0)) * w_stride;
-  Group8<T>(SomeRows8{p}, x, xq_stride, nb, out + r, out_stride, left);
+  Group8<T>(SomeRows{p}, x, xq_stride, nb, out + r, out_stride, left);
 }
 
 // dot_rows_tokens' signature for Q4_0; tokens 1 .. kQuantDotTokens.
 void Rows8Q4_0(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens, int64_t nb,
                float* out, int64_t out_stride) {
-  static_assert(kQuantDotTokens == 8);
-  switch (tokens) {
-    case 1: return Rows8T<1>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 2: return Rows8T<2>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 3: return Rows8T<3>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 4: return Rows8T<4>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 5: return Rows8T<5>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 6: return Rows8T<6>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 7: return Rows8T<7>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    default: return Rows8T<8>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-  }
+  WithTokens(tokens, [&](auto t) { Rows8T<decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride); });
 }
 
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -333,17 +334,8 @@ struct Row16TokensQ5_0 {
 // unpacking is shared by every token of the call. Per token and lane the operations are the same
 // whatever the number of tokens or rows: each token's result is the same in any batch.
 
-// Where the sixteen rows are: all sixteen stride bytes apart (the addresses then come from two
-// registers), or the last rows of a call, fewer than sixteen (lanes past them repeat row 0).
-struct FullRows {
-  const uint8_t* w;
-  int64_t stride;
-  const uint8_t* operator()(int r) const { return w + r * stride; }
-};
-struct SomeRows {
-  const uint8_t* const* p;
-  const uint8_t* operator()(int r) const { return p[r]; }
-};
+// Where the sixteen rows are: FullRows, all stride bytes apart (the addresses then come from two
+// registers), or SomeRows, the last rows of a call, fewer than sixteen (lanes past them repeat row 0).
 
 // Bytes [off, off + 16) of the sixteen rows as four vectors, vector m holding bytes 4m .. 4m + 3 of
 // row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits).
@@ -446,17 +438,7 @@ struct Lanes16 {
   // dot_rows_tokens' signature; tokens 1 .. kQuantDotTokens.
   static void Rows(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                    int64_t nb, float* out, int64_t out_stride) {
-    static_assert(kQuantDotTokens == 8);
-    switch (tokens) {
-      case 1: return RowsT<1>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-      case 2: return RowsT<2>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-      case 3: return RowsT<3>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-      case 4: return RowsT<4>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-      case 5: return RowsT<5>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-      case 6: return RowsT<6>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-      case 7: return RowsT<7>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-      default: return RowsT<8>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    }
+    WithTokens(tokens, [&](auto t) { RowsT<decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride); });
   }
 };
 
