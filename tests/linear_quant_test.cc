@@ -540,7 +540,8 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
 }
 
 // The largest integer sums a block can give: every code at its maximum (or zero) against
-// activations all at +127, all at -127 or alternating, on every kernel, one and several tokens and a
+// activations all at +127, all at -127, or +127 on each block's first half and -127 on its
+// second (the two halves' sums at opposite extremes), on every kernel, one and several tokens and a
 // partial row group. The AVX2 eight-row Q4_0 kernel sums eight byte-pair products in 16 bits, exact
 // only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that wrapped or
 // saturated would miss the int8 reference by thousands of scale units.
@@ -559,7 +560,7 @@ TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
         std::memcpy(blk, &one, 2);
       }
     for (int64_t i = 0; i < in; ++i)
-      p.x[i] = 1.0f, p.x[p.xs + i] = -1.0f, p.x[2 * p.xs + i] = i % 2 ? 1.0f : -1.0f;
+      p.x[i] = 1.0f, p.x[p.xs + i] = -1.0f, p.x[2 * p.xs + i] = i % 32 < 16 ? 1.0f : -1.0f;
     const RowDotRefs refs = MakeRowDotRefs(p);
     for (int k = 0; k < n_kernels; ++k) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " " + kernels[k]->name);

@@ -19,7 +19,8 @@ constexpr int64_t kItemsPerThread = 8;
 constexpr int64_t kChunkBytes = 32 * 1024;
 // Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
-// row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls go in groups of tokens.
+// decode-sized row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls (Q4_0
+// prefill at precision int8 without the int8 GEMM) go in groups of tokens, the weights read once per group.
 constexpr int64_t kRowGroup = 16;
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
