@@ -505,10 +505,10 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
   EXPECT_NE(amx, off);
 }
 
-// Precision int8 on a CPU without the int8 GEMM: Q4_0 prefill runs on the row-dot for any number
-// of tokens (its multi-token kernel), so each token's result is its one-token decode's, bit for bit,
-// and within the row-dot's bounds; other types, and kernels without a multi-token path, still take
-// the dequantized panels (the GEMM's bits).
+// Precision int8 on a CPU without the int8 GEMM: a type whose kernel unpacks blocks once for several
+// tokens (AVX2: Q4_0, not Q8_0) runs on the row-dot for any number of tokens, so each token's result
+// is its one-token decode's, bit for bit, and within the row-dot's bounds; other types, and kernels
+// without such a path, still take the dequantized panels (the GEMM's bits).
 TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
   if (ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "this CPU has the int8 GEMM: prefill runs it";
   const ops::QuantDotKernels* kernels[4];
@@ -522,9 +522,14 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
       const RowDotRefs refs = MakeRowDotRefs(p);
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
+        const bool once = kernels[k]->unpacks_once && kernels[k]->unpacks_once(t);
+        const std::string name = kernels[k]->name;
+        if (name == "avx2" || name == "generic") {
+          EXPECT_EQ(once, name == "avx2" && t == QuantType::kQ4_0);
+        }
         ops::SetQuantDotForTesting(kernels[k]);
         const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kLinear);
-        if (t != QuantType::kQ4_0 || kernels[k]->dot_rows_tokens == nullptr) {
+        if (!once) {
           EXPECT_EQ(y, RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kGemm));
           continue;
         }

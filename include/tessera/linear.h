@@ -55,8 +55,9 @@ struct WeightView {
 // AVX-512 VNNI and x_pairs is given (x as two int8 bytes per value, near f32, at precisions f32
 // and bf16; one byte, the row-dot's quantization, at precision int8; docs/quantization.md), else
 // the GEMM on dequantized panels (at precision bf16 both x and the dequantized weights rounded to
-// bf16, see tessera/gemm.h); without the int8 GEMM, Q4_0 at precision int8 stays on the row-dot
-// for any n where the kernels have a multi-token Q4_0 path (AVX2). Weights that are not block-quantized take precision int8 as f32.
+// bf16, see tessera/gemm.h); without the int8 GEMM, at precision int8 a type whose row-dot kernel
+// unpacks blocks once for several tokens (AVX2: Q4_0) stays on the row-dot for any n. Weights that
+// are not block-quantized take precision int8 as f32.
 // x_pairs: optional scratch for the GEMM at precision bf16 and the quantized int8 GEMM
 // (tessera/gemm.h: GemmScratchWords(n, in) words; x rounded into it once per call instead of once
 // per block of output columns); needed for w.pairs to be used. At precision f32, w.panels (where

@@ -30,15 +30,16 @@ constexpr int64_t kGemmMinTokensBf16 = 4;
 constexpr int64_t kGemmMinTokensQuant = 12;
 // Linear's choice for block-quantized weights: the int8 row-dot below the GEMM crossover, or for
 // rows that must equal one-token steps. At precision int8 (one-byte activations, as the row-dot
-// rounds them) on CPUs without the int8 GEMM, Q4_0 stays on the row-dot for every n: its AVX2
-// kernel unpacks each block once for eight tokens, and its byte products outrun the f32 panels the
-// prefill would otherwise dequantize into (bench/results/quant_prefill.md, "AVX2: Q4_0 prefill on
-// the row dots").
+// rounds them) on CPUs without the int8 GEMM, a type whose row-dot kernel unpacks each block once
+// for several tokens stays on it for every n: its byte products outrun the f32 panels the prefill
+// would otherwise dequantize into (AVX2 Q4_0: bench/results/quant_prefill.md, "AVX2: Q4_0 prefill
+// on the row dots"); the per-token kernels of the other types do not.
 bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps, MatmulPrecision precision) {
   if (w.quant == QuantType::kNone) return false;
   if (rows_as_steps || n < kGemmMinTokensQuant) return true;
-  return precision == MatmulPrecision::kInt8 && w.quant == QuantType::kQ4_0 && !QuantGemmAvailable(w.quant) &&
-         QuantDot().dot_rows_tokens != nullptr;
+  const QuantDotKernels& k = QuantDot();
+  return precision == MatmulPrecision::kInt8 && !QuantGemmAvailable(w.quant) && k.unpacks_once &&
+         k.unpacks_once(w.quant);
 }
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

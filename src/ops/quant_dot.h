@@ -29,6 +29,9 @@ struct QuantDotKernels {
   void (*quantize_act)(QuantType t, const float* x, int64_t in, void* dst);
   // DequantizeRow (tessera/quant.h), the same values bit for bit (the same f32 operations per value).
   void (*dequantize)(QuantType t, const void* src, float* dst, int64_t n);
+  // Whether dot_rows_tokens unpacks type t's blocks once for all its tokens (else it runs dot_rows
+  // per token). Null: for no type.
+  bool (*unpacks_once)(QuantType t);
 };
 
 // The kernels to use: AVX-512 VNNI where the CPU has it, else AVX2, else generic.

@@ -131,12 +131,6 @@ template <int T>
   Group8<T>(SomeRows{p}, x, xq_stride, nb, out + r, out_stride, left);
 }
 
-// dot_rows_tokens' signature for Q4_0; tokens 1 .. kQuantDotTokens.
-void Rows8Q4_0(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens, int64_t nb,
-               float* out, int64_t out_stride) {
-  WithTokens(tokens, [&](auto t) { Rows8T<decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride); });
-}
-
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   if (t == QuantType::kQ4_0) return Rows8T<1>(w, w_stride, rows, xq, 0, nb, out, 0);
   DotRows(t, w, w_stride, rows, xq, nb, out);
@@ -145,7 +139,8 @@ void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, con
 // Q4_0's codes unpacked once for all tokens; the other types per token (their one-row kernels).
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride) {
-  if (t == QuantType::kQ4_0) return Rows8Q4_0(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+  if (t == QuantType::kQ4_0)
+    return WithTokens(tokens, [&](auto n) { Rows8T<decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride); });
   for (int i = 0; i < tokens; ++i)
     DotRows(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
 }
@@ -153,7 +148,8 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
 }  // namespace
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
-  static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize};
+  static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
+                                 [](QuantType t) { return t == QuantType::kQ4_0; }};
   return k;
 }
 

@@ -126,7 +126,7 @@ void DotRows(QuantType t, const void* w, int64_t w_stride, int64_t rows, const v
 }  // namespace
 
 const QuantDotKernels& QuantDotGeneric() {
-  static const QuantDotKernels k{"generic", DotRows, nullptr, QuantizeActivations, DequantizeRow};
+  static const QuantDotKernels k{"generic", DotRows, nullptr, QuantizeActivations, DequantizeRow, nullptr};
   return k;
 }
 
