@@ -544,6 +544,45 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
   }
 }
 
+// Prefill on the row dots with Linear's scratch: every token quantized into it at once and the
+// weights walked once per block of tokens (ops/quant_rowdot.cc). Each token gets what it gets
+// alone, bit for bit, and what the stack's few-token groups give, across several token blocks,
+// a partial block and a last call of fewer than kQuantDotTokens tokens; at the widest input too.
+TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(15);
+  ThreadPool pool(2);
+  int ran = 0;
+  struct Case {
+    int64_t n, in, out;
+  };
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K})
+    for (const Case c : {Case{150, 37 * 32 * 8, 37}, Case{70, ops::kMaxQuantRowDotIn, 21}}) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(c.n) + " in=" + std::to_string(c.in));
+      const QuantProblem p = MakeQuantProblem(rng, t, c.n, c.in, c.out);
+      const RowDotRefs refs = MakeRowDotRefs(p);
+      AlignedBuffer scratch(ops::GemmScratchWords(c.n, c.in) * sizeof(uint32_t));
+      for (int k = 0; k < n_kernels; ++k) {
+        if (!kernels[k]->unpacks_once || !kernels[k]->unpacks_once(t)) continue;
+        SCOPED_TRACE(kernels[k]->name);
+        ops::SetQuantDotForTesting(kernels[k]);
+        std::vector<float> blocks(c.n * p.ys, kUnwritten), groups(c.n * p.ys, kUnwritten);
+        ops::QuantRowDot(p.View(), p.x.data(), c.n, p.xs, blocks.data(), p.ys, &pool, scratch.as<uint32_t>());
+        ops::QuantRowDot(p.View(), p.x.data(), c.n, p.xs, groups.data(), p.ys, &pool);
+        EXPECT_TRUE(WithinRowDotBounds(blocks, refs, p));
+        EXPECT_EQ(blocks, groups);
+        for (int64_t i = 0; i < c.n; ++i) {
+          const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kInt8, Path::kRowDot, i);
+          for (int64_t o = 0; o < p.out; ++o) ASSERT_EQ(one[o], blocks[i * p.ys + o]) << "token " << i << " o=" << o;
+        }
+        ++ran;
+      }
+      ops::SetQuantDotForTesting(nullptr);
+    }
+  if (ran == 0) GTEST_SKIP() << "no kernel on this CPU unpacks blocks once for several tokens";
+}
+
 // The largest integer sums a block can give: every code at its maximum (or zero) against
 // activations all at +127, all at -127, or +127 on each block's first half and -127 on its
 // second (the two halves' sums at opposite extremes), on every kernel, one and several tokens and a

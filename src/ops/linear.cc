@@ -98,7 +98,8 @@ void RoundBf16(const float* x, int64_t n, float* out) {
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs, bool rows_as_steps) {
-  if (TakesQuantRowDot(w, n, rows_as_steps, precision)) return QuantRowDot(w, x, n, x_stride, y, y_stride, pool);
+  if (TakesQuantRowDot(w, n, rows_as_steps, precision))
+    return QuantRowDot(w, x, n, x_stride, y, y_stride, pool, x_pairs);
   if (w.quant != QuantType::kNone) {
     // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
     // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).

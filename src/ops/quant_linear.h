@@ -14,9 +14,11 @@ namespace tessera::ops {
 // LinearRowDot for quantized weights (any precision: the activations are quantized to int8
 // either way, finer than bf16 rounding would make them). Each token's x is quantized once per
 // call on the calling thread's stack, so in <= kMaxQuantRowDotIn (checked); each token's result
-// does not depend on n or its position.
+// does not depend on n or its position. scratch (optional, GemmScratchWords(n, w.in) words, Linear's
+// x_pairs): where the kernel unpacks blocks once for several tokens, more tokens than the stack
+// holds are quantized into it all at once, and the weights then stream once per block of tokens.
 void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                 ThreadPool* pool);
+                 ThreadPool* pool, uint32_t* scratch = nullptr);
 
 // QuantRowDot for each job (count <= kMaxLinearJobs, every weight block-quantized) as one parallel
 // loop over all the jobs' rows: each job's y the bits its own QuantRowDot gives (LinearBatch).

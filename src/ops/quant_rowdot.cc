@@ -7,6 +7,7 @@
 #include "ops/quant_dot.h"
 #include "ops/quant_linear.h"
 #include "tessera/check.h"
+#include "tessera/gemm.h"
 #include "tessera/quant.h"
 
 namespace tessera::ops {
@@ -19,11 +20,11 @@ constexpr int64_t kItemsPerThread = 8;
 constexpr int64_t kChunkBytes = 32 * 1024;
 // Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
-// decode-sized row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls (Q4_0
-// prefill at precision int8 without the int8 GEMM) go in groups of tokens, the weights read once per group.
+// decode-sized row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls without a
+// scratch go in groups of tokens, the weights read once per group.
+constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
 constexpr int64_t kRowGroup = 16;
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
 
 // Rows per parallel item for `rows` rows in all: whole groups of kRowGroup rows (the AVX-512
 // Q4_0 / Q8_0 kernel's width), kItemsPerThread items per thread; without a pool, one item (a
@@ -33,10 +34,46 @@ int64_t RowsPerItem(int64_t rows, const ThreadPool* pool) {
   return RoundUp(std::max(kMinRowsPerItem, (rows + parts - 1) / parts), kRowGroup);
 }
 
+// Prefill on the row dots (many tokens, a kernel that unpacks each block once for several): each
+// chunk of weight rows is dotted with this many tokens before the next, so the weights stream from
+// memory once per 64 tokens (Q4_0: about 230 flop per byte read, compute-bound however many cores
+// share the memory) instead of once per stack buffer of tokens (12 at 15360 features, 3 at the
+// widest input); the tokens' rows come from L2 or L3 (bench/results/quant_prefill.md, "Token blocks").
+constexpr int64_t kTokenBlock = 8 * kQuantDotTokens;
+
+void RunParallel(ThreadPool* pool, int64_t items, ThreadPool::ItemFn run) {
+  if (pool) return pool->ParallelFor(items, run);
+  for (int64_t i = 0; i < items; ++i) run(i, 0);
+}
+
+// QuantRowDot for n tokens whose quantized rows all fit in `scratch`: one parallel loop; each item
+// walks its rows in chunks, each chunk dotted with a block of tokens, kQuantDotTokens per call.
+void RowDotTokenBlocks(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
+                       ThreadPool* pool, unsigned char* scratch) {
+  const QuantType t = w.quant;
+  const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / QuantBlockElems(t), row_bytes = QuantRowBytes(t, w.in);
+  const QuantDotKernels& k = QuantDot();
+  RunParallel(pool, n, [&](int64_t i, int) { k.quantize_act(t, x + i * x_stride, w.in, scratch + i * act_bytes); });
+  const int64_t rows_per_item = RowsPerItem(w.out, pool), items = (w.out + rows_per_item - 1) / rows_per_item;
+  const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
+  const char* base = static_cast<const char*>(w.data);
+  RunParallel(pool, items, [&](int64_t item, int) {
+    const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
+    for (int64_t b0 = 0; b0 < n; b0 += kTokenBlock)
+      for (int64_t o = item * rows_per_item; o < o1; o += chunk_rows) {
+        const int64_t rows = std::min(chunk_rows, o1 - o);
+        for (int64_t i = b0; i < std::min(n, b0 + kTokenBlock); i += kQuantDotTokens)
+          k.dot_rows_tokens(t, base + o * row_bytes, row_bytes, rows, scratch + i * act_bytes, act_bytes,
+                            static_cast<int>(std::min<int64_t>(kQuantDotTokens, n - i)), nb, y + i * y_stride + o,
+                            y_stride);
+      }
+  });
+}
+
 }  // namespace
 
 void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, uint32_t* scratch) {
   const QuantType t = w.quant;
   const int64_t be = QuantBlockElems(t);
   TESSERA_CHECK(be > 0 && w.in % be == 0, "LinearRowDot: quantized weight rows must be whole blocks");
@@ -44,10 +81,14 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   alignas(64) unsigned char xq[kActBytes];  // [group][ActRowBytes] quantized token rows
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / be, row_bytes = QuantRowBytes(t, w.in);
   const int64_t group = kActBytes / act_bytes;
+  const QuantDotKernels& k = QuantDot();
+  if (scratch && n > group && k.dot_rows_tokens && k.unpacks_once && k.unpacks_once(t)) {
+    TESSERA_CHECK(act_bytes <= GemmScratchWords(1, w.in) * 4, "QuantRowDot: scratch rows too short");
+    return RowDotTokenBlocks(w, x, n, x_stride, y, y_stride, pool, reinterpret_cast<unsigned char*>(scratch));
+  }
   const int64_t rows_per_item = RowsPerItem(w.out, pool);
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
-  const QuantDotKernels& k = QuantDot();
   const char* base = static_cast<const char*>(w.data);
   for (int64_t t0 = 0; t0 < n; t0 += group) {
     const int64_t g = std::min(group, n - t0);
@@ -72,11 +113,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
           k.dot_rows(t, base + o * row_bytes, row_bytes, rows, xq + i * act_bytes, nb, y + (t0 + i) * y_stride + o);
       }
     };
-    if (pool) {
-      pool->ParallelFor(items, run);
-    } else {
-      for (int64_t i = 0; i < items; ++i) run(i, 0);
-    }
+    RunParallel(pool, items, run);
   }
 }
 
