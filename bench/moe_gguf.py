@@ -18,8 +18,8 @@ the forwards after the first token. Tessera: `tessera run --model FILE`, bf16 KV
 bf16, for the bf16 file `--dtype bf16` (the converter keeps the small router matrix f32; this rounds it
 to bf16, as the checkpoint holds it) and matmuls at precision bf16 (quantized matrices run their own kernels). llama.cpp:
 llama-cpp-python in bench/.peers/venv (bench/e2e/worker.py), bf16 KV, flash attention, n_batch 512, its
-extra CPU buffer types (AMX, repacked quantized matmuls) off for the quantized files, where they crash on
-this machine (bench/PEERS.md).
+extra CPU buffer types (AMX, repacked quantized matmuls) off for the quantized files by default, where they
+crashed on an AVX-512 machine (bench/PEERS.md); `--llama-extra-bufts on` turns them on.
 
 Bytes per decode token, from the file's own tensor sizes: every tensor except the expert stacks (the
 tied embedding once, as the LM head), top_k / num_experts of each `_exps` stack, plus the KV cache read at
@@ -64,9 +64,9 @@ def gguf_active_bytes(path, cfg, context):
     return dense + experts * cfg["top_k_experts"] / cfg["num_experts"] + kv, experts
 
 
-def run_llamacpp(gguf_file, ids, decode, threads, quantized, timeout):
+def run_llamacpp(gguf_file, ids, decode, threads, extra_bufts, timeout):
     a = dict(engine="llamacpp", model=gguf_file, ids=list(map(int, ids)), decode=decode, threads=threads,
-             context=len(ids) + decode, kv_type=30, batch=512, flash_attn=True, extra_bufts=not quantized)
+             context=len(ids) + decode, kv_type=30, batch=512, flash_attn=True, extra_bufts=extra_bufts)
     rc, so, se, rss, wall = engines.run_measured(
         [PEERS_PY, os.path.join(HERE, "e2e", "worker.py"), json.dumps(a)], timeout)
     line = [l for l in so.splitlines() if l.startswith("RESULT ")]
@@ -125,6 +125,9 @@ def main():
     ap.add_argument("--work", default=os.path.join(HERE, ".work"))
     ap.add_argument("--tessera", default=os.path.join(ROOT, "build", "release", "tessera"))
     ap.add_argument("--timeout", type=int, default=1800)
+    ap.add_argument("--llama-extra-bufts", choices=("auto", "on", "off"), default="auto",
+                    help="llama.cpp's extra CPU buffer types (repacked quantized matmuls); auto: off for the "
+                         "quantized files, where they crashed on an AMX CPU (bench/PEERS.md)")
     args = ap.parse_args()
     if not os.path.exists(PEERS_PY):
         sys.exit("llama.cpp not installed (bash bench/setup_peers.sh --llama-only)")
@@ -146,7 +149,8 @@ def main():
                     r = engines.run_tessera(args.tessera, f, ids, args.decode, args.threads, args.prompt,
                                             args.timeout, dtype=t, extra=("--dtype", "bf16") if t == "bf16" else ())
                 else:
-                    r = run_llamacpp(f, ids, args.decode, args.threads, t != "bf16", args.timeout)
+                    extra = t == "bf16" if args.llama_extra_bufts == "auto" else args.llama_extra_bufts == "on"
+                    r = run_llamacpp(f, ids, args.decode, args.threads, extra, args.timeout)
                 raw[(t, e)].append(r)
                 state = r.get("error") or (f"prefill {r['prefill_s']:.2f} s, decode "
                                            f"{1e3 * r['decode_s'] / (args.decode - 1):.1f} ms/token, "
@@ -159,7 +163,8 @@ def main():
           f"date {time.strftime('%Y-%m-%d %H:%M')}; load averages (1/5/15 min) before and after each repeat: "
           + "; ".join("/".join(f"{x:.1f}" for x in l) for l in load))
     print(f"model: 26B-A4B widths, {args.layers} layers, vocab {args.vocab}; prompt {args.prompt} tokens in one "
-          f"chunk, {args.decode} generated; {args.runs} runs; read bandwidth {bw1:.1f} GB/s one stream, "
+          f"chunk, {args.decode} generated; {args.runs} runs; llama.cpp extra buffer types {args.llama_extra_bufts}; "
+          f"read bandwidth {bw1:.1f} GB/s one stream, "
           f"{bw2:.1f} GB/s {args.threads} streams (roofline uses {bw:.1f}); numpy f32 GEMM {gemm:.1f} GFLOP/s")
     flops = step_flops(dict(cfg, vocab_size=0), args.prompt)
     print("\n| file | engine | prefill tok/s | prefill GFLOP/s | decode tok/s | MB/token (active) | roofline tok/s "
