@@ -19,7 +19,7 @@ bf16, for the bf16 file `--dtype bf16` (the converter keeps the small router mat
 to bf16, as the checkpoint holds it) and matmuls at precision bf16 (quantized matrices run their own kernels). llama.cpp:
 llama-cpp-python in bench/.peers/venv (bench/e2e/worker.py), bf16 KV, flash attention, n_batch 512, its
 extra CPU buffer types (AMX, repacked quantized matmuls) off for the quantized files by default, where they
-crashed on an AVX-512 machine (bench/PEERS.md); `--llama-extra-bufts on` turns them on.
+crashed on an AMX CPU (bench/PEERS.md); `--llama-extra-bufts on` turns them on.
 
 Bytes per decode token, from the file's own tensor sizes: every tensor except the expert stacks (the
 tied embedding once, as the LM head), top_k / num_experts of each `_exps` stack, plus the KV cache read at

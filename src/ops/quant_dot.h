@@ -34,6 +34,9 @@ struct QuantDotKernels {
   bool (*unpacks_once)(QuantType t);
 };
 
+// Whether k's dot_rows_tokens unpacks type t's blocks once for all its tokens.
+inline bool UnpacksOnce(const QuantDotKernels& k, QuantType t) { return k.unpacks_once && k.unpacks_once(t); }
+
 // The kernels to use: AVX-512 VNNI where the CPU has it, else AVX2, else generic.
 // TESSERA_SIMD=generic|avx2 restricts the choice as for ops/simd.h; SetQuantDotForTesting overrides it.
 const QuantDotKernels& QuantDot();

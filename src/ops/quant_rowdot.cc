@@ -82,7 +82,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / be, row_bytes = QuantRowBytes(t, w.in);
   const int64_t group = kActBytes / act_bytes;
   const QuantDotKernels& k = QuantDot();
-  if (scratch && n > group && k.dot_rows_tokens && k.unpacks_once && k.unpacks_once(t)) {
+  if (scratch && n > group && UnpacksOnce(k, t)) {
     TESSERA_CHECK(act_bytes <= GemmScratchWords(1, w.in) * 4, "QuantRowDot: scratch rows too short");
     return RowDotTokenBlocks(w, x, n, x_stride, y, y_stride, pool, reinterpret_cast<unsigned char*>(scratch));
   }
