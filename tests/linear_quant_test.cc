@@ -506,26 +506,26 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
 }
 
 // Precision int8 on a CPU without the int8 GEMM: a type whose kernel unpacks blocks once for several
-// tokens (AVX2: Q4_0, not Q8_0) runs on the row-dot for any number of tokens, so each token's result
-// is its one-token decode's, bit for bit, and within the row-dot's bounds; other types, and kernels
-// without such a path, still take the dequantized panels (the GEMM's bits).
-TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0OnTheRowDot) {
+// tokens (AVX2: Q4_0 and Q4_K, not Q8_0) runs on the row-dot for any number of tokens, so each
+// token's result is its one-token decode's, bit for bit, and within the row-dot's bounds; other
+// types, and kernels without such a path, still take the dequantized panels (the GEMM's bits).
+TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0AndQ4_KOnTheRowDot) {
   if (ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "this CPU has the int8 GEMM: prefill runs it";
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(14);
   ThreadPool pool(2);
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0}) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K}) {
     for (int64_t n : {12, 17, 40}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
-      const QuantProblem p = MakeQuantProblem(rng, t, n, 37 * 32, 21);
+      const QuantProblem p = MakeQuantProblem(rng, t, n, QuantBlockElems(t) == 32 ? 37 * 32 : 5 * 256, 21);
       const RowDotRefs refs = MakeRowDotRefs(p);
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
         const bool once = ops::UnpacksOnce(*kernels[k], t);
         const std::string name = kernels[k]->name;
         if (name == "avx2" || name == "generic") {
-          EXPECT_EQ(once, name == "avx2" && t == QuantType::kQ4_0);
+          EXPECT_EQ(once, name == "avx2" && (t == QuantType::kQ4_0 || t == QuantType::kQ4_K));
         }
         ops::SetQuantDotForTesting(kernels[k]);
         const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kLinear);
@@ -586,25 +586,27 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
 // The largest integer sums a block can give: every code at its maximum (or zero) against
 // activations all at +127, all at -127, or +127 on each block's first half and -127 on its
 // second (the two halves' sums at opposite extremes), on every kernel, one and several tokens and a
-// partial row group. The AVX2 eight-row Q4_0 kernel sums eight byte-pair products in 16 bits, exact
-// only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that wrapped or
-// saturated would miss the int8 reference by thousands of scale units.
+// partial row group. The AVX2 eight-row Q4_0 and Q4_K kernels sum eight byte-pair products in 16
+// bits, exact only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that
+// wrapped or saturated would miss the int8 reference by thousands of scale units. (Q4_K: every
+// scale and minimum 63, d = dmin = 1.)
 TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(13);
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0}) {
-    const int64_t in = 3 * 32, out = 11, n = 3, bb = QuantBlockBytes(t);
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K}) {
+    const int64_t in = 3 * QuantBlockElems(t), out = 11, n = 3, bb = QuantBlockBytes(t);
     QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
     for (int64_t o = 0; o < out; ++o)
       for (int64_t b = 0; b < 3; ++b) {
         uint8_t* blk = p.w.data() + o * QuantRowBytes(t, in) + b * bb;
         std::memset(blk, o % 4 == 3 ? 0x00 : 0xff, bb);  // codes all maximal (Q8_0: all -1), or all zero
-        const uint16_t one = 0x3c00;                      // f16 1.0
-        std::memcpy(blk, &one, 2);
+        const uint16_t one[2] = {0x3c00, 0x3c00};         // f16 1.0: d (and Q4_K's dmin)
+        std::memcpy(blk, one, t == QuantType::kQ4_K ? 4 : 2);
       }
+    const int64_t half = QuantBlockElems(t) / 2;
     for (int64_t i = 0; i < in; ++i)
-      p.x[i] = 1.0f, p.x[p.xs + i] = -1.0f, p.x[2 * p.xs + i] = i % 32 < 16 ? 1.0f : -1.0f;
+      p.x[i] = 1.0f, p.x[p.xs + i] = -1.0f, p.x[2 * p.xs + i] = i % (2 * half) < half ? 1.0f : -1.0f;
     const RowDotRefs refs = MakeRowDotRefs(p);
     for (int k = 0; k < n_kernels; ++k) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " " + kernels[k]->name);

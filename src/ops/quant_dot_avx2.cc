@@ -69,6 +69,20 @@ inline __m256i Bcast32(const int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
+// Token i's eight row outputs (the first `keep` of them) at out + i * out_stride.
+template <int T>
+inline void StoreLanes(const __m256 acc[T], float* out, int64_t out_stride, int keep) {
+  for (int i = 0; i < T; ++i) {
+    if (keep == 8) {
+      _mm256_storeu_ps(out + i * out_stride, acc[i]);
+    } else {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc[i]);
+      std::memcpy(out + i * out_stride, lanes, keep * sizeof(float));
+    }
+  }
+}
+
 // Eight rows (p: FullRows, or SomeRows for the last rows of a call, fewer than eight: lanes past
 // them repeat row 0 and are never stored), T tokens (token i's activation blocks at
 // x + i * x_stride); the first `keep` outputs of each token stored. `next` (or null): the next
@@ -101,19 +115,154 @@ void Group8(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* o
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
     }
   }
-  for (int i = 0; i < T; ++i) {
-    if (keep == 8) {
-      _mm256_storeu_ps(out + i * out_stride, acc[i]);
-    } else {
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, acc[i]);
-      std::memcpy(out + i * out_stride, lanes, keep * sizeof(float));
-    }
+  StoreLanes<T>(acc, out, out_stride, keep);
+}
+
+// Q4_K eight rows at a time, as Q4_0 above: a chunk of 64 values of the eight rows is transposed
+// once (vector m: values 4m .. 4m + 3 of a 32-value sub-block, row r in lane r), so a token's
+// sub-block is eight vpmaddubsw against its activation dwords broadcast, summed in 16 bits (exact
+// by the same bound: 4-bit codes), then one vpmaddwd by the eight rows' 6-bit scales of that
+// sub-block. The minimums are one vpmaddwd per two sub-blocks against the token's sub-block sums.
+// Each lane's integer sums are the one-row kernel's; the f32 steps per lane are the same whatever
+// the rows beside it or the number of tokens, so dot_rows and dot_rows_tokens agree bit for bit.
+
+// The eight rows' per-block values: sc[j] lane r = (scale j of row r) in both 16-bit halves;
+// mn[q] lane r = (minimum 2q, minimum 2q + 1) of row r; d and dmin in f32.
+struct BlockK8 {
+  __m256i sc[8], mn[4];
+  __m256 d, dmin;
+};
+
+// pshufb mask: in each dword, byte b0 of the source dword into byte 0, b1 into byte 2, zeros between.
+inline __m256i PickBytes(int b0, int b1) {
+  const __m256i at = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+  return _mm256_add_epi8(_mm256_set1_epi32(b0 | 0x80 << 8 | b1 << 16 | 0x80 << 24), at);  // 0x8x: zero
+}
+
+// The 16 header bytes of each row's block (d, dmin, the 12 packed scale bytes) transposed, row r in
+// lane r, then the 6-bit scales and minimums unpacked for all eight rows at once, as ggml packs them.
+template <typename Rows>
+[[gnu::always_inline]] inline void LoadBlockK8(const Rows& p, int64_t off, BlockK8& k) {
+  auto head = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off)); };
+  __m256i z[4];
+  for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(head(a + 4), head(a));  // 128-bit lane L: row a + 4L
+  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+  const __m256i dd = _mm256_unpacklo_epi64(t0, t2);  // lane r: d | dmin << 16
+  const __m256i u0 = _mm256_unpackhi_epi64(t0, t2), u1 = _mm256_unpacklo_epi64(t1, t3), u2 = _mm256_unpackhi_epi64(t1, t3);
+  const __m256i h = _mm256_permute4x64_epi64(
+      _mm256_packus_epi32(_mm256_and_si256(dd, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(dd, 16)), 0xd8);
+  k.d = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), k.dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  const __m256i m6 = _mm256_set1_epi8(0x3f), m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x03);
+  auto top2 = [&](__m256i u) { return _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 6), m2), 4); };
+  const __m256i s0 = _mm256_and_si256(u0, m6), s1 = _mm256_or_si256(_mm256_and_si256(u2, m4), top2(u0));
+  const __m256i n0 = _mm256_and_si256(u1, m6), n1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4), top2(u1));
+  for (int j = 0; j < 8; ++j) k.sc[j] = _mm256_shuffle_epi8(j < 4 ? s0 : s1, PickBytes(j % 4, j % 4));
+  for (int q = 0; q < 4; ++q) k.mn[q] = _mm256_shuffle_epi8(q < 2 ? n0 : n1, PickBytes(2 * (q % 2), 2 * (q % 2) + 1));
+}
+
+// Chunk c (values 64c .. 64c + 63) of the eight rows' block `off`, transposed: v[m] = bytes
+// 4m .. 4m + 3 of each row's 32 (low nibbles: values 64c + 4m .., sub-block 2c; high nibbles:
+// values 64c + 32 + 4m .., sub-block 2c + 1), row r in lane r.
+template <typename Rows>
+[[gnu::always_inline]] inline void ChunkK8(const Rows& p, int64_t off, int c, __m256i v[8]) {
+  auto half = [&](int r, int h) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * h));
+  };
+  for (int h = 0; h < 2; ++h) {  // dwords 4h .. 4h + 3 of each row's 32 bytes
+    __m256i z[4];
+    for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(half(a + 4, h), half(a, h));  // 128-bit lane L: row a + 4L
+    const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    v[4 * h] = _mm256_unpacklo_epi64(t0, t2), v[4 * h + 1] = _mm256_unpackhi_epi64(t0, t2);
+    v[4 * h + 2] = _mm256_unpacklo_epi64(t1, t3), v[4 * h + 3] = _mm256_unpackhi_epi64(t1, t3);
   }
 }
 
-// Out of line, one function per token count: tests/prefetch_emitted.sh finds each by its name.
-template <int T>
+// One sub-block of the eight rows against a token's 32 activations: the scaled integer sums.
+[[gnu::always_inline]] inline __m256i SubBlockK8(const __m256i c[8], const int8_t* q, __m256i scale) {
+  __m256i s0 = _mm256_maddubs_epi16(c[0], Bcast32(q)), s1 = _mm256_maddubs_epi16(c[4], Bcast32(q + 16));
+  for (int k = 1; k < 4; ++k) {
+    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(c[k], Bcast32(q + 4 * k)));
+    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(c[k + 4], Bcast32(q + 16 + 4 * k)));
+  }
+  return _mm256_madd_epi16(_mm256_add_epi16(s0, s1), scale);
+}
+
+// The minimums' integer sums of the eight rows against a token's block: sum_j mn_j (x sum of j).
+[[gnu::always_inline]] inline __m256i MinsK8(const BlockK8& k, const ActBlock256& xb) {
+  const __m256i xs = _mm256_madd_epi16(Load32(xb.bsums), _mm256_set1_epi16(1));  // lane j: sub-block j's sum
+  const __m256i p = _mm256_packs_epi32(xs, xs);  // 16-bit, exact: |sum| <= 32 * 127; dwords 0, 1, 4, 5 the pairs
+  __m256i s = _mm256_setzero_si256();
+  for (int q = 0; q < 4; ++q)
+    s = _mm256_add_epi32(s, _mm256_madd_epi16(k.mn[q], _mm256_permutevar8x32_epi32(p, _mm256_set1_epi32(q / 2 * 4 + q % 2))));
+  return s;
+}
+
+// Eight rows, T tokens: as Group8 above (rows, stores, the next group's prefetch), for Q4_K.
+// Forced inline, as DotK45 and for its reason: out of line, GCC dropped the prefetch.
+template <int T, typename Rows>
+[[gnu::always_inline]] inline void GroupK8(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                           int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                           int64_t next_bytes = 0) {
+  const int64_t slice = (next_bytes + nb - 1) / nb;
+  __m256 acc[T];
+  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * int64_t(sizeof(BlockQ4_K));
+    if (next)
+      for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+    BlockK8 k;
+    LoadBlockK8(p, off, k);
+    const char* xb0 = x + b * int64_t(sizeof(ActBlock256));
+    __m256i isum[T];
+    for (int i = 0; i < T; ++i) isum[i] = _mm256_setzero_si256();
+    // Sub-block by sub-block, all tokens each: its eight code vectors stay in registers for them.
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int c = 0; c < 4; ++c) {
+      __m256i v[8];
+      ChunkK8(p, off, c, v);
+      for (int h = 0; h < 2; ++h) {
+        __m256i codes[8];
+        for (int m = 0; m < 8; ++m) codes[m] = _mm256_and_si256(h ? _mm256_srli_epi16(v[m], 4) : v[m], m4);
+        for (int i = 0; i < T; ++i) {
+          const int8_t* q = reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride)->q + 64 * c + 32 * h;
+          isum[i] = _mm256_add_epi32(isum[i], SubBlockK8(codes, q, k.sc[2 * c + h]));
+        }
+      }
+    }
+    for (int i = 0; i < T; ++i) {
+      const ActBlock256& xb = *reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride);
+      const __m256 xd = _mm256_set1_ps(xb.d);
+      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(k.d, xd), _mm256_cvtepi32_ps(isum[i]), acc[i]);
+      acc[i] = _mm256_fnmadd_ps(_mm256_mul_ps(k.dmin, xd), _mm256_cvtepi32_ps(MinsK8(k, xb)), acc[i]);
+    }
+  }
+  StoreLanes<T>(acc, out, out_stride, keep);
+}
+
+// The eight-row kernels as types, so one driver below serves both.
+struct GroupQ4_0 {
+  template <int T, typename Rows>
+  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                         int64_t next_bytes = 0) {
+    Group8<T>(p, x, x_stride, nb, out, out_stride, keep, next, next_bytes);
+  }
+};
+struct GroupQ4_K {
+  template <int T, typename Rows>
+  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                         int64_t next_bytes = 0) {
+    GroupK8<T>(p, x, x_stride, nb, out, out_stride, keep, next, next_bytes);
+  }
+};
+
+// All rows in groups of eight, each full group prefetching the next one's rows; the last rows, fewer
+// than eight, as SomeRows. Out of line, one function per kernel and token count:
+// tests/prefetch_emitted.sh finds each by its name.
+template <typename G, int T>
 [[gnu::noinline]] void Rows8T(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                               int64_t nb, float* out, int64_t out_stride) {
   const auto* w = static_cast<const uint8_t*>(wp);
@@ -121,26 +270,33 @@ template <int T>
   int64_t r = 0;
   for (; r + 8 <= rows; r += 8) {
     const int64_t next_rows = std::min<int64_t>(8, rows - r - 8);
-    Group8<T>(FullRows{w + r * w_stride, w_stride}, x, xq_stride, nb, out + r, out_stride, 8,
-              next_rows > 0 ? w + (r + 8) * w_stride : nullptr, next_rows * w_stride);
+    G::template Run<T>(FullRows{w + r * w_stride, w_stride}, x, xq_stride, nb, out + r, out_stride, 8,
+                       next_rows > 0 ? w + (r + 8) * w_stride : nullptr, next_rows * w_stride);
   }
   if (r == rows) return;
   const int left = static_cast<int>(rows - r);
   const uint8_t* p[8];
   for (int i = 0; i < 8; ++i) p[i] = w + (r + (i < left ? i : 0)) * w_stride;
-  Group8<T>(SomeRows{p}, x, xq_stride, nb, out + r, out_stride, left);
+  G::template Run<T>(SomeRows{p}, x, xq_stride, nb, out + r, out_stride, left);
 }
 
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
-  if (t == QuantType::kQ4_0) return Rows8T<1>(w, w_stride, rows, xq, 0, nb, out, 0);
+  if (t == QuantType::kQ4_0) return Rows8T<GroupQ4_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+  if (t == QuantType::kQ4_K) return Rows8T<GroupQ4_K, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   DotRows(t, w, w_stride, rows, xq, nb, out);
 }
 
-// Q4_0's codes unpacked once for all tokens; the other types per token (their one-row kernels).
+// Q4_0's and Q4_K's codes unpacked once for all tokens; the other types per token (their one-row kernels).
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride) {
   if (t == QuantType::kQ4_0)
-    return WithTokens(tokens, [&](auto n) { Rows8T<decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride); });
+    return WithTokens(tokens, [&](auto n) {
+      Rows8T<GroupQ4_0, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    });
+  if (t == QuantType::kQ4_K)
+    return WithTokens(tokens, [&](auto n) {
+      Rows8T<GroupQ4_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    });
   for (int i = 0; i < tokens; ++i)
     DotRows(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
 }
@@ -149,7 +305,7 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
   static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
-                                 [](QuantType t) { return t == QuantType::kQ4_0; }};
+                                 [](QuantType t) { return t == QuantType::kQ4_0 || t == QuantType::kQ4_K; }};
   return k;
 }
 
