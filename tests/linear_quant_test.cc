@@ -589,7 +589,7 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
 // partial row group. The AVX2 eight-row Q4_0 and Q4_K kernels sum eight byte-pair products in 16
 // bits, exact only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that
 // wrapped or saturated would miss the int8 reference by thousands of scale units. (Q4_K: every
-// scale and minimum 63, d = dmin = 1.)
+// scale and minimum 63 in the rows of maximal codes, d = dmin = 1.)
 TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);

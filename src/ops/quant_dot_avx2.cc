@@ -69,6 +69,25 @@ inline __m256i Bcast32(const int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
+// The eight-row kernels, Q4_0's and Q4_K's (below), as types, so that one driver (Rows8T) serves both.
+struct GroupQ4_0 {
+  template <int T, typename Rows>
+  static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out, int64_t out_stride,
+                  int keep, const uint8_t* next = nullptr, int64_t next_bytes = 0);
+};
+struct GroupQ4_K {
+  template <int T, typename Rows>
+  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                         int64_t next_bytes = 0);
+};
+
+// Block b's slice of the next group's rows (`slice` bytes per block), into L2; none when next is null.
+[[gnu::always_inline]] inline void PrefetchSlice(const uint8_t* next, int64_t b, int64_t slice) {
+  if (next)
+    for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+}
+
 // Token i's eight row outputs (the first `keep` of them) at out + i * out_stride.
 template <int T>
 inline void StoreLanes(const __m256 acc[T], float* out, int64_t out_stride, int keep) {
@@ -89,16 +108,15 @@ inline void StoreLanes(const __m256 acc[T], float* out, int64_t out_stride, int 
 // group's rows, next_bytes from there, prefetched a slice per block into L2, as the AVX-512
 // sixteen-row kernel does and for its reason.
 template <int T, typename Rows>
-void Group8(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out, int64_t out_stride, int keep,
-            const uint8_t* next = nullptr, int64_t next_bytes = 0) {
+void GroupQ4_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out, int64_t out_stride,
+                    int keep, const uint8_t* next, int64_t next_bytes) {
   const int64_t slice = (next_bytes + nb - 1) / nb;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[T];
   for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = b * int64_t(sizeof(BlockQ4_0));
-    if (next)
-      for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+    PrefetchSlice(next, b, slice);
     const __m256 dw = Scales8(p, off);
     __m256i c[8];
     Codes8(p, off, c);
@@ -199,19 +217,19 @@ template <typename Rows>
   return s;
 }
 
-// Eight rows, T tokens: as Group8 above (rows, stores, the next group's prefetch), for Q4_K.
-// Forced inline, as DotK45 and for its reason: out of line, GCC dropped the prefetch.
+// Eight rows, T tokens: as Q4_0's above (rows, stores, the next group's prefetch), for Q4_K.
+// Forced inline into Rows8T (one function per kernel and token count): GCC kept it out of line,
+// a call per group, its prefetch then outside the functions tests/prefetch_emitted.sh reads.
 template <int T, typename Rows>
-[[gnu::always_inline]] inline void GroupK8(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
-                                           int64_t out_stride, int keep, const uint8_t* next = nullptr,
-                                           int64_t next_bytes = 0) {
+[[gnu::always_inline]] inline void GroupQ4_K::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
+                                                  int64_t next_bytes) {
   const int64_t slice = (next_bytes + nb - 1) / nb;
   __m256 acc[T];
   for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = b * int64_t(sizeof(BlockQ4_K));
-    if (next)
-      for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+    PrefetchSlice(next, b, slice);
     BlockK8 k;
     LoadBlockK8(p, off, k);
     const char* xb0 = x + b * int64_t(sizeof(ActBlock256));
@@ -240,24 +258,6 @@ template <int T, typename Rows>
   }
   StoreLanes<T>(acc, out, out_stride, keep);
 }
-
-// The eight-row kernels as types, so one driver below serves both.
-struct GroupQ4_0 {
-  template <int T, typename Rows>
-  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
-                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
-                                         int64_t next_bytes = 0) {
-    Group8<T>(p, x, x_stride, nb, out, out_stride, keep, next, next_bytes);
-  }
-};
-struct GroupQ4_K {
-  template <int T, typename Rows>
-  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
-                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
-                                         int64_t next_bytes = 0) {
-    GroupK8<T>(p, x, x_stride, nb, out, out_stride, keep, next, next_bytes);
-  }
-};
 
 // All rows in groups of eight, each full group prefetching the next one's rows; the last rows, fewer
 // than eight, as SomeRows. Out of line, one function per kernel and token count:
