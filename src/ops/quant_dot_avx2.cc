@@ -34,17 +34,25 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
 // operations are the same whatever the rows beside it or the number of tokens, so each token's
 // result is the same in any batch (the multi-token contract of QuantDotKernels).
 
-// The 32 codes of block `off` of the eight rows: c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles
-// of qs bytes 4m .., m >= 4: high nibbles of qs bytes 4(m - 4) ..), row r in lane r.
+// Sixteen bytes at byte `at` of each of the eight rows, transposed: v[k] holds bytes 4k .. 4k + 3 of
+// row r in lane r (two 4x4 dword transposes, one per 128-bit lane).
 template <typename Rows>
-inline void Codes8(const Rows& p, int64_t off, __m256i c[8]) {
-  auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off + offsetof(BlockQ4_0, qs))); };
+[[gnu::always_inline]] inline void Transpose8Rows(const Rows& p, int64_t at, __m256i v[4]) {
+  auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + at)); };
   __m256i z[4];
   for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(row(a + 4), row(a));  // 128-bit lane L: row a + 4L
   const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
   const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
-  const __m256i v[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
-                        _mm256_unpackhi_epi64(t1, t3)};
+  v[0] = _mm256_unpacklo_epi64(t0, t2), v[1] = _mm256_unpackhi_epi64(t0, t2);
+  v[2] = _mm256_unpacklo_epi64(t1, t3), v[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+// The 32 codes of block `off` of the eight rows: c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles
+// of qs bytes 4m .., m >= 4: high nibbles of qs bytes 4(m - 4) ..), row r in lane r.
+template <typename Rows>
+inline void Codes8(const Rows& p, int64_t off, __m256i c[8]) {
+  __m256i v[4];
+  Transpose8Rows(p, off + offsetof(BlockQ4_0, qs), v);
   const __m256i m4 = _mm256_set1_epi8(15);
   for (int m = 0; m < 4; ++m) c[m] = _mm256_and_si256(v[m], m4), c[m + 4] = _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4);
 }
@@ -161,13 +169,10 @@ inline __m256i PickBytes(int b0, int b1) {
 // lane r, then the 6-bit scales and minimums unpacked for all eight rows at once, as ggml packs them.
 template <typename Rows>
 [[gnu::always_inline]] inline void LoadBlockK8(const Rows& p, int64_t off, BlockK8& k) {
-  auto head = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off)); };
-  __m256i z[4];
-  for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(head(a + 4), head(a));  // 128-bit lane L: row a + 4L
-  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
-  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
-  const __m256i dd = _mm256_unpacklo_epi64(t0, t2);  // lane r: d | dmin << 16
-  const __m256i u0 = _mm256_unpackhi_epi64(t0, t2), u1 = _mm256_unpacklo_epi64(t1, t3), u2 = _mm256_unpackhi_epi64(t1, t3);
+  __m256i v[4];
+  Transpose8Rows(p, off, v);
+  const __m256i dd = v[0];  // lane r: d | dmin << 16
+  const __m256i u0 = v[1], u1 = v[2], u2 = v[3];
   const __m256i h = _mm256_permute4x64_epi64(
       _mm256_packus_epi32(_mm256_and_si256(dd, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(dd, 16)), 0xd8);
   k.d = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), k.dmin = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
@@ -184,17 +189,7 @@ template <typename Rows>
 // values 64c + 32 + 4m .., sub-block 2c + 1), row r in lane r.
 template <typename Rows>
 [[gnu::always_inline]] inline void ChunkK8(const Rows& p, int64_t off, int c, __m256i v[8]) {
-  auto half = [&](int r, int h) {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * h));
-  };
-  for (int h = 0; h < 2; ++h) {  // dwords 4h .. 4h + 3 of each row's 32 bytes
-    __m256i z[4];
-    for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(half(a + 4, h), half(a, h));  // 128-bit lane L: row a + 4L
-    const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
-    v[4 * h] = _mm256_unpacklo_epi64(t0, t2), v[4 * h + 1] = _mm256_unpackhi_epi64(t0, t2);
-    v[4 * h + 2] = _mm256_unpacklo_epi64(t1, t3), v[4 * h + 3] = _mm256_unpackhi_epi64(t1, t3);
-  }
+  for (int h = 0; h < 2; ++h) Transpose8Rows(p, off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * h, v + 4 * h);
 }
 
 // One sub-block of the eight rows against a token's 32 activations: the scaled integer sums.
