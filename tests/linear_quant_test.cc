@@ -506,16 +506,16 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
 }
 
 // Precision int8 on a CPU without the int8 GEMM: a type whose kernel unpacks blocks once for several
-// tokens (AVX2: Q4_0 and Q4_K, not Q8_0) runs on the row-dot for any number of tokens, so each
+// tokens (AVX2: Q4_0, Q4_K and Q6_K, not Q8_0) runs on the row-dot for any number of tokens, so each
 // token's result is its one-token decode's, bit for bit, and within the row-dot's bounds; other
 // types, and kernels without such a path, still take the dequantized panels (the GEMM's bits).
-TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0AndQ4_KOnTheRowDot) {
+TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot) {
   if (ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "this CPU has the int8 GEMM: prefill runs it";
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(14);
   ThreadPool pool(2);
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K}) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
     for (int64_t n : {12, 17, 40}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, QuantBlockElems(t) == 32 ? 37 * 32 : 5 * 256, 21);
@@ -525,7 +525,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsQ4_0AndQ4_KOnTheRowDot) {
         const bool once = ops::UnpacksOnce(*kernels[k], t);
         const std::string name = kernels[k]->name;
         if (name == "avx2" || name == "generic") {
-          EXPECT_EQ(once, name == "avx2" && (t == QuantType::kQ4_0 || t == QuantType::kQ4_K));
+          EXPECT_EQ(once, name == "avx2" && t != QuantType::kQ8_0);
         }
         ops::SetQuantDotForTesting(kernels[k]);
         const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kLinear);
@@ -557,7 +557,7 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
   struct Case {
     int64_t n, in, out;
   };
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K})
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K})
     for (const Case c : {Case{150, 37 * 32 * 8, 37}, Case{70, ops::kMaxQuantRowDotIn, 21}}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(c.n) + " in=" + std::to_string(c.in));
       const QuantProblem p = MakeQuantProblem(rng, t, c.n, c.in, c.out);
@@ -588,13 +588,14 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
 // second (the two halves' sums at opposite extremes), on every kernel, one and several tokens and a
 // partial row group. The AVX2 eight-row Q4_0 and Q4_K kernels sum eight byte-pair products in 16
 // bits, exact only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that
-// wrapped or saturated would miss the int8 reference by thousands of scale units. (Q4_K: every
-// scale and minimum 63 in the rows of maximal codes, d = dmin = 1.)
+// wrapped or saturated would miss the int8 reference by thousands of scale units; the Q6_K one sums
+// two, up to 2 * 2 * 63 * 127 = 32004. (Q4_K: every scale and minimum 63 in the rows of maximal
+// codes, d = dmin = 1; Q6_K: every scale -128 or 127 by row, d = 1.)
 TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(13);
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K}) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
     const int64_t in = 3 * QuantBlockElems(t), out = 11, n = 3, bb = QuantBlockBytes(t);
     QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
     for (int64_t o = 0; o < out; ++o)
@@ -602,7 +603,12 @@ TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
         uint8_t* blk = p.w.data() + o * QuantRowBytes(t, in) + b * bb;
         std::memset(blk, o % 4 == 3 ? 0x00 : 0xff, bb);  // codes all maximal (Q8_0: all -1), or all zero
         const uint16_t one[2] = {0x3c00, 0x3c00};         // f16 1.0: d (and Q4_K's dmin)
-        std::memcpy(blk, one, t == QuantType::kQ4_K ? 4 : 2);
+        if (t == QuantType::kQ6_K) {
+          std::memset(blk + offsetof(BlockQ6_K, scales), o % 2 ? 0x80 : 0x7f, 16);
+          std::memcpy(blk + offsetof(BlockQ6_K, d), one, 2);
+        } else {
+          std::memcpy(blk, one, t == QuantType::kQ4_K ? 4 : 2);
+        }
       }
     const int64_t half = QuantBlockElems(t) / 2;
     for (int64_t i = 0; i < in; ++i)

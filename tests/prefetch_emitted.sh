@@ -12,15 +12,16 @@ objdump=${2:-objdump}
   /^[0-9a-f]+ <.*>:$/ {
     fn = $0
     if (fn ~ /RowK45Tokens<.*>::Row<[0-9]>|RowQ6KTokens::Row<[0-9]>|Row16T<[0-9]|Lanes16<.*>::RowsT<[0-9]>|Rows8T<[^<>]*, [0-9]>/ ||
-        fn ~ /::Row<tessera::Block[A-Z0-9_]+, tessera::ops::ActBlock/) {
+        fn ~ /::Row<tessera::Block[A-Z0-9_]+, tessera::ops::ActBlock/ || fn ~ /::RowLaneQ6K\(/) {
       kernels[fn] = 0
-      if (fn ~ /::Row<tessera::Block/) x86++
+      if (fn ~ /::Row<tessera::Block/ || fn ~ /::RowLaneQ6K\(/) x86++
       if (fn ~ /RowK45Tokens/) k45++
       if (fn ~ /RowQ6KTokens/) q6k++
       if (fn ~ /Row16T/) r16++
       if (fn ~ /Lanes16/) l16++
       if (fn ~ /Rows8T<[^<>]*GroupQ4_0, /) r8++
       if (fn ~ /Rows8T<[^<>]*GroupQ4_K, /) r8k++
+      if (fn ~ /Rows8T<[^<>]*GroupQ6_K, /) r86++
     }
     next
   }
@@ -28,8 +29,8 @@ objdump=${2:-objdump}
   END {
     bad = 0
     for (f in kernels) if (kernels[f] == 0) { print "no prefetch in " f; bad = 1 }
-    printf "kernels: %d K-quant 4/5-bit rows, %d Q6_K rows, %d Row16T, %d Lanes16, %d AVX2 Q4_0 Rows8T, %d AVX2 Q4_K Rows8T, %d one-row (AVX2 form)\n",
-           k45, q6k, r16, l16, r8, r8k, x86
-    if (k45 == 0 || q6k == 0 || r16 == 0 || l16 == 0 || r8 == 0 || r8k == 0 || x86 == 0) { print "a kernel family was not found"; bad = 1 }
+    printf "kernels: %d K-quant 4/5-bit rows, %d Q6_K rows, %d Row16T, %d Lanes16, %d AVX2 Q4_0 Rows8T, %d AVX2 Q4_K Rows8T, %d AVX2 Q6_K Rows8T, %d one-row (AVX2 form)\n",
+           k45, q6k, r16, l16, r8, r8k, r86, x86
+    if (k45 == 0 || q6k == 0 || r16 == 0 || l16 == 0 || r8 == 0 || r8k == 0 || r86 == 0 || x86 == 0) { print "a kernel family was not found"; bad = 1 }
     exit bad
   }'

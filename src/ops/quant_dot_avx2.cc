@@ -21,6 +21,15 @@ inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
                            _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(b)), _mm_set1_epi16(static_cast<int16_t>(a))));
 }
 
+// The pair's scales from sc16: dword j (scales 2j, 2j + 1) to every dword, then each half's own
+// spread over its 128 bits; two shuffles, against building them from two scalars.
+inline __m256i Dot4ScaledPair(__m256i u, __m256i s, const int8_t*, __m256i sc16, int j) {
+  const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  const __m256i pair = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(j)), spread);
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), pair);
+}
+
 #include "ops/quant_dot_x86.inc"
 #include "ops/quant_convert_x86.inc"
 
@@ -57,12 +66,12 @@ inline void Codes8(const Rows& p, int64_t off, __m256i c[8]) {
   for (int m = 0; m < 4; ++m) c[m] = _mm256_and_si256(v[m], m4), c[m + 4] = _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4);
 }
 
-// The eight rows' f16 scales of block `off`, in f32.
+// The eight rows' f16 values at byte `at` (a block's scale), in f32.
 template <typename Rows>
-inline __m256 Scales8(const Rows& p, int64_t off) {
+inline __m256 Scales8(const Rows& p, int64_t at) {
   auto d = [&](int r) {
     uint16_t h;
-    std::memcpy(&h, p(r) + off + offsetof(BlockQ4_0, d), 2);
+    std::memcpy(&h, p(r) + at, 2);
     return static_cast<int>(h);
   };
   __m128i h = _mm_cvtsi32_si128(d(0));
@@ -77,13 +86,20 @@ inline __m256i Bcast32(const int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
-// The eight-row kernels, Q4_0's and Q4_K's (below), as types, so that one driver (Rows8T) serves both.
+// The eight-row kernels (Q4_0, Q4_K, Q6_K; below) as types, so that one driver (Rows8T) serves them all.
 struct GroupQ4_0 {
   template <int T, typename Rows>
   static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out, int64_t out_stride,
                   int keep, const uint8_t* next = nullptr, int64_t next_bytes = 0);
 };
 struct GroupQ4_K {
+  template <int T, typename Rows>
+  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                         int64_t next_bytes = 0);
+};
+
+struct GroupQ6_K {
   template <int T, typename Rows>
   [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
                                          int64_t out_stride, int keep, const uint8_t* next = nullptr,
@@ -125,7 +141,7 @@ void GroupQ4_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, 
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t off = b * int64_t(sizeof(BlockQ4_0));
     PrefetchSlice(next, b, slice);
-    const __m256 dw = Scales8(p, off);
+    const __m256 dw = Scales8(p, off + offsetof(BlockQ4_0, d));
     __m256i c[8];
     Codes8(p, off, c);
     const char* xb0 = x + b * int64_t(sizeof(ActBlock32));
@@ -159,10 +175,12 @@ struct BlockK8 {
   __m256 d, dmin;
 };
 
-// pshufb mask: in each dword, byte b0 of the source dword into byte 0, b1 into byte 2, zeros between.
-inline __m256i PickBytes(int b0, int b1) {
+// pshufb mask: in each dword, byte b0 of the source dword into byte 0, b1 into byte 2, zeros between
+// (high: into bytes 1 and 3, zeros below them, for a sign-extending shift right by 8).
+inline __m256i PickBytes(int b0, int b1, bool high = false) {
   const __m256i at = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
-  return _mm256_add_epi8(_mm256_set1_epi32(b0 | 0x80 << 8 | b1 << 16 | 0x80 << 24), at);  // 0x8x: zero
+  const int lo = b0 | 0x80 << 8 | b1 << 16 | 0x80 << 24, hi = 0x80 | b0 << 8 | 0x80 << 16 | b1 << 24;
+  return _mm256_add_epi8(_mm256_set1_epi32(high ? hi : lo), at);  // 0x8x: zero
 }
 
 // The 16 header bytes of each row's block (d, dmin, the 12 packed scale bytes) transposed, row r in
@@ -254,6 +272,120 @@ template <int T, typename Rows>
   StoreLanes<T>(acc, out, out_stride, keep);
 }
 
+// Q6_K eight rows at a time. Codes have six bits (0 .. 63, offset 32), so a vpmaddubsw pair sum
+// reaches 2 * 63 * 127 and only two of them fit a 16-bit sum: a 16-value sub-block (one int8 scale)
+// is four vpmaddubsw, two 16-bit sums, two vpmaddwd by the eight rows' scales. The offset,
+// 32 sum_s sc_s (x sum of sub-block s), is one vpmaddwd per two sub-blocks against the token's sums.
+// The block goes in groups (h, g): of half h's four 32-value quarters, values 16g .. 16g + 15 of
+// each, i.e. ql bytes 64h + 16g .. (quarters 0, 2: low, high nibbles), 64h + 32 + 16g .. (quarters
+// 1, 3) and qh bytes 32h + 16g .. (bits 2k, 2k + 1: quarter k) transposed, row r in lane r; quarter
+// k's values there are sub-block 8h + 2k + g. Lanes as in the kernels above, so dot_rows and
+// dot_rows_tokens agree bit for bit.
+
+// The eight rows' per-block values: sc[s] lane r = scale s of row r in both 16-bit halves, pair[q]
+// lane r = (scale 2q, scale 2q + 1) of row r, d in f32.
+struct BlockQ6K8 {
+  __m256i sc[16], pair[8];
+  __m256 d;
+};
+
+template <typename Rows>
+[[gnu::always_inline]] inline void LoadBlockQ6K8(const Rows& p, int64_t off, BlockQ6K8& k) {
+  __m256i v[4];  // v[m] lane r: scales 4m .. 4m + 3 of row r
+  Transpose8Rows(p, off + offsetof(BlockQ6_K, scales), v);
+  for (int s = 0; s < 16; ++s) k.sc[s] = _mm256_srai_epi16(_mm256_shuffle_epi8(v[s / 4], PickBytes(s % 4, s % 4, true)), 8);
+  for (int q = 0; q < 8; ++q)
+    k.pair[q] = _mm256_srai_epi16(_mm256_shuffle_epi8(v[q / 2], PickBytes(2 * (q % 2), 2 * (q % 2) + 1, true)), 8);
+  k.d = Scales8(p, off + offsetof(BlockQ6_K, d));
+}
+
+// Quarter k of group (h, g), from its transposed ql (lo: quarters 0, 2; hi: 1, 3) and qh vectors.
+[[gnu::always_inline]] inline void QuarterQ6K8(const __m256i lo[4], const __m256i hi[4], const __m256i qh[4], int k,
+                                               __m256i c[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  for (int m = 0; m < 4; ++m) {
+    const __m256i l = k & 1 ? hi[m] : lo[m];
+    const __m256i low = _mm256_and_si256(k < 2 ? l : _mm256_srli_epi16(l, 4), m4);
+    const __m256i top = k == 2 ? qh[m] : k < 2 ? _mm256_slli_epi16(qh[m], 4 - 2 * k) : _mm256_srli_epi16(qh[m], 2);
+    c[m] = _mm256_or_si256(low, _mm256_and_si256(top, m30));
+  }
+}
+
+// One 16-value sub-block of the eight rows against a token's activations at q: the scaled sums.
+[[gnu::always_inline]] inline __m256i SubBlockQ6K8(const __m256i c[4], const int8_t* q, __m256i scale) {
+  const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(c[0], Bcast32(q)), _mm256_maddubs_epi16(c[1], Bcast32(q + 4)));
+  const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(c[2], Bcast32(q + 8)), _mm256_maddubs_epi16(c[3], Bcast32(q + 12)));
+  return _mm256_add_epi32(_mm256_madd_epi16(s0, scale), _mm256_madd_epi16(s1, scale));
+}
+
+// The offset's integer sums of the eight rows against a token's block: sum_s sc_s (x sum of s).
+[[gnu::always_inline]] inline __m256i OffsetQ6K8(const BlockQ6K8& k, const ActBlock256& xb) {
+  const __m256i bs = Load32(xb.bsums);  // dword q: the sums of sub-blocks 2q, 2q + 1
+  __m256i s = _mm256_setzero_si256();
+  for (int q = 0; q < 8; ++q) s = _mm256_add_epi32(s, _mm256_madd_epi16(k.pair[q], _mm256_permutevar8x32_epi32(bs, _mm256_set1_epi32(q))));
+  return s;
+}
+
+// Eight rows, T tokens, as Q4_K's above, for Q6_K.
+template <int T, typename Rows>
+[[gnu::always_inline]] inline void GroupQ6_K::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
+                                                  int64_t next_bytes) {
+  const int64_t slice = (next_bytes + nb - 1) / nb;
+  __m256 acc[T];
+  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * int64_t(sizeof(BlockQ6_K));
+    PrefetchSlice(next, b, slice);
+    BlockQ6K8 k;
+    LoadBlockQ6K8(p, off, k);
+    const char* xb0 = x + b * int64_t(sizeof(ActBlock256));
+    __m256i isum[T];
+    for (int i = 0; i < T; ++i) isum[i] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h)
+      for (int g = 0; g < 2; ++g) {
+        __m256i lo[4], hi[4], qh[4];
+        Transpose8Rows(p, off + offsetof(BlockQ6_K, ql) + 64 * h + 16 * g, lo);
+        Transpose8Rows(p, off + offsetof(BlockQ6_K, ql) + 64 * h + 32 + 16 * g, hi);
+        Transpose8Rows(p, off + offsetof(BlockQ6_K, qh) + 32 * h + 16 * g, qh);
+        for (int kq = 0; kq < 4; ++kq) {
+          __m256i c[4];
+          QuarterQ6K8(lo, hi, qh, kq, c);
+          const int at = 128 * h + 32 * kq + 16 * g;  // the sub-block's first value
+          for (int i = 0; i < T; ++i) {
+            const int8_t* q = reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride)->q + at;
+            isum[i] = _mm256_add_epi32(isum[i], SubBlockQ6K8(c, q, k.sc[at / 16]));
+          }
+        }
+      }
+    for (int i = 0; i < T; ++i) {
+      const ActBlock256& xb = *reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride);
+      const __m256i s = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(OffsetQ6K8(k, xb), 5));
+      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(k.d, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
+    }
+  }
+  StoreLanes<T>(acc, out, out_stride, keep);
+}
+
+// Q6_K one row, one token (decode), with the bits of the eight-row kernel's lane: per block the
+// integer sum of all 256 products, exact, then that lane's f32 steps. For one token the eight-row
+// kernel unpacks as much per row as this and transposes besides: it streams slower
+// (bench/results/quant_kernels.md, "AVX2 Q6_K eight rows").
+[[gnu::noinline]] float RowLaneQ6K(const void* wp, const void* xp, int64_t nb) {
+  const auto* w = static_cast<const BlockQ6_K*>(wp);
+  const auto* x = static_cast<const ActBlock256*>(xp);
+  __m128 acc = _mm_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    PrefetchAhead(w + b, sizeof(BlockQ6_K));
+    const __m256i v = IntQ6K(w[b], x[b]);
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    acc = _mm_fmadd_ss(_mm_set_ss(Half(w[b].d) * x[b].d), _mm_cvtepi32_ps(s), acc);
+  }
+  return _mm_cvtss_f32(acc);
+}
+
 // All rows in groups of eight, each full group prefetching the next one's rows; the last rows, fewer
 // than eight, as SomeRows. Out of line, one function per kernel and token count:
 // tests/prefetch_emitted.sh finds each by its name.
@@ -278,10 +410,15 @@ template <typename G, int T>
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   if (t == QuantType::kQ4_0) return Rows8T<GroupQ4_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   if (t == QuantType::kQ4_K) return Rows8T<GroupQ4_K, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+  if (t == QuantType::kQ6_K) {
+    for (int64_t r = 0; r < rows; ++r) out[r] = RowLaneQ6K(static_cast<const char*>(w) + r * w_stride, xq, nb);
+    return;
+  }
   DotRows(t, w, w_stride, rows, xq, nb, out);
 }
 
-// Q4_0's and Q4_K's codes unpacked once for all tokens; the other types per token (their one-row kernels).
+// Q4_0's, Q4_K's and Q6_K's codes unpacked once for all tokens (Q6_K's one token: its one-row lane kernel,
+// the same bits); the other types per token (their one-row kernels).
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride) {
   if (t == QuantType::kQ4_0)
@@ -292,6 +429,11 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
     return WithTokens(tokens, [&](auto n) {
       Rows8T<GroupQ4_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
     });
+  if (t == QuantType::kQ6_K && tokens == 1) return DotRowsAvx2(t, w, w_stride, rows, xq, nb, out);
+  if (t == QuantType::kQ6_K)
+    return WithTokens(tokens, [&](auto n) {
+      Rows8T<GroupQ6_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    });
   for (int i = 0; i < tokens; ++i)
     DotRows(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
 }
@@ -300,7 +442,9 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
   static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
-                                 [](QuantType t) { return t == QuantType::kQ4_0 || t == QuantType::kQ4_K; }};
+                                 [](QuantType t) {
+                                   return t == QuantType::kQ4_0 || t == QuantType::kQ4_K || t == QuantType::kQ6_K;
+                                 }};
   return k;
 }
 

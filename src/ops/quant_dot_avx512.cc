@@ -19,6 +19,9 @@ inline __m256i Dot4(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_se
 inline __m256i Dot4Scaled(__m256i u, __m256i s, int a, int b) {
   return _mm256_mullo_epi32(Dot4(u, s), _mm256_set_m128i(_mm_set1_epi32(b), _mm_set1_epi32(a)));
 }
+inline __m256i Dot4ScaledPair(__m256i u, __m256i s, const int8_t* sc, __m256i, int j) {
+  return Dot4Scaled(u, s, sc[2 * j], sc[2 * j + 1]);
+}
 
 #include "ops/quant_dot_x86.inc"
 #include "ops/quant_convert_x86.inc"
