@@ -417,8 +417,8 @@ void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, con
   DotRows(t, w, w_stride, rows, xq, nb, out);
 }
 
-// Q4_0's, Q4_K's and Q6_K's codes unpacked once for all tokens (Q6_K's one token: its one-row lane kernel,
-// the same bits); the other types per token (their one-row kernels).
+// Q4_0's, Q4_K's and Q6_K's codes unpacked once for all tokens (Q6_K's one or two tokens: its one-row
+// lane kernel per token, the same bits); the other types per token (their one-row kernels).
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride) {
   if (t == QuantType::kQ4_0)
@@ -429,7 +429,11 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
     return WithTokens(tokens, [&](auto n) {
       Rows8T<GroupQ4_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
     });
-  if (t == QuantType::kQ6_K && tokens == 1) return DotRowsAvx2(t, w, w_stride, rows, xq, nb, out);
+  if (t == QuantType::kQ6_K && tokens <= 2) {  // the one-row kernel per token: as fast at two
+    for (int i = 0; i < tokens; ++i)
+      DotRowsAvx2(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
+    return;
+  }
   if (t == QuantType::kQ6_K)
     return WithTokens(tokens, [&](auto n) {
       Rows8T<GroupQ6_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
