@@ -210,6 +210,23 @@ template <typename Rows>
   for (int h = 0; h < 2; ++h) Transpose8Rows(p, off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * h, v + 4 * h);
 }
 
+// The block loop of the 256-value groups (Q4_K, Q6_K): the accumulators, each block's slice of the
+// next group's prefetch, the stores. block(off, xb0, acc) adds block b (byte off of each row; token
+// i's activations at xb0 + i * x_stride) to every token's accumulator.
+template <int T, typename Block>
+[[gnu::always_inline]] inline void Blocks256(int64_t block_bytes, const char* x, int64_t nb, float* out,
+                                             int64_t out_stride, int keep, const uint8_t* next, int64_t next_bytes,
+                                             Block& block) {
+  const int64_t slice = (next_bytes + nb - 1) / nb;
+  __m256 acc[T];
+  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    PrefetchSlice(next, b, slice);
+    block(b * block_bytes, x + b * int64_t(sizeof(ActBlock256)), acc);
+  }
+  StoreLanes<T>(acc, out, out_stride, keep);
+}
+
 // One sub-block of the eight rows against a token's 32 activations: the scaled integer sums.
 [[gnu::always_inline]] inline __m256i SubBlockK8(const __m256i c[8], const int8_t* q, __m256i scale) {
   __m256i s0 = _mm256_maddubs_epi16(c[0], Bcast32(q)), s1 = _mm256_maddubs_epi16(c[4], Bcast32(q + 16));
@@ -237,15 +254,9 @@ template <int T, typename Rows>
 [[gnu::always_inline]] inline void GroupQ4_K::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
                                                   float* out, int64_t out_stride, int keep, const uint8_t* next,
                                                   int64_t next_bytes) {
-  const int64_t slice = (next_bytes + nb - 1) / nb;
-  __m256 acc[T];
-  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * int64_t(sizeof(BlockQ4_K));
-    PrefetchSlice(next, b, slice);
+  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
     BlockK8 k;
     LoadBlockK8(p, off, k);
-    const char* xb0 = x + b * int64_t(sizeof(ActBlock256));
     __m256i isum[T];
     for (int i = 0; i < T; ++i) isum[i] = _mm256_setzero_si256();
     // Sub-block by sub-block, all tokens each: its eight code vectors stay in registers for them.
@@ -268,8 +279,8 @@ template <int T, typename Rows>
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(k.d, xd), _mm256_cvtepi32_ps(isum[i]), acc[i]);
       acc[i] = _mm256_fnmadd_ps(_mm256_mul_ps(k.dmin, xd), _mm256_cvtepi32_ps(MinsK8(k, xb)), acc[i]);
     }
-  }
-  StoreLanes<T>(acc, out, out_stride, keep);
+  };
+  Blocks256<T>(sizeof(BlockQ4_K), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q6_K eight rows at a time. Codes have six bits (0 .. 63, offset 32), so a vpmaddubsw pair sum
@@ -331,15 +342,9 @@ template <int T, typename Rows>
 [[gnu::always_inline]] inline void GroupQ6_K::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
                                                   float* out, int64_t out_stride, int keep, const uint8_t* next,
                                                   int64_t next_bytes) {
-  const int64_t slice = (next_bytes + nb - 1) / nb;
-  __m256 acc[T];
-  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * int64_t(sizeof(BlockQ6_K));
-    PrefetchSlice(next, b, slice);
+  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
     BlockQ6K8 k;
     LoadBlockQ6K8(p, off, k);
-    const char* xb0 = x + b * int64_t(sizeof(ActBlock256));
     __m256i isum[T];
     for (int i = 0; i < T; ++i) isum[i] = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h)
@@ -363,8 +368,8 @@ template <int T, typename Rows>
       const __m256i s = _mm256_sub_epi32(isum[i], _mm256_slli_epi32(OffsetQ6K8(k, xb), 5));
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(k.d, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
     }
-  }
-  StoreLanes<T>(acc, out, out_stride, keep);
+  };
+  Blocks256<T>(sizeof(BlockQ6_K), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q6_K one row, one token (decode), with the bits of the eight-row kernel's lane: per block the
