@@ -290,8 +290,8 @@ template <int T, typename Rows>
 // The block goes in groups (h, g): of half h's four 32-value quarters, values 16g .. 16g + 15 of
 // each, i.e. ql bytes 64h + 16g .. (quarters 0, 2: low, high nibbles), 64h + 32 + 16g .. (quarters
 // 1, 3) and qh bytes 32h + 16g .. (bits 2k, 2k + 1: quarter k) transposed, row r in lane r; quarter
-// k's values there are sub-block 8h + 2k + g. Lanes as in the kernels above, so dot_rows and
-// dot_rows_tokens agree bit for bit.
+// k's values there are sub-block 8h + 2k + g. Lanes as in the kernels above; dot_rows (RowLaneQ6K
+// below) repeats a lane's f32 steps, so it and dot_rows_tokens agree bit for bit.
 
 // The eight rows' per-block values: sc[s] lane r = scale s of row r in both 16-bit halves, pair[q]
 // lane r = (scale 2q, scale 2q + 1) of row r, d in f32.
@@ -434,7 +434,7 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
     return WithTokens(tokens, [&](auto n) {
       Rows8T<GroupQ4_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
     });
-  if (t == QuantType::kQ6_K && tokens <= 2) {  // the one-row kernel per token: as fast at two
+  if (t == QuantType::kQ6_K && tokens <= 2) {  // the one-row kernel per token: faster at two
     for (int i = 0; i < tokens; ++i)
       DotRowsAvx2(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
     return;
