@@ -305,8 +305,7 @@ template <typename Rows>
   __m256i v[4];  // v[m] lane r: scales 4m .. 4m + 3 of row r
   Transpose8Rows(p, off + offsetof(BlockQ6_K, scales), v);
   for (int s = 0; s < 16; ++s) k.sc[s] = _mm256_srai_epi16(_mm256_shuffle_epi8(v[s / 4], PickBytes(s % 4, s % 4, true)), 8);
-  for (int q = 0; q < 8; ++q)
-    k.pair[q] = _mm256_srai_epi16(_mm256_shuffle_epi8(v[q / 2], PickBytes(2 * (q % 2), 2 * (q % 2) + 1, true)), 8);
+  for (int q = 0; q < 8; ++q) k.pair[q] = _mm256_blend_epi16(k.sc[2 * q], k.sc[2 * q + 1], 0xaa);  // odd halves from 2q + 1
   k.d = Scales8(p, off + offsetof(BlockQ6_K, d));
 }
 
@@ -434,17 +433,13 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
     return WithTokens(tokens, [&](auto n) {
       Rows8T<GroupQ4_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
     });
-  if (t == QuantType::kQ6_K && tokens <= 2) {  // the one-row kernel per token: faster at two
-    for (int i = 0; i < tokens; ++i)
-      DotRowsAvx2(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
-    return;
-  }
-  if (t == QuantType::kQ6_K)
+  if (t == QuantType::kQ6_K && tokens > 2)  // one or two tokens: the one-row kernel per token, faster there
     return WithTokens(tokens, [&](auto n) {
-      Rows8T<GroupQ6_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+      if constexpr (decltype(n)::value > 2)
+        Rows8T<GroupQ6_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
     });
   for (int i = 0; i < tokens; ++i)
-    DotRows(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
+    DotRowsAvx2(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
 }
 
 }  // namespace
