@@ -56,12 +56,13 @@ template <typename Rows>
   v[2] = _mm256_unpacklo_epi64(t1, t3), v[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-// The 32 codes of block `off` of the eight rows: c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles
-// of qs bytes 4m .., m >= 4: high nibbles of qs bytes 4(m - 4) ..), row r in lane r.
+// The 32 4-bit codes of the eight rows' blocks whose 16 qs bytes are at byte `at` (Q4_0, Q5_0):
+// c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles of qs bytes 4m .., m >= 4: high nibbles of qs
+// bytes 4(m - 4) ..), row r in lane r.
 template <typename Rows>
-inline void Codes8(const Rows& p, int64_t off, __m256i c[8]) {
+[[gnu::always_inline]] inline void Codes8(const Rows& p, int64_t at, __m256i c[8]) {
   __m256i v[4];
-  Transpose8Rows(p, off + offsetof(BlockQ4_0, qs), v);
+  Transpose8Rows(p, at, v);
   const __m256i m4 = _mm256_set1_epi8(15);
   for (int m = 0; m < 4; ++m) c[m] = _mm256_and_si256(v[m], m4), c[m + 4] = _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4);
 }
@@ -80,17 +81,33 @@ inline __m256 Scales8(const Rows& p, int64_t at) {
   return _mm256_cvtph_ps(_mm_insert_epi16(h, d(7), 7));
 }
 
+// pshufb mask bytes: each dword's first byte index in all four of its bytes (a pshufb mask of
+// 0x8x zeroes its byte).
+inline __m256i DwordStarts() {
+  return _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
+}
+
 inline __m256i Bcast32(const int8_t* q) {
   int32_t v;
   std::memcpy(&v, q, 4);
   return _mm256_set1_epi32(v);
 }
 
-// The eight-row kernels (Q4_0, Q4_K, Q6_K; below) as types, so that one driver (Rows8T) serves them all.
+// The eight-row kernels (Q4_0, Q5_0, Q4_K, Q6_K; below) as types, so that one driver (Rows8T) serves
+// them all. Forced inline into Rows8T (one function per kernel and token count): GCC kept the K-quant
+// ones out of line, a call per group, their prefetch then outside the functions
+// tests/prefetch_emitted.sh reads.
 struct GroupQ4_0 {
   template <int T, typename Rows>
-  static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out, int64_t out_stride,
-                  int keep, const uint8_t* next = nullptr, int64_t next_bytes = 0);
+  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                         int64_t next_bytes = 0);
+};
+struct GroupQ5_0 {
+  template <int T, typename Rows>
+  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                         int64_t next_bytes = 0);
 };
 struct GroupQ4_K {
   template <int T, typename Rows>
@@ -126,38 +143,107 @@ inline void StoreLanes(const __m256 acc[T], float* out, int64_t out_stride, int 
   }
 }
 
+// The block loop of every group: the accumulators, each block's slice of the next group's
+// prefetch, the stores. block(off, xb0, acc) adds block b (byte off of each row; token i's
+// activation block, of type X, at xb0 + i * x_stride) to every token's accumulator.
+template <int T, typename X, typename Block>
+[[gnu::always_inline]] inline void EachBlock(int64_t block_bytes, const char* x, int64_t nb, float* out,
+                                             int64_t out_stride, int keep, const uint8_t* next, int64_t next_bytes,
+                                             Block& block) {
+  const int64_t slice = (next_bytes + nb - 1) / nb;
+  __m256 acc[T];
+  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    PrefetchSlice(next, b, slice);
+    block(b * block_bytes, x + b * int64_t(sizeof(X)), acc);
+  }
+  StoreLanes<T>(acc, out, out_stride, keep);
+}
+
+// Eight rows' 32 codes (c as Codes8 gives them) against a token's 32 activations at q: two 16-bit
+// chains of four vpmaddubsw (values 0 .. 15 and 16 .. 31; half the latency of one chain).
+[[gnu::always_inline]] inline void Chains32(const __m256i c[8], const int8_t* q, __m256i& s0, __m256i& s1) {
+  s0 = _mm256_maddubs_epi16(c[0], Bcast32(q)), s1 = _mm256_maddubs_epi16(c[4], Bcast32(q + 16));
+  for (int k = 1; k < 4; ++k) {
+    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(c[k], Bcast32(q + 4 * k)));
+    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(c[k + 4], Bcast32(q + 16 + 4 * k)));
+  }
+}
+
+// 4-bit codes (Q4_0, Q4_K's sub-blocks): the two chains joined exactly in 16 bits, then one
+// vpmaddwd by the eight rows' scales (ones for Q4_0).
+[[gnu::always_inline]] inline __m256i SubBlockK8(const __m256i c[8], const int8_t* q, __m256i scale) {
+  __m256i s0, s1;
+  Chains32(c, q, s0, s1);
+  return _mm256_madd_epi16(_mm256_add_epi16(s0, s1), scale);
+}
+
 // Eight rows (p: FullRows, or SomeRows for the last rows of a call, fewer than eight: lanes past
 // them repeat row 0 and are never stored), T tokens (token i's activation blocks at
 // x + i * x_stride); the first `keep` outputs of each token stored. `next` (or null): the next
 // group's rows, next_bytes from there, prefetched a slice per block into L2, as the AVX-512
 // sixteen-row kernel does and for its reason.
 template <int T, typename Rows>
-void GroupQ4_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out, int64_t out_stride,
-                    int keep, const uint8_t* next, int64_t next_bytes) {
-  const int64_t slice = (next_bytes + nb - 1) / nb;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[T];
-  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * int64_t(sizeof(BlockQ4_0));
-    PrefetchSlice(next, b, slice);
+[[gnu::always_inline]] inline void GroupQ4_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
+                                                  int64_t next_bytes) {
+  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
     const __m256 dw = Scales8(p, off + offsetof(BlockQ4_0, d));
     __m256i c[8];
-    Codes8(p, off, c);
-    const char* xb0 = x + b * int64_t(sizeof(ActBlock32));
+    Codes8(p, off + offsetof(BlockQ4_0, qs), c);
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
-      // Two 16-bit chains (half the latency of one), joined exactly, then widened once.
-      __m256i s0 = _mm256_maddubs_epi16(c[0], Bcast32(xb.q)), s1 = _mm256_maddubs_epi16(c[4], Bcast32(xb.q + 16));
-      for (int k = 1; k < 4; ++k) {
-        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(c[k], Bcast32(xb.q + 4 * k)));
-        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(c[k + 4], Bcast32(xb.q + 16 + 4 * k)));
-      }
-      const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones), _mm256_set1_epi32(-8 * xb.sum));
+      const __m256i s = _mm256_add_epi32(SubBlockK8(c, xb.q, _mm256_set1_epi16(1)), _mm256_set1_epi32(-8 * xb.sum));
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
     }
+  };
+  EachBlock<T, ActBlock32>(sizeof(BlockQ4_0), x, nb, out, out_stride, keep, next, next_bytes, block);
+}
+
+// Q5_0 eight rows at a time, as Q4_0 above, each code's fifth bit (qh bit j for value j) set into
+// bit 4 of its byte. Codes reach 31, so only four byte-pair sums fit a 16-bit sum (4 * 2 * 31 * 127
+// = 31496): each of the two chains is widened by its own vpmaddwd before they are added.
+
+// The eight rows' block `off`: its d in f32 (the return) and its 32 codes, c[m] as Codes8 gives
+// them (values 4m .. 4m + 3, so the fifth bits of c[m] are qh bits 4m .. 4m + 3).
+template <typename Rows>
+[[gnu::always_inline]] inline __m256 LoadBlockQ5_0x8(const Rows& p, int64_t off, __m256i c[8]) {
+  __m256i h[4];  // h[0] lane r: d | qh bytes 0, 1 << 16; h[1]: qh bytes 2, 3 | the first qs bytes
+  Transpose8Rows(p, off, h);
+  const __m256i qh = _mm256_or_si256(_mm256_srli_epi32(h[0], 16), _mm256_slli_epi32(h[1], 16));
+  const __m256i d = _mm256_and_si256(h[0], _mm256_set1_epi32(0xffff));
+  Codes8(p, off + offsetof(BlockQ5_0, qs), c);
+  // qh byte k in all four bytes of each dword, then bit i of it (i: byte in dword, or 4 + i) to 16.
+  const __m256i bit[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(static_cast<int>(0x80402010u))};
+  for (int k = 0; k < 4; ++k) {
+    const __m256i b = _mm256_shuffle_epi8(qh, _mm256_add_epi8(_mm256_set1_epi8(static_cast<char>(k)), DwordStarts()));
+    for (int n = 0; n < 2; ++n) {
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit[n]), bit[n]);
+      c[2 * k + n] = _mm256_or_si256(c[2 * k + n], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
   }
-  StoreLanes<T>(acc, out, out_stride, keep);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(d, d), 0xd8)));
+}
+
+// Eight rows, T tokens, as Q4_0's above, for Q5_0.
+template <int T, typename Rows>
+[[gnu::always_inline]] inline void GroupQ5_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
+                                                  int64_t next_bytes) {
+  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
+    __m256i c[8];
+    const __m256 dw = LoadBlockQ5_0x8(p, off, c);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < T; ++i) {
+      const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
+      __m256i s0, s1;
+      Chains32(c, xb.q, s0, s1);
+      const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones)),
+                                         _mm256_set1_epi32(-16 * xb.sum));
+      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
+    }
+  };
+  EachBlock<T, ActBlock32>(sizeof(BlockQ5_0), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q4_K eight rows at a time, as Q4_0 above: a chunk of 64 values of the eight rows is transposed
@@ -178,9 +264,8 @@ struct BlockK8 {
 // pshufb mask: in each dword, byte b0 of the source dword into byte 0, b1 into byte 2, zeros between
 // (high: into bytes 1 and 3, zeros below them, for a sign-extending shift right by 8).
 inline __m256i PickBytes(int b0, int b1, bool high = false) {
-  const __m256i at = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
   const int lo = b0 | 0x80 << 8 | b1 << 16 | 0x80 << 24, hi = 0x80 | b0 << 8 | 0x80 << 16 | b1 << 24;
-  return _mm256_add_epi8(_mm256_set1_epi32(high ? hi : lo), at);  // 0x8x: zero
+  return _mm256_add_epi8(_mm256_set1_epi32(high ? hi : lo), DwordStarts());
 }
 
 // The 16 header bytes of each row's block (d, dmin, the 12 packed scale bytes) transposed, row r in
@@ -210,33 +295,6 @@ template <typename Rows>
   for (int h = 0; h < 2; ++h) Transpose8Rows(p, off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * h, v + 4 * h);
 }
 
-// The block loop of the 256-value groups (Q4_K, Q6_K): the accumulators, each block's slice of the
-// next group's prefetch, the stores. block(off, xb0, acc) adds block b (byte off of each row; token
-// i's activations at xb0 + i * x_stride) to every token's accumulator.
-template <int T, typename Block>
-[[gnu::always_inline]] inline void Blocks256(int64_t block_bytes, const char* x, int64_t nb, float* out,
-                                             int64_t out_stride, int keep, const uint8_t* next, int64_t next_bytes,
-                                             Block& block) {
-  const int64_t slice = (next_bytes + nb - 1) / nb;
-  __m256 acc[T];
-  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    PrefetchSlice(next, b, slice);
-    block(b * block_bytes, x + b * int64_t(sizeof(ActBlock256)), acc);
-  }
-  StoreLanes<T>(acc, out, out_stride, keep);
-}
-
-// One sub-block of the eight rows against a token's 32 activations: the scaled integer sums.
-[[gnu::always_inline]] inline __m256i SubBlockK8(const __m256i c[8], const int8_t* q, __m256i scale) {
-  __m256i s0 = _mm256_maddubs_epi16(c[0], Bcast32(q)), s1 = _mm256_maddubs_epi16(c[4], Bcast32(q + 16));
-  for (int k = 1; k < 4; ++k) {
-    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(c[k], Bcast32(q + 4 * k)));
-    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(c[k + 4], Bcast32(q + 16 + 4 * k)));
-  }
-  return _mm256_madd_epi16(_mm256_add_epi16(s0, s1), scale);
-}
-
 // The minimums' integer sums of the eight rows against a token's block: sum_j mn_j (x sum of j).
 [[gnu::always_inline]] inline __m256i MinsK8(const BlockK8& k, const ActBlock256& xb) {
   const __m256i xs = _mm256_madd_epi16(Load32(xb.bsums), _mm256_set1_epi16(1));  // lane j: sub-block j's sum
@@ -248,8 +306,6 @@ template <int T, typename Block>
 }
 
 // Eight rows, T tokens: as Q4_0's above (rows, stores, the next group's prefetch), for Q4_K.
-// Forced inline into Rows8T (one function per kernel and token count): GCC kept it out of line,
-// a call per group, its prefetch then outside the functions tests/prefetch_emitted.sh reads.
 template <int T, typename Rows>
 [[gnu::always_inline]] inline void GroupQ4_K::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
                                                   float* out, int64_t out_stride, int keep, const uint8_t* next,
@@ -280,7 +336,7 @@ template <int T, typename Rows>
       acc[i] = _mm256_fnmadd_ps(_mm256_mul_ps(k.dmin, xd), _mm256_cvtepi32_ps(MinsK8(k, xb)), acc[i]);
     }
   };
-  Blocks256<T>(sizeof(BlockQ4_K), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock<T, ActBlock256>(sizeof(BlockQ4_K), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q6_K eight rows at a time. Codes have six bits (0 .. 63, offset 32), so a vpmaddubsw pair sum
@@ -368,7 +424,7 @@ template <int T, typename Rows>
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(k.d, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
     }
   };
-  Blocks256<T>(sizeof(BlockQ6_K), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock<T, ActBlock256>(sizeof(BlockQ6_K), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q6_K one row, one token (decode), with the bits of the eight-row kernel's lane: per block the
@@ -413,6 +469,7 @@ template <typename G, int T>
 
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   if (t == QuantType::kQ4_0) return Rows8T<GroupQ4_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+  if (t == QuantType::kQ5_0) return Rows8T<GroupQ5_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   if (t == QuantType::kQ4_K) return Rows8T<GroupQ4_K, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   if (t == QuantType::kQ6_K) {
     for (int64_t r = 0; r < rows; ++r) out[r] = RowLaneQ6K(static_cast<const char*>(w) + r * w_stride, xq, nb);
@@ -421,13 +478,17 @@ void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, con
   DotRows(t, w, w_stride, rows, xq, nb, out);
 }
 
-// Q4_0's, Q4_K's and Q6_K's codes unpacked once for all tokens (Q6_K's one or two tokens: its one-row
-// lane kernel per token, the same bits); the other types per token (their one-row kernels).
+// Q4_0's, Q5_0's, Q4_K's and Q6_K's codes unpacked once for all tokens (Q6_K's one or two tokens:
+// its one-row lane kernel per token, the same bits); the other types per token (their one-row kernels).
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride) {
   if (t == QuantType::kQ4_0)
     return WithTokens(tokens, [&](auto n) {
       Rows8T<GroupQ4_0, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    });
+  if (t == QuantType::kQ5_0)
+    return WithTokens(tokens, [&](auto n) {
+      Rows8T<GroupQ5_0, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
     });
   if (t == QuantType::kQ4_K)
     return WithTokens(tokens, [&](auto n) {
@@ -447,7 +508,8 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
 const QuantDotKernels& QuantDotAvx2Kernels() {
   static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
                                  [](QuantType t) {
-                                   return t == QuantType::kQ4_0 || t == QuantType::kQ4_K || t == QuantType::kQ6_K;
+                                   return t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ4_K ||
+                                          t == QuantType::kQ6_K;
                                  }};
   return k;
 }
