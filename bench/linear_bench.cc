@@ -189,7 +189,7 @@ void RunSmallBatch(ThreadPool& pool, int reps, double bw) {
   const Kind kinds[] = {{"bf16", DType::kBF16, QuantType::kNone}, {"f32", DType::kF32, QuantType::kNone},
                         {"Q4_0", DType::kF32, QuantType::kQ4_0},  {"Q8_0", DType::kF32, QuantType::kQ8_0},
                         {"Q4_K", DType::kF32, QuantType::kQ4_K},  {"Q6_K", DType::kF32, QuantType::kQ6_K},
-                        {"Q5_0", DType::kF32, QuantType::kQ5_0}};
+                        {"Q5_0", DType::kF32, QuantType::kQ5_0},  {"Q5_K", DType::kF32, QuantType::kQ5_K}};
   for (const Kind& k : kinds) {
     std::vector<uint8_t> w;
     if (k.q != QuantType::kNone) {

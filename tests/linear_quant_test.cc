@@ -506,7 +506,7 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
 }
 
 // Precision int8 on a CPU without the int8 GEMM: a type whose kernel unpacks blocks once for several
-// tokens (AVX2: Q4_0, Q5_0, Q4_K and Q6_K, not Q8_0) runs on the row-dot for any number of tokens, so each
+// tokens (AVX2: every type but Q8_0) runs on the row-dot for any number of tokens, so each
 // token's result is its one-token decode's, bit for bit, and within the row-dot's bounds; other
 // types, and kernels without such a path, still take the dequantized panels (the GEMM's bits).
 TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot) {
@@ -515,7 +515,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot)
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(14);
   ThreadPool pool(2);
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+  for (QuantType t : kTypes) {
     for (int64_t n : {12, 17, 40}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, QuantBlockElems(t) == 32 ? 37 * 32 : 5 * 256, 21);
@@ -557,7 +557,7 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
   struct Case {
     int64_t n, in, out;
   };
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K})
+  for (QuantType t : kTypes)
     for (const Case c : {Case{150, 37 * 32 * 8, 37}, Case{70, ops::kMaxQuantRowDotIn, 21}}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(c.n) + " in=" + std::to_string(c.in));
       const QuantProblem p = MakeQuantProblem(rng, t, c.n, c.in, c.out);
@@ -588,15 +588,15 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
 // second (the two halves' sums at opposite extremes), on every kernel, one and several tokens and a
 // partial row group. The AVX2 eight-row Q4_0 and Q4_K kernels sum eight byte-pair products in 16
 // bits, exact only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that
-// wrapped or saturated would miss the int8 reference by thousands of scale units; the Q5_0 one sums
-// four, up to 4 * 2 * 31 * 127 = 31496, the Q6_K one two, up to 2 * 2 * 63 * 127 = 32004. (Q4_K:
-// every scale and minimum 63 in the rows of maximal codes, d = dmin = 1; Q6_K: every scale -128 or
-// 127 by row, d = 1.)
+// wrapped or saturated would miss the int8 reference by thousands of scale units; the Q5_0 and Q5_K
+// ones sum four, up to 4 * 2 * 31 * 127 = 31496, the Q6_K one two, up to 2 * 2 * 63 * 127 = 32004.
+// (Q4_K/Q5_K: every scale and minimum 63 in the rows of maximal codes, d = dmin = 1; Q6_K: every
+// scale -128 or 127 by row, d = 1.)
 TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(13);
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K}) {
+  for (QuantType t : kTypes) {
     const int64_t in = 3 * QuantBlockElems(t), out = 11, n = 3, bb = QuantBlockBytes(t);
     QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
     for (int64_t o = 0; o < out; ++o)
@@ -608,7 +608,7 @@ TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
           std::memset(blk + offsetof(BlockQ6_K, scales), o % 2 ? 0x80 : 0x7f, 16);
           std::memcpy(blk + offsetof(BlockQ6_K, d), one, 2);
         } else {
-          std::memcpy(blk, one, t == QuantType::kQ4_K ? 4 : 2);
+          std::memcpy(blk, one, t == QuantType::kQ4_K || t == QuantType::kQ5_K ? 4 : 2);
         }
       }
     const int64_t half = QuantBlockElems(t) / 2;

@@ -93,8 +93,8 @@ inline __m256i Bcast32(const int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
-// The eight-row kernels (Q4_0, Q5_0, Q4_K, Q6_K; below) as types, so that one driver (Rows8T) serves
-// them all. Forced inline into Rows8T (one function per kernel and token count): GCC kept the K-quant
+// The eight-row kernels (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K; below) as types, so that one driver
+// (Rows8T) serves them all. Forced inline into Rows8T (one function per kernel and token count): GCC kept the K-quant
 // ones out of line, a call per group, their prefetch then outside the functions
 // tests/prefetch_emitted.sh reads.
 struct GroupQ4_0 {
@@ -109,12 +109,16 @@ struct GroupQ5_0 {
                                          int64_t out_stride, int keep, const uint8_t* next = nullptr,
                                          int64_t next_bytes = 0);
 };
-struct GroupQ4_K {
+// Q4_K and Q5_K (kFifth: each code's fifth bit from qh) share one group.
+template <bool kFifth>
+struct GroupK45 {
   template <int T, typename Rows>
   [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
                                          int64_t out_stride, int keep, const uint8_t* next = nullptr,
                                          int64_t next_bytes = 0);
 };
+struct GroupQ4_K : GroupK45<false> {};
+struct GroupQ5_K : GroupK45<true> {};
 
 struct GroupQ6_K {
   template <int T, typename Rows>
@@ -170,12 +174,19 @@ template <int T, typename X, typename Block>
   }
 }
 
-// 4-bit codes (Q4_0, Q4_K's sub-blocks): the two chains joined exactly in 16 bits, then one
-// vpmaddwd by the eight rows' scales (ones for Q4_0).
-[[gnu::always_inline]] inline __m256i SubBlockK8(const __m256i c[8], const int8_t* q, __m256i scale) {
+// The two chains times the eight rows' scales (16-bit, in both halves of each lane; ones for the
+// 32-value types), in 32 bits. 4-bit codes (Q4_0, Q4_K): the chains joined exactly in 16 bits, one
+// vpmaddwd. 5-bit codes (Q5_0, Q5_K) reach 31, so only four byte-pair sums fit a 16-bit sum
+// (4 * 2 * 31 * 127 = 31496): each chain its own vpmaddwd.
+[[gnu::always_inline]] inline __m256i Sum4Bit(const __m256i c[8], const int8_t* q, __m256i scale) {
   __m256i s0, s1;
   Chains32(c, q, s0, s1);
   return _mm256_madd_epi16(_mm256_add_epi16(s0, s1), scale);
+}
+[[gnu::always_inline]] inline __m256i Sum5Bit(const __m256i c[8], const int8_t* q, __m256i scale) {
+  __m256i s0, s1;
+  Chains32(c, q, s0, s1);
+  return _mm256_add_epi32(_mm256_madd_epi16(s0, scale), _mm256_madd_epi16(s1, scale));
 }
 
 // Eight rows (p: FullRows, or SomeRows for the last rows of a call, fewer than eight: lanes past
@@ -193,7 +204,7 @@ template <int T, typename Rows>
     Codes8(p, off + offsetof(BlockQ4_0, qs), c);
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
-      const __m256i s = _mm256_add_epi32(SubBlockK8(c, xb.q, _mm256_set1_epi16(1)), _mm256_set1_epi32(-8 * xb.sum));
+      const __m256i s = _mm256_add_epi32(Sum4Bit(c, xb.q, _mm256_set1_epi16(1)), _mm256_set1_epi32(-8 * xb.sum));
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
     }
   };
@@ -201,8 +212,7 @@ template <int T, typename Rows>
 }
 
 // Q5_0 eight rows at a time, as Q4_0 above, each code's fifth bit (qh bit j for value j) set into
-// bit 4 of its byte. Codes reach 31, so only four byte-pair sums fit a 16-bit sum (4 * 2 * 31 * 127
-// = 31496): each of the two chains is widened by its own vpmaddwd before they are added.
+// bit 4 of its byte; the sums as Sum5Bit says.
 
 // The eight rows' block `off`: its d in f32 (the return) and its 32 codes, c[m] as Codes8 gives
 // them (values 4m .. 4m + 3, so the fifth bits of c[m] are qh bits 4m .. 4m + 3).
@@ -233,13 +243,9 @@ template <int T, typename Rows>
   auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
     __m256i c[8];
     const __m256 dw = LoadBlockQ5_0x8(p, off, c);
-    const __m256i ones = _mm256_set1_epi16(1);
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
-      __m256i s0, s1;
-      Chains32(c, xb.q, s0, s1);
-      const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones)),
-                                         _mm256_set1_epi32(-16 * xb.sum));
+      const __m256i s = _mm256_add_epi32(Sum5Bit(c, xb.q, _mm256_set1_epi16(1)), _mm256_set1_epi32(-16 * xb.sum));
       acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
     }
   };
@@ -287,12 +293,12 @@ template <typename Rows>
   for (int q = 0; q < 4; ++q) k.mn[q] = _mm256_shuffle_epi8(q < 2 ? n0 : n1, PickBytes(2 * (q % 2), 2 * (q % 2) + 1));
 }
 
-// Chunk c (values 64c .. 64c + 63) of the eight rows' block `off`, transposed: v[m] = bytes
-// 4m .. 4m + 3 of each row's 32 (low nibbles: values 64c + 4m .., sub-block 2c; high nibbles:
-// values 64c + 32 + 4m .., sub-block 2c + 1), row r in lane r.
+// Chunk c (values 64c .. 64c + 63) of the eight rows' blocks whose qs bytes are at byte `at`,
+// transposed: v[m] = bytes 4m .. 4m + 3 of each row's 32 (low nibbles: values 64c + 4m ..,
+// sub-block 2c; high nibbles: values 64c + 32 + 4m .., sub-block 2c + 1), row r in lane r.
 template <typename Rows>
-[[gnu::always_inline]] inline void ChunkK8(const Rows& p, int64_t off, int c, __m256i v[8]) {
-  for (int h = 0; h < 2; ++h) Transpose8Rows(p, off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * h, v + 4 * h);
+[[gnu::always_inline]] inline void ChunkK8(const Rows& p, int64_t at, int c, __m256i v[8]) {
+  for (int h = 0; h < 2; ++h) Transpose8Rows(p, at + 32 * c + 16 * h, v + 4 * h);
 }
 
 // The minimums' integer sums of the eight rows against a token's block: sum_j mn_j (x sum of j).
@@ -305,27 +311,41 @@ template <typename Rows>
   return s;
 }
 
-// Eight rows, T tokens: as Q4_0's above (rows, stores, the next group's prefetch), for Q4_K.
+// Eight rows, T tokens: as Q4_0's above (rows, stores, the next group's prefetch), for Q4_K and,
+// with the fifth bits (bit j of qh byte l: value l of sub-block j) and Sum5Bit, for Q5_K. Q5_K's
+// header starts as Q4_K's (d, dmin, the 12 scale bytes), so LoadBlockK8 serves both.
+template <bool kFifth>
 template <int T, typename Rows>
-[[gnu::always_inline]] inline void GroupQ4_K::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
-                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
-                                                  int64_t next_bytes) {
+[[gnu::always_inline]] inline void GroupK45<kFifth>::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                         float* out, int64_t out_stride, int keep,
+                                                         const uint8_t* next, int64_t next_bytes) {
+  using Block = std::conditional_t<kFifth, BlockQ5_K, BlockQ4_K>;
   auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
     BlockK8 k;
     LoadBlockK8(p, off, k);
     __m256i isum[T];
     for (int i = 0; i < T; ++i) isum[i] = _mm256_setzero_si256();
+    __m256i hb[8];  // Q5_K: hb[m] = qh bytes 4m .. 4m + 3 (values 4m .. of every sub-block), row r in lane r
+    if constexpr (kFifth)
+      for (int h = 0; h < 2; ++h) Transpose8Rows(p, off + offsetof(BlockQ5_K, qh) + 16 * h, hb + 4 * h);
     // Sub-block by sub-block, all tokens each: its eight code vectors stay in registers for them.
-    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m256i m4 = _mm256_set1_epi8(15), m16 = _mm256_set1_epi8(16);
     for (int c = 0; c < 4; ++c) {
       __m256i v[8];
-      ChunkK8(p, off, c, v);
+      ChunkK8(p, off + offsetof(Block, qs), c, v);
       for (int h = 0; h < 2; ++h) {
+        const int j = 2 * c + h;  // the sub-block
         __m256i codes[8];
-        for (int m = 0; m < 8; ++m) codes[m] = _mm256_and_si256(h ? _mm256_srli_epi16(v[m], 4) : v[m], m4);
+        for (int m = 0; m < 8; ++m) {
+          codes[m] = _mm256_and_si256(h ? _mm256_srli_epi16(v[m], 4) : v[m], m4);
+          if constexpr (kFifth) {  // bit j to bit 4 (16-bit shifts by at most 4: the mask drops other bytes' bits)
+            const __m256i top = j < 4 ? _mm256_slli_epi16(hb[m], 4 - j) : _mm256_srli_epi16(hb[m], j - 4);
+            codes[m] = _mm256_or_si256(codes[m], _mm256_and_si256(top, m16));
+          }
+        }
         for (int i = 0; i < T; ++i) {
-          const int8_t* q = reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride)->q + 64 * c + 32 * h;
-          isum[i] = _mm256_add_epi32(isum[i], SubBlockK8(codes, q, k.sc[2 * c + h]));
+          const int8_t* q = reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride)->q + 32 * j;
+          isum[i] = _mm256_add_epi32(isum[i], kFifth ? Sum5Bit(codes, q, k.sc[j]) : Sum4Bit(codes, q, k.sc[j]));
         }
       }
     }
@@ -336,7 +356,7 @@ template <int T, typename Rows>
       acc[i] = _mm256_fnmadd_ps(_mm256_mul_ps(k.dmin, xd), _mm256_cvtepi32_ps(MinsK8(k, xb)), acc[i]);
     }
   };
-  EachBlock<T, ActBlock256>(sizeof(BlockQ4_K), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock<T, ActBlock256>(sizeof(Block), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q6_K eight rows at a time. Codes have six bits (0 .. 63, offset 32), so a vpmaddubsw pair sum
@@ -471,6 +491,7 @@ void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, con
   if (t == QuantType::kQ4_0) return Rows8T<GroupQ4_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   if (t == QuantType::kQ5_0) return Rows8T<GroupQ5_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   if (t == QuantType::kQ4_K) return Rows8T<GroupQ4_K, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+  if (t == QuantType::kQ5_K) return Rows8T<GroupQ5_K, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   if (t == QuantType::kQ6_K) {
     for (int64_t r = 0; r < rows; ++r) out[r] = RowLaneQ6K(static_cast<const char*>(w) + r * w_stride, xq, nb);
     return;
@@ -478,27 +499,30 @@ void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, con
   DotRows(t, w, w_stride, rows, xq, nb, out);
 }
 
-// Q4_0's, Q5_0's, Q4_K's and Q6_K's codes unpacked once for all tokens (Q6_K's one or two tokens:
-// its one-row lane kernel per token, the same bits); the other types per token (their one-row kernels).
+// Group G's Rows8T for `tokens` tokens (token counts below kMin are never passed: not instantiated).
+template <typename G, int kMin = 1>
+void GroupTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
+                 int64_t nb, float* out, int64_t out_stride) {
+  WithTokens(tokens, [&](auto n) {
+    if constexpr (decltype(n)::value >= kMin)
+      Rows8T<G, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+  });
+}
+
+// Every type but Q8_0 has its codes unpacked once for all tokens (Q6_K's one or two tokens: its
+// one-row lane kernel per token, faster there, the same bits); Q8_0 per token (its one-row kernel).
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride) {
-  if (t == QuantType::kQ4_0)
-    return WithTokens(tokens, [&](auto n) {
-      Rows8T<GroupQ4_0, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    });
-  if (t == QuantType::kQ5_0)
-    return WithTokens(tokens, [&](auto n) {
-      Rows8T<GroupQ5_0, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    });
-  if (t == QuantType::kQ4_K)
-    return WithTokens(tokens, [&](auto n) {
-      Rows8T<GroupQ4_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    });
-  if (t == QuantType::kQ6_K && tokens > 2)  // one or two tokens: the one-row kernel per token, faster there
-    return WithTokens(tokens, [&](auto n) {
-      if constexpr (decltype(n)::value > 2)
-        Rows8T<GroupQ6_K, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    });
+  switch (t) {
+    case QuantType::kQ4_0: return GroupTokens<GroupQ4_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+    case QuantType::kQ5_0: return GroupTokens<GroupQ5_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+    case QuantType::kQ4_K: return GroupTokens<GroupQ4_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+    case QuantType::kQ5_K: return GroupTokens<GroupQ5_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+    case QuantType::kQ6_K:
+      if (tokens > 2) return GroupTokens<GroupQ6_K, 3>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+      break;
+    default: break;
+  }
   for (int i = 0; i < tokens; ++i)
     DotRowsAvx2(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
 }
@@ -509,7 +533,7 @@ const QuantDotKernels& QuantDotAvx2Kernels() {
   static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
                                  [](QuantType t) {
                                    return t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ4_K ||
-                                          t == QuantType::kQ6_K;
+                                          t == QuantType::kQ5_K || t == QuantType::kQ6_K;
                                  }};
   return k;
 }
