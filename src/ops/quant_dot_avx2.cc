@@ -94,9 +94,9 @@ inline __m256i Bcast32(const int8_t* q) {
 }
 
 // The eight-row kernels (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K; below) as types, so that one driver
-// (Rows8T) serves them all. Forced inline into Rows8T (one function per kernel and token count): GCC kept the K-quant
-// ones out of line, a call per group, their prefetch then outside the functions
-// tests/prefetch_emitted.sh reads.
+// (Rows8T) serves them all. Forced inline into Rows8T (one function per kernel and token count):
+// GCC kept the K-quant ones out of line, a call per group, their prefetch then outside the
+// functions tests/prefetch_emitted.sh reads.
 struct GroupQ4_0 {
   template <int T, typename Rows>
   [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
@@ -256,9 +256,10 @@ template <int T, typename Rows>
 // once (vector m: values 4m .. 4m + 3 of a 32-value sub-block, row r in lane r), so a token's
 // sub-block is eight vpmaddubsw against its activation dwords broadcast, summed in 16 bits (exact
 // by the same bound: 4-bit codes), then one vpmaddwd by the eight rows' 6-bit scales of that
-// sub-block. The minimums are one vpmaddwd per two sub-blocks against the token's sub-block sums.
-// Each lane's integer sums are the one-row kernel's; the f32 steps per lane are the same whatever
-// the rows beside it or the number of tokens, so dot_rows and dot_rows_tokens agree bit for bit.
+// sub-block (Q5_K, whose group this is too: GroupK45::Run below). The minimums are one vpmaddwd
+// per two sub-blocks against the token's sub-block sums. Each lane's integer sums are the one-row
+// kernel's; the f32 steps per lane are the same whatever the rows beside it or the number of
+// tokens, so dot_rows and dot_rows_tokens agree bit for bit.
 
 // The eight rows' per-block values: sc[j] lane r = (scale j of row r) in both 16-bit halves;
 // mn[q] lane r = (minimum 2q, minimum 2q + 1) of row r; d and dmin in f32.
