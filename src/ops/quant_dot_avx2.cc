@@ -488,15 +488,23 @@ template <typename G, int T>
   G::template Run<T>(SomeRows{p}, x, xq_stride, nb, out + r, out_stride, left);
 }
 
+// The types with an eight-row group: every type but Q8_0.
+bool HasGroup8(QuantType t) {
+  return t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ4_K || t == QuantType::kQ5_K ||
+         t == QuantType::kQ6_K;
+}
+
+void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
+                       int tokens, int64_t nb, float* out, int64_t out_stride);
+
+// One token: the group (as one token of dot_rows_tokens, so the two agree by construction), except
+// Q6_K's one-row lane kernel (faster there, the same bits) and Q8_0's one-row kernel.
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
-  if (t == QuantType::kQ4_0) return Rows8T<GroupQ4_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
-  if (t == QuantType::kQ5_0) return Rows8T<GroupQ5_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
-  if (t == QuantType::kQ4_K) return Rows8T<GroupQ4_K, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
-  if (t == QuantType::kQ5_K) return Rows8T<GroupQ5_K, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
   if (t == QuantType::kQ6_K) {
     for (int64_t r = 0; r < rows; ++r) out[r] = RowLaneQ6K(static_cast<const char*>(w) + r * w_stride, xq, nb);
     return;
   }
+  if (HasGroup8(t)) return DotRowsTokensAvx2(t, w, w_stride, rows, xq, 0, 1, nb, out, 0);
   DotRows(t, w, w_stride, rows, xq, nb, out);
 }
 
@@ -532,10 +540,7 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
   static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
-                                 [](QuantType t) {
-                                   return t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ4_K ||
-                                          t == QuantType::kQ5_K || t == QuantType::kQ6_K;
-                                 }};
+                                 HasGroup8};
   return k;
 }
 
