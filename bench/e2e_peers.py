@@ -3,7 +3,7 @@
 
   python3 bench/e2e_peers.py [--quick] [--only gemma3|gemma4] [--engines tessera,ortgenai,llamacpp]
                              [--cells check,d1024] [--repeat 5]
-                             [--threads 2] [--decode-steps 32] [--dtype f32|bf16|q8_0|q4_0|q4_k_m]
+                             [--threads 2] [--decode-steps 32] [--dtype f32|bf16|q8_0|q4_0|q4_k_m|...]
 
 (it re-executes itself with bench/.peers/venv/bin/python, the peers' venv). Checkpoints
 (bench/e2e/checkpoint.py: a Gemma-3-1B shape and the Gemma-4-12B width with 6 layers, f32 random
@@ -22,7 +22,8 @@ f32 weights and f32 KV cache everywhere:
 --dtype bf16: the same checkpoints rounded to bf16 (a bf16 safetensors copy for Tessera, llama.cpp's
 --outtype bf16 GGUF), bf16 KV; Tessera at attention and matmul precision bf16 (a bf16 model's
 roundings, AVX-512-BF16 where present); onnxruntime-genai skipped (no bf16 on CPU).
---dtype q8_0|q4_0|q4_k_m: llama.cpp's f32 GGUF quantized by llama.cpp's own quantizer; both engines
+--dtype q8_0|q4_0|q4_k_m|q5_k_m|q4_1|q5_1: llama.cpp's f32 GGUF quantized by llama.cpp's own quantizer
+(q5_k_m of the Gemma-3 shape holds Q5_1 where rows of 1152 are not whole 256-blocks); both engines
 run that one file (Tessera: `tessera run --model file.gguf`), bf16 KV, attention at precision bf16;
 the roofline counts the file's tensor bytes; onnxruntime-genai skipped.
 --quick: 2 layers, vocab 8192, prompts 128/512, decode at 256/1024, 8 steps (minutes, development).
@@ -114,8 +115,8 @@ def main():
                          "prefill too, llama.cpp's numerics); default: Tessera's f32 (two bytes)")
     ap.add_argument("--dtype", choices=["f32", "bf16"] + list(engines.QUANT_FTYPES), default="f32",
                     help="bf16: a bf16 copy of each checkpoint, bf16 KV; Tessera at attention and matmul precision "
-                         "bf16, llama.cpp on its bf16 GGUF (onnxruntime-genai has no bf16 on CPU: skipped); q8_0, q4_0, "
-                         "q4_k_m: one llama.cpp-quantized GGUF for both engines")
+                         "bf16, llama.cpp on its bf16 GGUF (onnxruntime-genai has no bf16 on CPU: skipped); the "
+                         "quantized types: one llama.cpp-quantized GGUF for both engines")
     ap.add_argument("--llama-batch", type=int, default=512, help="llama.cpp n_batch = n_ubatch")
     ap.add_argument("--llama-flash-attn", choices=["on", "off"], default="on")
     ap.add_argument("--llama-extra-bufts", choices=["on", "off"], default="on",
@@ -137,7 +138,7 @@ def main():
     eng = [e for e in args.engines.split(",") if e]
     quant = args.dtype in engines.QUANT_FTYPES
     if args.tessera_matmul_precision and not quant:
-        ap.error("--tessera-matmul-precision int8 concerns quantized weights: use it with --dtype q8_0|q4_0|q4_k_m")
+        ap.error("--tessera-matmul-precision int8 concerns quantized weights: use it with a quantized --dtype")
     if args.dtype != "f32" and "ortgenai" in eng:
         eng.remove("ortgenai")
         log(f"onnxruntime-genai skipped at --dtype {args.dtype} (its CPU export is f32 here: bench/PEERS.md)")

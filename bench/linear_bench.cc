@@ -47,7 +47,7 @@ using namespace tessera;
 namespace {
 
 // Random blocks of type t for a [out, in] matrix, with sane f16 scales (0.001-0.002) where each
-// block keeps them (d first, Q4_K/Q5_K dmin next; Q6_K's d last).
+// block keeps them (d first, Q4_K/Q5_K dmin next; Q6_K's d last; Q4_1/Q5_1 a minimum of -8 d next).
 std::vector<uint8_t> RandomQuantWeight(std::mt19937& rng, QuantType t, int64_t out, int64_t in) {
   const int64_t blocks = out * (in / QuantBlockElems(t)), bb = QuantBlockBytes(t);
   std::vector<uint8_t> w(blocks * bb);
@@ -57,12 +57,16 @@ std::vector<uint8_t> RandomQuantWeight(std::mt19937& rng, QuantType t, int64_t o
     const uint16_t d = F32ToF16(0.001f * (1 + (rng() % 1000) / 1000.0f));
     std::memcpy(w.data() + b * bb + d_at, &d, 2);
     if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) std::memcpy(w.data() + b * bb + 2, &d, 2);
+    if (t == QuantType::kQ4_1 || t == QuantType::kQ5_1) {
+      const uint16_t m = F32ToF16(-8 * F16ToF32(d));
+      std::memcpy(w.data() + b * bb + 2, &m, 2);
+    }
   }
   return w;
 }
 
-const QuantType kQuantTypes[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K,
-                                 QuantType::kQ6_K, QuantType::kQ5_0, QuantType::kQ5_K};
+const QuantType kQuantTypes[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K,
+                                 QuantType::kQ5_0, QuantType::kQ5_K, QuantType::kQ4_1, QuantType::kQ5_1};
 
 // One thread's decode rate on a weight that stays in L2 (256 x 4096): whether a core's kernel
 // outruns its share of the read bandwidth, whatever else the machine is doing to memory.
@@ -189,7 +193,8 @@ void RunSmallBatch(ThreadPool& pool, int reps, double bw) {
   const Kind kinds[] = {{"bf16", DType::kBF16, QuantType::kNone}, {"f32", DType::kF32, QuantType::kNone},
                         {"Q4_0", DType::kF32, QuantType::kQ4_0},  {"Q8_0", DType::kF32, QuantType::kQ8_0},
                         {"Q4_K", DType::kF32, QuantType::kQ4_K},  {"Q6_K", DType::kF32, QuantType::kQ6_K},
-                        {"Q5_0", DType::kF32, QuantType::kQ5_0},  {"Q5_K", DType::kF32, QuantType::kQ5_K}};
+                        {"Q5_0", DType::kF32, QuantType::kQ5_0},  {"Q5_K", DType::kF32, QuantType::kQ5_K},
+                        {"Q4_1", DType::kF32, QuantType::kQ4_1},  {"Q5_1", DType::kF32, QuantType::kQ5_1}};
   for (const Kind& k : kinds) {
     std::vector<uint8_t> w;
     if (k.q != QuantType::kNone) {

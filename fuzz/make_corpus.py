@@ -237,9 +237,9 @@ def gguf():
                                            tensors[3:5], alignment=64))
     put("gguf", "metadata_only.gguf", gguf_bytes(kvs, []))
     put("gguf", "empty.gguf", gguf_bytes([], []))
-    # refused: nested array, q4_1 tensor, truncated data, big-endian version
+    # refused: nested array, q8_1 tensor, truncated data, big-endian version
     put("gguf", "nested.gguf", gguf_bytes([("n", 9, struct.pack("<IQ", 9, 1) + arr(4, "I", [1]))], []))
-    put("gguf", "q4_1.gguf", gguf_bytes([], [("t", [32], 3, blocks(1, 20))]))
+    put("gguf", "q8_1.gguf", gguf_bytes([], [("t", [32], 9, blocks(1, 36))]))
     put("gguf", "truncated.gguf", gguf_bytes(kvs[:1], tensors[:1])[:-20])
     put("gguf", "big_endian.gguf", b"GGUF" + struct.pack(">IQQ", 3, 0, 0))
 

@@ -15,8 +15,8 @@ namespace {
 
 using tessera::QuantType;
 
-constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
-                                QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K,
+                                QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kQ4_1, QuantType::kQ5_1};
 
 void CheckDequantize(QuantType t, const uint8_t* data, size_t size) {
   const int64_t be = tessera::QuantBlockElems(t), bb = tessera::QuantBlockBytes(t);
@@ -59,7 +59,7 @@ void CheckQuantize(QuantType t, const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  const QuantType t = kTypes[data[0] % 6];
+  const QuantType t = kTypes[data[0] % (sizeof(kTypes) / sizeof(kTypes[0]))];
   tessera::fuzz::NoEscape("quant", [&] {
     CheckDequantize(t, data + 1, size - 1);
     CheckQuantize(t, data + 1, size - 1);

@@ -103,8 +103,8 @@ struct TensorCase {
   uint64_t nbytes;
 };
 
-// Byte sizes from ggml's block layouts: q4_0 18 B / 32, q5_0 22 / 32, q8_0 34 / 32, q4_K 144 / 256,
-// q5_K 176 / 256, q6_K 210 / 256.
+// Byte sizes from ggml's block layouts: q4_0 18 B / 32, q5_0 22 / 32, q8_0 34 / 32, q4_1 20 / 32,
+// q5_1 24 / 32, q4_K 144 / 256, q5_K 176 / 256, q6_K 210 / 256.
 const std::vector<TensorCase>& Cases() {
   static const std::vector<TensorCase> cases = {
       {"f32.matrix", {3, 5}, DType::kF32, QuantType::kNone, 0, 60},
@@ -115,6 +115,8 @@ const std::vector<TensorCase>& Cases() {
       {"q4_0", {2, 64}, DType::kF32, QuantType::kQ4_0, 2, 2 * 2 * 18},
       {"q5_0", {3, 32}, DType::kF32, QuantType::kQ5_0, 6, 3 * 22},
       {"q8_0", {1, 96}, DType::kF32, QuantType::kQ8_0, 8, 3 * 34},
+      {"q4_1", {2, 32}, DType::kF32, QuantType::kQ4_1, 3, 2 * 20},
+      {"q5_1", {1, 64}, DType::kF32, QuantType::kQ5_1, 7, 2 * 24},
       {"q4_K", {2, 256}, DType::kF32, QuantType::kQ4_K, 12, 2 * 144},
       {"q5_K", {1, 512}, DType::kF32, QuantType::kQ5_K, 13, 2 * 176},
       {"q6_K", {2, 2, 256}, DType::kF32, QuantType::kQ6_K, 14, 4 * 210},
@@ -511,7 +513,7 @@ TEST(GgufRead, Refusals) {
   ExpectRefused(one("t", {4, -2}, 0, 0, 16), {"tensor 't' has negative dimension ne[1] = -2"});
   ExpectRefused(one("t", {int64_t{1} << 32, int64_t{1} << 32}, 0, 0, 16), {"tensor 't' shape", "overflows the element count"});
   ExpectRefused(one("t", {int64_t{1} << 31, int64_t{1} << 31}, 0, 0, 16), {"tensor 't' shape", "overflows the byte count"});
-  ExpectRefused(one("t", {32}, 3, 0, 64), {"tensor 't' has ggml type q4_1 (id 3)", "does not run"});
+  ExpectRefused(one("t", {32}, 9, 0, 64), {"tensor 't' has ggml type q8_1 (id 9)", "does not run"});
   ExpectRefused(one("t", {32}, 10, 0, 64), {"tensor 't' has ggml type q2_K (id 10)"});
   ExpectRefused(one("t", {32}, 28, 0, 64), {"tensor 't' has ggml type f64 (id 28)"});
   ExpectRefused(one("t", {32}, 4, 0, 64), {"q4_2 (removed from ggml)"});

@@ -168,7 +168,7 @@ TEST(LinearBatchInvariance, QuantizedWeights) {
   std::mt19937 rng(2121);
   ThreadPool pool(2);
   for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ4_K, QuantType::kQ5_K,
-                      QuantType::kQ6_K})
+                      QuantType::kQ6_K, QuantType::kQ4_1, QuantType::kQ5_1})
     for (MatmulPrecision prec : {MatmulPrecision::kF32, MatmulPrecision::kBf16})
       CheckKind(rng, Kind::kQuant, t, prec, &pool);
 }

@@ -14,7 +14,7 @@
 //   activation and M_i bounds the magnitude of the integer decomposition the kernels use for
 //   weight i: |w_i| plus the format's offset counted twice (it is taken off through the activation
 //   sums): Q4_0 16|d|, Q5_0 32|d|, Q6_K 64|d sc|, Q4_K/Q5_K 2 * 63 |dmin| (the minimum's part),
-//   Q8_0 nothing. So |y - ref| <= (nb + 10) u S + u |ref| (the reference's rounding to f32 and the
+//   Q4_1/Q5_1 2|m| (the minimum's part), Q8_0 nothing. So |y - ref| <= (nb + 10) u S + u |ref| (the reference's rounding to f32 and the
 //   dequantized K-quant weights' rounding are the last terms).
 // - Row-dot against LinearReference (exact dequantized product in double): the above plus the
 //   activation quantization's error, |x_i - x^_i| <= amax_b / 254 (per activation block b, amax
@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -59,8 +60,8 @@ using testing::Magnitudes;
 using testing::QuantProblem;
 using testing::RandomBlocks;
 
-constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
-                                QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K,
+                                QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kQ4_1, QuantType::kQ5_1};
 constexpr double kU = 1.0 / (1 << 24);
 
 // x rounded to bf16 at precision bf16, as the references see it.
@@ -506,7 +507,7 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
 }
 
 // Precision int8 on a CPU without the int8 GEMM: a type whose kernel unpacks blocks once for several
-// tokens (AVX2: every type but Q8_0) runs on the row-dot for any number of tokens, so each
+// tokens (AVX2: every type but Q8_0, Q4_1 and Q5_1) runs on the row-dot for any number of tokens, so each
 // token's result is its one-token decode's, bit for bit, and within the row-dot's bounds; other
 // types, and kernels without such a path, still take the dequantized panels (the GEMM's bits).
 TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot) {
@@ -525,7 +526,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot)
         const bool once = ops::UnpacksOnce(*kernels[k], t);
         const std::string name = kernels[k]->name;
         if (name == "avx2" || name == "generic") {
-          EXPECT_EQ(once, name == "avx2" && t != QuantType::kQ8_0);
+          EXPECT_EQ(once, name == "avx2" && t != QuantType::kQ8_0 && t != QuantType::kQ4_1 && t != QuantType::kQ5_1);
         }
         ops::SetQuantDotForTesting(kernels[k]);
         const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kLinear);
@@ -590,8 +591,8 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
 // bits, exact only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that
 // wrapped or saturated would miss the int8 reference by thousands of scale units; the Q5_0 and Q5_K
 // ones sum four, up to 4 * 2 * 31 * 127 = 31496, the Q6_K one two, up to 2 * 2 * 63 * 127 = 32004.
-// (Q4_K/Q5_K: every scale and minimum 63 in the rows of maximal codes, d = dmin = 1; Q6_K: every
-// scale -128 or 127 by row, d = 1.)
+// (Q4_K/Q5_K: every scale and minimum 63 in the rows of maximal codes, d = dmin = 1; Q4_1/Q5_1:
+// d = m = 1; Q6_K: every scale -128 or 127 by row, d = 1.)
 TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
@@ -603,12 +604,13 @@ TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
       for (int64_t b = 0; b < 3; ++b) {
         uint8_t* blk = p.w.data() + o * QuantRowBytes(t, in) + b * bb;
         std::memset(blk, o % 4 == 3 ? 0x00 : 0xff, bb);  // codes all maximal (Q8_0: all -1), or all zero
-        const uint16_t one[2] = {0x3c00, 0x3c00};         // f16 1.0: d (and Q4_K's dmin)
+        const uint16_t one[2] = {0x3c00, 0x3c00};         // f16 1.0: d (and the K-quants' dmin, Q4_1/Q5_1's m)
         if (t == QuantType::kQ6_K) {
           std::memset(blk + offsetof(BlockQ6_K, scales), o % 2 ? 0x80 : 0x7f, 16);
           std::memcpy(blk + offsetof(BlockQ6_K, d), one, 2);
         } else {
-          std::memcpy(blk, one, t == QuantType::kQ4_K || t == QuantType::kQ5_K ? 4 : 2);
+          const bool two = t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ4_1 || t == QuantType::kQ5_1;
+          std::memcpy(blk, one, two ? 4 : 2);
         }
       }
     const int64_t half = QuantBlockElems(t) / 2;
@@ -669,7 +671,7 @@ TEST(LinearBatch, EachJobAsLinearAlone) {
       std::vector<std::vector<float>> ys;
       for (int j = 0; j < 14; ++j) {
         const int64_t n = ns[rng() % 6], out = outs[rng() % 4], in = 256 * (1 + rng() % 2);
-        probs.push_back(MakeQuantProblem(rng, kTypes[j % 6], n, in, out));
+        probs.push_back(MakeQuantProblem(rng, kTypes[j % std::size(kTypes)], n, in, out));
         ops::WeightView w = probs.back().View();
         if (j >= 12) {  // the last two unquantized: Linear calls of their own inside the batch
           std::vector<float> f(out * in);

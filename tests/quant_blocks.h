@@ -40,6 +40,12 @@ inline std::vector<uint8_t> RandomBlocks(std::mt19937& rng, QuantType t, int64_t
         std::memcpy(blk, &d, 2), std::memcpy(blk + 2, &dmin, 2);
         break;
       }
+      case QuantType::kQ4_1:
+      case QuantType::kQ5_1: {  // d at 0, the minimum m at 2 (either sign)
+        const uint16_t m = RandomScale(rng, -10, -3);
+        std::memcpy(blk, &d, 2), std::memcpy(blk + 2, &m, 2);
+        break;
+      }
       case QuantType::kQ6_K: std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2); break;
       default: std::memcpy(blk, &d, 2); break;  // Q4_0, Q5_0, Q8_0: d first
     }
@@ -49,7 +55,8 @@ inline std::vector<uint8_t> RandomBlocks(std::mt19937& rng, QuantType t, int64_t
 
 // M_i for every weight of one row: |w_i| plus the offset of the integer decomposition the kernels
 // use, counted twice (it is taken off through the activation sums): Q4_0 16|d|, Q5_0 32|d|, Q6_K
-// 64|d sc|, Q4_K/Q5_K 2 * 63 |dmin|, Q8_0 `q8_0_offset` |d| (0 where its codes are used as signed).
+// 64|d sc|, Q4_K/Q5_K 2 * 63 |dmin|, Q4_1/Q5_1 2|m|, Q8_0 `q8_0_offset` |d| (0 where its codes are
+// used as signed).
 inline std::vector<double> Magnitudes(QuantType t, const uint8_t* row, int64_t in, double q8_0_offset = 0) {
   std::vector<float> w(in);
   DequantizeRow(t, row, w.data(), in);
@@ -65,6 +72,8 @@ inline std::vector<double> Magnitudes(QuantType t, const uint8_t* row, int64_t i
       case QuantType::kQ8_0: std::memcpy(&h, blk, 2), extra = q8_0_offset * std::fabs(F16ToF32(h)); break;
       case QuantType::kQ4_K:
       case QuantType::kQ5_K: std::memcpy(&h, blk + 2, 2), extra = 2 * 63 * std::fabs(F16ToF32(h)); break;
+      case QuantType::kQ4_1:
+      case QuantType::kQ5_1: std::memcpy(&h, blk + 2, 2), extra = 2 * std::fabs(F16ToF32(h)); break;
       case QuantType::kQ6_K: {
         const auto* b = reinterpret_cast<const BlockQ6_K*>(blk);
         extra = 64 * std::fabs(F16ToF32(b->d) * b->scales[i % 256 / 16]);

@@ -18,8 +18,8 @@
 namespace tessera {
 namespace {
 
-constexpr QuantType kAll[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
-                              QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+constexpr QuantType kAll[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K,
+                              QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kQ4_1, QuantType::kQ5_1};
 
 std::vector<uint8_t> Quantize(QuantType t, const std::vector<float>& x) {
   std::vector<uint8_t> q(static_cast<size_t>(QuantRowBytes(t, static_cast<int64_t>(x.size()))));
@@ -42,9 +42,9 @@ std::vector<float> Normal(size_t n, uint32_t seed, float sigma = 1.0f) {
 }
 
 TEST(QuantTest, BlockSizes) {
-  const int64_t elems[] = {32, 32, 32, 256, 256, 256};
-  const int64_t bytes[] = {18, 22, 34, 144, 176, 210};
-  for (int i = 0; i < 6; ++i) {
+  const int64_t elems[] = {32, 32, 32, 256, 256, 256, 32, 32};
+  const int64_t bytes[] = {18, 22, 34, 144, 176, 210, 20, 24};
+  for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(QuantBlockElems(kAll[i]), elems[i]) << QuantTypeName(kAll[i]);
     EXPECT_EQ(QuantBlockBytes(kAll[i]), bytes[i]) << QuantTypeName(kAll[i]);
     EXPECT_EQ(QuantRowBytes(kAll[i], 0), 0);
@@ -59,8 +59,8 @@ TEST(QuantTest, BlockSizes) {
 }
 
 TEST(QuantTest, NamesParseCaseInsensitively) {
-  const char* names[] = {"q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"};
-  for (int i = 0; i < 6; ++i) {
+  const char* names[] = {"q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k", "q4_1", "q5_1"};
+  for (int i = 0; i < 8; ++i) {
     EXPECT_STREQ(QuantTypeName(kAll[i]), names[i]);
     QuantType t = QuantType::kNone;
     ASSERT_TRUE(ParseQuantType(names[i], &t)) << names[i];
@@ -72,7 +72,7 @@ TEST(QuantTest, NamesParseCaseInsensitively) {
   ASSERT_TRUE(ParseQuantType("Q8_0", &t));
   EXPECT_EQ(t, QuantType::kQ8_0);
   EXPECT_STREQ(QuantTypeName(QuantType::kNone), "none");
-  for (const char* bad : {"none", "", "q4", "q4_0 ", "q4_1", "q4_k_m", "f16", "q6_kk"}) {
+  for (const char* bad : {"none", "", "q4", "q4_0 ", "q8_1", "q4_k_m", "f16", "q6_kk"}) {
     t = QuantType::kQ8_0;
     EXPECT_FALSE(ParseQuantType(bad, &t)) << "'" << bad << "'";
     EXPECT_EQ(t, QuantType::kQ8_0) << "a failed parse leaves the output alone";
@@ -104,6 +104,40 @@ TEST(QuantTest, RoundTripWithinHalfAStepForTheLegacyFormats) {
       if (t == QuantType::kQ8_0 || std::fabs(x[i]) < (levels - 1) * d) {
         ASSERT_LE(std::fabs(x[i] - y[i]), d * (0.5f + levels * 0x1p-11f) * 1.0001f) << QuantTypeName(t) << " " << i;
       }
+    }
+  }
+}
+
+// Q4_1 / Q5_1: x = min + (q + r) d with |r| <= 1/2 (the block's range in 15 or 31 steps, no clamp
+// reached), then d and m = min rounded to f16: each adds a relative 2^-11, d's times q <= 15 or 31
+// (the stored d and m stand in for the exact ones: 1.001 covers their 2^-11 and the f32 roundings).
+// The block's minimum and maximum land on the end levels.
+TEST(QuantTest, RoundTripWithinHalfAStepForTheMinimumFormats) {
+  for (QuantType t : {QuantType::kQ4_1, QuantType::kQ5_1}) {
+    const float top = t == QuantType::kQ4_1 ? 15.f : 31.f;
+    std::vector<float> x = Normal(32 * 200, 7, 3.0f);
+    for (size_t b = 0; b < 200; b += 7) x[b * 32 + 3] += 40.0f;  // blocks far from zero: m dominates
+    const std::vector<uint8_t> q = Quantize(t, x);
+    const std::vector<float> y = Dequantize(t, q, static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint16_t h[2];
+      std::memcpy(h, q.data() + i / 32 * QuantBlockBytes(t), 4);
+      const float d = std::fabs(F16ToF32(h[0])), m = std::fabs(F16ToF32(h[1]));
+      ASSERT_LE(std::fabs(x[i] - y[i]), (d * (0.5f + top * 0x1p-11f) + m * 0x1p-11f) * 1.001f)
+          << QuantTypeName(t) << " value " << i;
+    }
+    for (size_t b = 0; b < 200; ++b) {
+      const auto lo = std::min_element(x.begin() + b * 32, x.begin() + b * 32 + 32) - x.begin();
+      const auto hi = std::max_element(x.begin() + b * 32, x.begin() + b * 32 + 32) - x.begin();
+      const uint8_t* blk = q.data() + b * QuantBlockBytes(t);
+      const uint8_t* qs = blk + (t == QuantType::kQ4_1 ? 4 : 8);
+      uint32_t qh = 0;
+      if (t == QuantType::kQ5_1) std::memcpy(&qh, blk + 4, 4);
+      auto code = [&](int64_t j) {
+        return ((j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | ((qh >> j) & 1) << 4);
+      };
+      ASSERT_EQ(code(lo % 32), 0u) << QuantTypeName(t) << " block " << b;
+      ASSERT_EQ(code(hi % 32), static_cast<uint32_t>(top)) << QuantTypeName(t) << " block " << b;
     }
   }
 }
@@ -150,7 +184,8 @@ TEST(QuantTest, AllZeroBlocksAsGgmlWritesThem) {
   EXPECT_EQ(q5[1], 0x80);
   for (int j = 2; j < 6; ++j) EXPECT_EQ(q5[j], 0xff) << "fifth bits of level 16";
   for (int j = 6; j < 22; ++j) EXPECT_EQ(q5[j], 0x00) << j;
-  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K}) {
+  for (QuantType t : {QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K, QuantType::kQ4_1,
+                      QuantType::kQ5_1}) {
     const std::vector<uint8_t> q = Quantize(t, zeros);
     for (size_t j = 0; j < q.size(); ++j) ASSERT_EQ(q[j], 0) << QuantTypeName(t) << " byte " << j;
   }
@@ -223,6 +258,7 @@ TEST(QuantTest, FirstNonFiniteBlockFindsBadScales) {
     const size_t d_at = t == QuantType::kQ6_K ? offsetof(BlockQ6_K, d) : 0;
     std::vector<size_t> fields = {d_at};
     if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) fields.push_back(offsetof(BlockQ4_K, dmin));
+    if (t == QuantType::kQ4_1 || t == QuantType::kQ5_1) fields.push_back(offsetof(BlockQ4_1, m));
     for (size_t field : fields) {
       for (uint16_t h : bad) {
         std::vector<uint8_t> p = q;
@@ -248,7 +284,8 @@ TEST(QuantTest, FirstNonFiniteBlockFindsBadScales) {
 // ggml's symmetric fit turns a sub-block holding an infinity into a NaN scale that loses the
 // search for the block's largest, and the block comes out finite. Callers check the input.)
 TEST(QuantTest, InfiniteInputShowsAsANonFiniteScale) {
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K}) {
+  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K,
+                      QuantType::kQ4_1, QuantType::kQ5_1}) {
     const int64_t n = 4 * QuantBlockElems(t);
     std::vector<float> x = Normal(static_cast<size_t>(n), 9);
     x[static_cast<size_t>(2 * QuantBlockElems(t) + 7)] = std::numeric_limits<float>::infinity();

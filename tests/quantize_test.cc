@@ -174,6 +174,12 @@ TEST(QuantizeTypes, Gemma4MoeShapes) {
   const auto q4_8 = ChooseTensorTypes(QuantizeFileType::kQ4_0, p, 2, 8);
   EXPECT_EQ(TypeOf(p, q4_8, "blk.0.attn_k.weight"), "q8_0");
   EXPECT_EQ(TypeOf(p, q4_8, "blk.0.attn_v.weight"), "q8_0");
+  // With exactly 8 experts Q4_K_M raises attn_output to Q5_K, whose fallback on rows that are not
+  // whole 256-blocks is Q5_1 (llama.cpp's choice; python/tests/test_quantize.py compares its bytes).
+  const auto km8 = ChooseTensorTypes(QuantizeFileType::kQ4_K_M, p, 2, 8);
+  EXPECT_EQ(TypeOf(p, km8, "blk.0.attn_output.weight"), "q5_k");
+  const std::vector<TensorPlan> narrow = {{"blk.0.attn_output.weight", {2816, 4160}}};
+  EXPECT_EQ(ChooseTensorTypes(QuantizeFileType::kQ4_K_M, narrow, 2, 8)[0].Name(), "q5_1");
 }
 
 TEST(QuantizeTypes, RowsThatFitNoBlockAreF16) {

@@ -161,7 +161,8 @@ def prepare_llamacpp(hf, out_file, log, retry=False, outtype="f32"):
     return _make_file(out_file, cmd, "convert", log, retry, env)
 
 
-QUANT_FTYPES = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15}  # llama.cpp's llama_ftype numbers
+# llama.cpp's llama_ftype numbers
+QUANT_FTYPES = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17, "q4_1": 3, "q5_1": 9}
 
 QUANTIZE_SCRIPT = """
 import sys, ctypes, llama_cpp
@@ -195,7 +196,7 @@ TESSERA_LINE = re.compile(r"prefill (\d+) tokens in ([\d.]+) s .*decode (\d+) to
 
 def run_tessera(binary, model, ids, decode, threads, chunk, timeout, dtype="f32", env=None, extra=()):
     """dtype bf16: a bf16 checkpoint, bf16 KV, attention and matmuls at precision bf16. A quantized
-    dtype (q8_0, q4_0, q4_k_m): `model` is the GGUF file, bf16 KV, attention at precision bf16.
+    dtype (QUANT_FTYPES): `model` is the GGUF file, bf16 KV, attention at precision bf16.
     env: the environment of the run (None: this process's); extra: more `tessera run` arguments."""
     ctx = len(ids) + decode
     cmd = [binary, "run", "--model", model, "--ids", ",".join(map(str, ids)), "--max-new-tokens", str(decode),

@@ -16,6 +16,8 @@ enum class QuantType : int {
   kQ4_K,      // 256 values: f16 d, dmin; 8 sub-blocks of 32 with 6-bit scale and min; x = d*sc*q - dmin*m
   kQ5_K,      // as Q4_K with a fifth bit per value
   kQ6_K,      // 256 values: f16 d; 16 sub-blocks of 16 with int8 scale; x = d * sc * (q - 32)
+  kQ4_1,      // 32 values: f16 scale d and minimum m, 4-bit q; x = d * q + m
+  kQ5_1,      // 32 values: f16 scale d and minimum m, 5-bit q; x = d * q + m
 };
 
 // The block structs. Halves (ggml_half) are raw f16 bit patterns (tessera/dtype.h F16ToF32).
@@ -29,6 +31,15 @@ struct BlockQ5_0 {
   uint16_t d;
   uint8_t qh[4];   // bit j of the little-endian uint32 is the fifth bit of value j
   uint8_t qs[16];  // low four bits as in Q4_0
+};
+struct BlockQ4_1 {
+  uint16_t d, m;
+  uint8_t qs[16];  // as in Q4_0
+};
+struct BlockQ5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];   // as in Q5_0
+  uint8_t qs[16];
 };
 struct BlockQ8_0 {
   uint16_t d;
@@ -52,6 +63,7 @@ struct BlockQ6_K {
   uint16_t d;
 };
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 // Values per block (32 or 256) and bytes per block; 0 for kNone.
@@ -59,7 +71,7 @@ int64_t QuantBlockElems(QuantType t);
 int64_t QuantBlockBytes(QuantType t);
 // Bytes of a row of n values; n must be a multiple of QuantBlockElems(t) (-1 otherwise).
 int64_t QuantRowBytes(QuantType t, int64_t n);
-// "q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k" ("none" for kNone).
+// "q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k", "q4_1", "q5_1" ("none" for kNone).
 const char* QuantTypeName(QuantType t);
 // Parses the names above, case-insensitively. False for anything else (kNone included).
 bool ParseQuantType(std::string_view name, QuantType* out);

@@ -44,11 +44,11 @@ struct TensorPlan {
 // The types llama.cpp's quantizer gives `tensors` for `type` (same order): 1-D tensors, norms and
 // per_layer_model_proj stay f32; the output / tied embedding get Q6_K (Q8_0 when their rows are not
 // whole blocks); Q4_K_M raises attn_v and ffn_down of the "more bits" layers to Q6_K; a row that is
-// not whole blocks falls back (Q4_K -> Q5_0, Q6_K -> Q8_0, then F16). `n_layers`: block_count.
+// not whole blocks falls back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16). `n_layers`: block_count.
 // With experts (`n_experts` > 1) the "more bits" layer of an ffn_down is the one in its name, so a
 // layer's dense ffn_down and its ffn_down_exps get the same type; the router stays f32. With exactly
-// 8 experts attn_k / attn_v are Q8_0 and, at Q4_K_M, attn_output Q5_K (kept Q5_K where its rows are
-// not whole blocks: llama.cpp's fallback, Q5_1, this engine does not write; QuantizeCheckpoint refuses).
+// 8 experts attn_k / attn_v are Q8_0 and, at Q4_K_M, attn_output Q5_K (Q5_1 where its rows are not
+// whole blocks).
 std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std::vector<TensorPlan>& tensors,
                                                int64_t n_layers, int64_t n_experts = 0);
 

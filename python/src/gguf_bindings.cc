@@ -143,7 +143,8 @@ constexpr TensorType kTensorTypes[] = {
     {"bf16", false, DType::kBF16, QuantType::kNone, 1, 2},   {"q4_0", true, DType::kF32, QuantType::kQ4_0, 32, 18},
     {"q5_0", true, DType::kF32, QuantType::kQ5_0, 32, 22},   {"q8_0", true, DType::kF32, QuantType::kQ8_0, 32, 34},
     {"q4_K", true, DType::kF32, QuantType::kQ4_K, 256, 144}, {"q5_K", true, DType::kF32, QuantType::kQ5_K, 256, 176},
-    {"q6_K", true, DType::kF32, QuantType::kQ6_K, 256, 210},
+    {"q6_K", true, DType::kF32, QuantType::kQ6_K, 256, 210}, {"q4_1", true, DType::kF32, QuantType::kQ4_1, 32, 20},
+    {"q5_1", true, DType::kF32, QuantType::kQ5_1, 32, 24},
 };
 
 // The data must be exactly the tensor's size (the fill copies it whole). Shapes the writer will
@@ -190,7 +191,7 @@ void Write(const std::string& path, const py::list& metadata, const py::list& te
       if (type == c.name) tt = &c;
     if (tt == nullptr)
       throw py::value_error("gguf_write: tensor '" + name + "': unknown type '" + type +
-                            "' (f32 f16 bf16 q4_0 q5_0 q8_0 q4_K q5_K q6_K)");
+                            "' (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K)");
     CheckSize(name, shape, *tt, data->size());
     if (tt->quant)
       w.AddQuantTensor(name, shape, tt->q, fill);

@@ -14,7 +14,7 @@ using U8Array = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
 QuantType TypeFromName(const std::string& name) {
   QuantType t;
   if (!ParseQuantType(name, &t))
-    throw py::value_error("unknown quantized type '" + name + "' (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k)");
+    throw py::value_error("unknown quantized type '" + name + "' (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k, q4_1, q5_1)");
   return t;
 }
 

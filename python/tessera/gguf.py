@@ -11,7 +11,7 @@
                        tensors=[("w", (2, 32), "q8_0", block_bytes), ("b", (4,), "f32", np_array)])
 
 Types are GGUF's: u8 i8 u16 i16 u32 i32 u64 i64 f32 f64 bool string, arrays as array[<type>];
-tensor types are ggml's names (f32 f16 bf16 q4_0 q5_0 q8_0 q4_K q5_K q6_K). Bad files and bad
+tensor types are ggml's names (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K). Bad files and bad
 arguments raise ValueError (MemoryError when the disk or memory is full) naming the file and field.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from . import _tessera
 __all__ = ["GgufContents", "GgufTensor", "read", "write", "GGML_TYPE_NAMES"]
 
 # ggml type ids of the tensor types Tessera reads and writes.
-GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 6: "q5_0", 8: "q8_0", 12: "q4_K", 13: "q5_K", 14: "q6_K",
-                   30: "bf16"}
+GGML_TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8: "q8_0", 12: "q4_K",
+                   13: "q5_K", 14: "q6_K", 30: "bf16"}
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """Block-quantized weight formats with GGUF's layouts (docs/quantization.md).
 
-Types: "q4_0", "q5_0", "q8_0" (blocks of 32 values) and "q4_k", "q5_k", "q6_k" (blocks of 256).
+Types: "q4_0", "q5_0", "q8_0", "q4_1", "q5_1" (blocks of 32 values) and "q4_k", "q5_k", "q6_k" (blocks
+of 256).
 A row of n values is n / block_size blocks back to back; the last axis of an array is the row.
 
   quantize(x, type)          float array [..., n] -> uint8 [..., row_bytes(type, n)], the bytes
@@ -17,7 +18,7 @@ from . import _tessera
 __all__ = ["TYPES", "block_size", "block_bytes", "row_bytes", "quantize", "dequantize",
            "first_non_finite_block"]
 
-TYPES = ("q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")
+TYPES = ("q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k", "q4_1", "q5_1")
 
 
 def block_size(qtype: str) -> int:

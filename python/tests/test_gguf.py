@@ -305,11 +305,11 @@ def test_bad_files_raise_value_error_naming_the_file(tmp_path):
     bad.write_bytes(b"GGUF" + (3).to_bytes(4, "big") + bytes(16))
     with pytest.raises(ValueError, match="big-endian"):
         tg.read(bad)
-    # a tensor type Tessera does not run: gguf-py writes q4_1 blocks happily
+    # a tensor type Tessera does not run: gguf-py writes q2_K blocks happily
     w = gguf.GGUFWriter(str(bad), "gemma3")
-    w.add_tensor("blk.0.w", np.zeros((2, 40), np.uint8), raw_dtype=Q.Q4_1)
+    w.add_tensor("blk.0.w", np.zeros((2, 84), np.uint8), raw_dtype=Q.Q2_K)
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
-    with pytest.raises(ValueError, match=r"tensor 'blk.0.w' has ggml type q4_1"):
+    with pytest.raises(ValueError, match=r"tensor 'blk.0.w' has ggml type q2_K"):
         tg.read(bad)
     with pytest.raises(ValueError, match="no/such.gguf"):
         tg.read(tmp_path / "no/such.gguf")
@@ -325,6 +325,6 @@ def test_writer_errors_raise_and_leave_no_file(tmp_path):
         tg.write(out, [], [("w", (2, 32), "q8_0", bytes(67))])
     with pytest.raises(ValueError, match="rows of 48 values, not a multiple of its block of 32"):
         tg.write(out, [], [("w", (2, 48), "q8_0", bytes(1))])
-    with pytest.raises(ValueError, match="unknown type 'q4_1'"):
-        tg.write(out, [], [("w", (32,), "q4_1", bytes(20))])
+    with pytest.raises(ValueError, match="unknown type 'q2_K'"):
+        tg.write(out, [], [("w", (256,), "q2_K", bytes(84))])
     assert os.listdir(tmp_path) == []

@@ -21,10 +21,11 @@ from gguf.constants import GGMLQuantizationType as GQT  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TYPES = quant.TYPES
-GGUF_TYPE = {"q4_0": GQT.Q4_0, "q5_0": GQT.Q5_0, "q8_0": GQT.Q8_0,
-             "q4_k": GQT.Q4_K, "q5_k": GQT.Q5_K, "q6_k": GQT.Q6_K}
-# Where each block keeps its f16 scales (byte offsets): d, and dmin for Q4_K/Q5_K.
-SCALE_FIELDS = {"q4_0": (0,), "q5_0": (0,), "q8_0": (0,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+GGUF_TYPE = {"q4_0": GQT.Q4_0, "q5_0": GQT.Q5_0, "q8_0": GQT.Q8_0, "q4_k": GQT.Q4_K, "q5_k": GQT.Q5_K,
+             "q6_k": GQT.Q6_K, "q4_1": GQT.Q4_1, "q5_1": GQT.Q5_1}
+# Where each block keeps its f16 scales (byte offsets): d, and dmin (m) for Q4_K/Q5_K (Q4_1/Q5_1).
+SCALE_FIELDS = {"q4_0": (0,), "q5_0": (0,), "q8_0": (0,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,),
+                "q4_1": (0, 2), "q5_1": (0, 2)}
 
 
 def bits(a):
@@ -110,7 +111,7 @@ def quantize_inputs(rng, nblocks):
     return {k: v.astype(np.float32) for k, v in rows.items()}
 
 
-@pytest.mark.parametrize("qtype", ["q4_0", "q5_0", "q8_0"])
+@pytest.mark.parametrize("qtype", ["q4_0", "q5_0", "q8_0", "q4_1", "q5_1"])
 def test_quantize_matches_gguf(qtype):
     rng = np.random.default_rng(30 + TYPES.index(qtype))
     for name, x in quantize_inputs(rng, 512).items():
@@ -121,7 +122,7 @@ def test_quantize_matches_gguf(qtype):
 
 # ---------------------------------------------------------------- (b) llama.cpp's ggml
 
-GGML_TYPE = {"q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_k": 12, "q5_k": 13, "q6_k": 14}  # enum ggml_type
+GGML_TYPE = {"q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_k": 12, "q5_k": 13, "q6_k": 14, "q4_1": 3, "q5_1": 7}  # enum ggml_type
 
 
 def find_ggml():
@@ -271,8 +272,8 @@ def test_shapes_and_errors():
         assert quant.first_non_finite_block(q, t, 512) == -1
     with pytest.raises(ValueError, match="q4_k: 288 values are not a whole number of blocks of 256"):
         quant.quantize(np.zeros(288, np.float32), "q4_k")
-    with pytest.raises(ValueError, match="unknown quantized type 'q4_1'"):
-        quant.quantize(np.zeros(32, np.float32), "q4_1")
+    with pytest.raises(ValueError, match="unknown quantized type 'q8_1'"):
+        quant.quantize(np.zeros(32, np.float32), "q8_1")
     with pytest.raises(ValueError, match="a row of 32 values takes 18 bytes"):
         quant.dequantize(np.zeros(17, np.uint8), "q4_0", 32)
     with pytest.raises(ValueError, match="q8_0: 64 values take 68 bytes, got 34"):

@@ -54,8 +54,9 @@ def load(path, **kw):
     return tessera.Model.load(path, dtype="auto", max_context=64, **kw)
 
 
-# q4_k_m on the 16-expert copy: with exactly 8 experts llama.cpp's Q4_K_M needs Q5_1 here
-# (test_quantize.py checks that refusal).
+# q4_k_m on the 16-expert copy: with exactly 8 experts llama.cpp's Q4_K_M stores attn_output as
+# Q5_1 here (test_quantize.py compares those blocks with llama.cpp's; the model runs them in
+# tests/session_verify_test.cc).
 @pytest.mark.parametrize(("name", "qtype"), [("gemma4_moe", "q8_0"), ("gemma4_moe", "q4_0"), ("gemma4_moe16", "q4_k_m")])
 def test_moe_quantize_on_load_logits(work, name, qtype):
     from test_gguf_model import kl  # noqa: PLC0415

@@ -1,11 +1,12 @@
 // Block-quantized formats: sizes, names, the dispatchers, and the 32-value formats (Q4_0, Q5_0,
-// Q8_0). The K-quants are in quant_k.cc. Built with -ffp-contract=off (CMakeLists.txt): llama.cpp's
+// Q8_0, Q4_1, Q5_1). The K-quants are in quant_k.cc. Built with -ffp-contract=off (CMakeLists.txt): llama.cpp's
 // reference library rounds every product and sum separately, and so must we to match its bytes.
 #include "tessera/quant.h"
 
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 
 #include "core/quant_internal.h"
 #include "tessera/check.h"
@@ -26,6 +27,7 @@ constexpr QuantInfo kQuantInfo[] = {
     {QuantType::kQ4_0, "q4_0", 32, sizeof(BlockQ4_0)}, {QuantType::kQ5_0, "q5_0", 32, sizeof(BlockQ5_0)},
     {QuantType::kQ8_0, "q8_0", 32, sizeof(BlockQ8_0)}, {QuantType::kQ4_K, "q4_k", 256, sizeof(BlockQ4_K)},
     {QuantType::kQ5_K, "q5_k", 256, sizeof(BlockQ5_K)}, {QuantType::kQ6_K, "q6_k", 256, sizeof(BlockQ6_K)},
+    {QuantType::kQ4_1, "q4_1", 32, sizeof(BlockQ4_1)},  {QuantType::kQ5_1, "q5_1", 32, sizeof(BlockQ5_1)},
 };
 
 const QuantInfo* Find(QuantType t) {
@@ -95,6 +97,8 @@ void DequantizeRow(QuantType t, const void* src, float* dst, int64_t n) {
     case QuantType::kQ4_K: return DequantizeQ4_K(src, dst, nb);
     case QuantType::kQ5_K: return DequantizeQ5_K(src, dst, nb);
     case QuantType::kQ6_K: return DequantizeQ6_K(src, dst, nb);
+    case QuantType::kQ4_1: return DequantizeQ4_1(src, dst, nb);
+    case QuantType::kQ5_1: return DequantizeQ5_1(src, dst, nb);
     case QuantType::kNone: break;
   }
 }
@@ -109,6 +113,8 @@ void QuantizeRow(QuantType t, const float* src, void* dst, int64_t n) {
     case QuantType::kQ4_K: return QuantizeQ4_K(src, dst, nb);
     case QuantType::kQ5_K: return QuantizeQ5_K(src, dst, nb);
     case QuantType::kQ6_K: return QuantizeQ6_K(src, dst, nb);
+    case QuantType::kQ4_1: return QuantizeQ4_1(src, dst, nb);
+    case QuantType::kQ5_1: return QuantizeQ5_1(src, dst, nb);
     case QuantType::kNone: break;
   }
 }
@@ -117,11 +123,12 @@ int64_t FirstNonFiniteBlock(QuantType t, const void* src, int64_t n) {
   const int64_t nb = BlockCount(t, n);
   const int64_t stride = QuantBlockBytes(t);
   const auto* base = static_cast<const uint8_t*>(src);
-  // Where the f16 scales sit in each block: d first (and dmin after it in Q4_K/Q5_K), or d last (Q6_K).
+  // Where the f16 scales sit in each block: d first (and dmin or m after it in Q4_K/Q5_K/Q4_1/Q5_1),
+  // or d last (Q6_K).
   int64_t offset = 0;
   bool has_dmin = false;
   if (t == QuantType::kQ6_K) offset = offsetof(BlockQ6_K, d);
-  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) has_dmin = true;
+  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ4_1 || t == QuantType::kQ5_1) has_dmin = true;
   for (int64_t i = 0; i < nb; ++i) {
     uint16_t h[2] = {0, 0};
     std::memcpy(h, base + i * stride + offset, has_dmin ? 4 : 2);
@@ -165,6 +172,40 @@ void DequantizeQ8_0(const void* x, float* y, int64_t nb) {
     const BlockQ8_0 b = LoadBlock<BlockQ8_0>(x, i);
     const float d = F16ToF32(b.d);
     for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
+  }
+}
+
+// Q4_1 / Q5_1: x = d * q + m, the product and the sum each rounded (exact product: an f16 times a
+// code below 32). qh null: Q4_1.
+namespace {
+// A NaN product stays itself, as ggml's build gives it where both terms are NaN (which NaN an
+// addition returns is the compiler's choice of operand order; we fix it to ggml's).
+float AddMin(float product, float m) { return std::isnan(product) ? product : product + m; }
+
+void DequantizeMin(uint16_t d16, uint16_t m16, const uint8_t* qs, const uint8_t* qh_bytes, float* y) {
+  const float d = F16ToF32(d16), m = F16ToF32(m16);
+  uint32_t qh = 0;
+  if (qh_bytes) std::memcpy(&qh, qh_bytes, 4);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4);
+    const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = AddMin(static_cast<float>(lo) * d, m);
+    y[j + 16] = AddMin(static_cast<float>(hi) * d, m);
+  }
+}
+}  // namespace
+
+void DequantizeQ4_1(const void* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const BlockQ4_1 b = LoadBlock<BlockQ4_1>(x, i);
+    DequantizeMin(b.d, b.m, b.qs, nullptr, y);
+  }
+}
+
+void DequantizeQ5_1(const void* x, float* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, y += 32) {
+    const BlockQ5_1 b = LoadBlock<BlockQ5_1>(x, i);
+    DequantizeMin(b.d, b.m, b.qs, b.qh, y);
   }
 }
 
@@ -239,6 +280,59 @@ void QuantizeQ8_0(const float* x, void* y, int64_t nb) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b.d = F32ToF16(d);
     for (int j = 0; j < 32; ++j) b.qs[j] = static_cast<int8_t>(TruncToInt32(std::round(x[j] * id)));
+    StoreBlock(y, i, b);
+  }
+}
+
+namespace {
+
+// Q4_1 / Q5_1 (`levels` 16 or 32): d = (max - min) / (levels - 1), m = min, q = (x - min) / d + 0.5
+// truncated through ggml's casts: int8 then at most 15 for Q4_1, uint8 for Q5_1 (whose codes stay
+// below 32 for finite input). Codes into c[32].
+void QuantizeMin(const float* x, int levels, uint16_t* d16, uint16_t* m16, uint8_t* c) {
+  float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
+  for (int j = 0; j < 32; ++j) {
+    if (x[j] < min) min = x[j];
+    if (x[j] > max) max = x[j];
+  }
+  const float d = (max - min) / static_cast<float>(levels - 1);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  *d16 = F32ToF16(d), *m16 = F32ToF16(min);
+  for (int j = 0; j < 32; ++j) {
+    const int32_t q = TruncToInt32((x[j] - min) * id + 0.5f);
+    if (levels == 16) {
+      const int8_t q8 = static_cast<int8_t>(q);
+      c[j] = static_cast<uint8_t>(q8 < 15 ? q8 : 15);
+    } else {
+      c[j] = static_cast<uint8_t>(q);
+    }
+  }
+}
+
+}  // namespace
+
+void QuantizeQ4_1(const float* x, void* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    BlockQ4_1 b;
+    uint8_t c[32];
+    QuantizeMin(x, 16, &b.d, &b.m, c);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+    StoreBlock(y, i, b);
+  }
+}
+
+void QuantizeQ5_1(const float* x, void* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32) {
+    BlockQ5_1 b;
+    uint8_t c[32];
+    QuantizeMin(x, 32, &b.d, &b.m, c);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      b.qs[j] = static_cast<uint8_t>((c[j] & 0x0f) | ((c[j + 16] & 0x0f) << 4));
+      qh |= static_cast<uint32_t>((c[j] & 0x10u) >> 4) << j;
+      qh |= static_cast<uint32_t>((c[j + 16] & 0x10u) >> 4) << (j + 16);
+    }
+    std::memcpy(b.qh, &qh, 4);
     StoreBlock(y, i, b);
   }
 }

@@ -42,6 +42,8 @@ void StoreBlock(void* base, int64_t i, const Block& b) {
 
 void DequantizeQ4_0(const void* x, float* y, int64_t nb);
 void DequantizeQ5_0(const void* x, float* y, int64_t nb);
+void DequantizeQ4_1(const void* x, float* y, int64_t nb);
+void DequantizeQ5_1(const void* x, float* y, int64_t nb);
 void DequantizeQ8_0(const void* x, float* y, int64_t nb);
 void DequantizeQ4_K(const void* x, float* y, int64_t nb);
 void DequantizeQ5_K(const void* x, float* y, int64_t nb);
@@ -49,6 +51,8 @@ void DequantizeQ6_K(const void* x, float* y, int64_t nb);
 
 void QuantizeQ4_0(const float* x, void* y, int64_t nb);
 void QuantizeQ5_0(const float* x, void* y, int64_t nb);
+void QuantizeQ4_1(const float* x, void* y, int64_t nb);
+void QuantizeQ5_1(const float* x, void* y, int64_t nb);
 void QuantizeQ8_0(const float* x, void* y, int64_t nb);
 void QuantizeQ4_K(const float* x, void* y, int64_t nb);
 void QuantizeQ5_K(const float* x, void* y, int64_t nb);

@@ -221,8 +221,8 @@ Status ReadTensorInfo(Cursor& c, const std::string& where, uint64_t index, GgufT
     return InvalidArgument(what + " has unknown ggml type id " + std::to_string(t->ggml_type));
   if (!type->supported)
     return Unimplemented(what + " has ggml type " + type->name + " (id " + std::to_string(t->ggml_type) +
-                         "), which Tessera does not run (supported: f32, f16, bf16, q4_0, q5_0, q8_0, q4_K, "
-                         "q5_K, q6_K)");
+                         "), which Tessera does not run (supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, "
+                         "q8_0, q4_K, q5_K, q6_K)");
   t->dtype = type->dtype;
   t->quant = type->quant;
   return gguf::TensorBytes(*type, t->shape, what, &t->nbytes);

@@ -42,7 +42,9 @@ int64_t ActBlockElems(QuantType t) {
   switch (t) {
     case QuantType::kQ4_0:
     case QuantType::kQ5_0:
-    case QuantType::kQ8_0: return 32;
+    case QuantType::kQ8_0:
+    case QuantType::kQ4_1:
+    case QuantType::kQ5_1: return 32;
     case QuantType::kQ4_K:
     case QuantType::kQ5_K:
     case QuantType::kQ6_K: return 256;

@@ -1,6 +1,6 @@
 // Activations quantized to int8 per block for the quantized Linear's integer dot products (decode):
 // each token row is quantized once per call, then every weight row's blocks are dotted against it
-// in integers and scaled once per block. Weights of Q4_0 / Q5_0 / Q8_0 pair with 32-value blocks,
+// in integers and scaled once per block. Weights of Q4_0 / Q5_0 / Q8_0 / Q4_1 / Q5_1 pair with 32-value blocks,
 // the K-quants with 256-value blocks carrying sums of each 16 values (the weight's offsets and
 // minimums are then one multiply per sub-block instead of one per value).
 #pragma once
@@ -11,7 +11,7 @@
 
 namespace tessera::ops {
 
-// 32 values: x[i] ~ d * q[i]; sum = sum of q (for the weight formats' offset of 8 or 16).
+// 32 values: x[i] ~ d * q[i]; sum = sum of q (for the weight formats' offset of 8 or 16, or minimum).
 struct ActBlock32 {
   float d;
   int32_t sum;

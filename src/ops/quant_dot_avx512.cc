@@ -512,7 +512,9 @@ void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows
 
 const QuantDotKernels& QuantDotAvx512Kernels() {
   static const QuantDotKernels k{"avx512-vnni", DotRows512, DotRowsTokens512, QuantizeAct, Dequantize,
-                                 [](QuantType t) { return t != QuantType::kNone; }};
+                                 [](QuantType t) {
+                                   return t != QuantType::kNone && t != QuantType::kQ4_1 && t != QuantType::kQ5_1;
+                                 }};
   return k;
 }
 

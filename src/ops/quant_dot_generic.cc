@@ -1,6 +1,7 @@
 // The portable kernels: per block, the exact integer sums of ops/quant_dot.h in plain loops, then
 // one f32 scale per block (two for the K-quants' scales and minimums).
 #include <cstring>
+#include <type_traits>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -39,6 +40,23 @@ float DotQ5_0(const BlockQ5_0* w, const ActBlock32* x, int64_t nb) {
       s += lo * x[b].q[j] + hi * x[b].q[j + 16];
     }
     acc += F16ToF32(w[b].d) * x[b].d * static_cast<float>(s - 16 * x[b].sum);
+  }
+  return acc;
+}
+
+// Q4_1 / Q5_1 (qh null for Q4_1): x = d q + m, so a block is d dx (codes . q) + m (dx sum q).
+template <typename B>
+float DotMin(const B* w, const ActBlock32* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh = 0;
+    if constexpr (std::is_same_v<B, BlockQ5_1>) std::memcpy(&qh, w[b].qh, 4);
+    int32_t s = 0;
+    for (int j = 0; j < 16; ++j) {
+      const int lo = (w[b].qs[j] & 15) | ((qh >> j) & 1) << 4, hi = (w[b].qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4;
+      s += lo * x[b].q[j] + hi * x[b].q[j + 16];
+    }
+    acc += F16ToF32(w[b].d) * x[b].d * static_cast<float>(s) + F16ToF32(w[b].m) * (x[b].d * static_cast<float>(x[b].sum));
   }
   return acc;
 }
@@ -101,6 +119,8 @@ float DotRow(QuantType t, const void* w, const void* xq, int64_t nb) {
     case QuantType::kQ4_0: return DotQ4_0(static_cast<const BlockQ4_0*>(w), static_cast<const ActBlock32*>(xq), nb);
     case QuantType::kQ5_0: return DotQ5_0(static_cast<const BlockQ5_0*>(w), static_cast<const ActBlock32*>(xq), nb);
     case QuantType::kQ8_0: return DotQ8_0(static_cast<const BlockQ8_0*>(w), static_cast<const ActBlock32*>(xq), nb);
+    case QuantType::kQ4_1: return DotMin(static_cast<const BlockQ4_1*>(w), static_cast<const ActBlock32*>(xq), nb);
+    case QuantType::kQ5_1: return DotMin(static_cast<const BlockQ5_1*>(w), static_cast<const ActBlock32*>(xq), nb);
     default: break;
   }
   const auto* x = static_cast<const ActBlock256*>(xq);

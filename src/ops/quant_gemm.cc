@@ -266,9 +266,11 @@ int64_t QuantGemmSubBlock(QuantType t) { return t == QuantType::kQ6_K ? 16 : 32;
 
 int64_t QuantGemmRowBytes(int64_t in) { return (2 * in + 4 * (in / 32) + 4 * (in / 16) + 63) / 64 * 64; }
 
+// Q4_1 / Q5_1 (llama.cpp's fallbacks for rows that are not whole K-quant blocks) have no int8 GEMM
+// codes: they prefill on the f32 panels.
 bool QuantGemmAvailable(QuantType t) {
   static const bool cpu = CpuHasKernel();
-  return cpu && t != QuantType::kNone;
+  return cpu && t != QuantType::kNone && t != QuantType::kQ4_1 && t != QuantType::kQ5_1;
 }
 
 bool QuantGemmAmxActive() {

@@ -52,12 +52,13 @@ bool IsTokenEmbedding(const std::string& n) { return n == "token_embd.weight" ||
 // Layers that get more bits in the K-quant mixes: the first and last eighth, and every third between.
 bool UseMoreBits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-// A row that is not whole blocks of `q` takes the next type whose blocks fit, at worst F16. Q5_K's
-// next type, llama.cpp's Q5_1, is one this engine lacks: Q5_K stays, and the callers refuse it.
+// A row that is not whole blocks of `q` takes llama.cpp's next type whose blocks fit, at worst F16.
 GgufElementType Fallback(QuantType q, int64_t ncols) {
-  if (ncols % QuantBlockElems(q) == 0 || q == QuantType::kQ5_K) return {q, DType::kF32};
+  if (ncols % QuantBlockElems(q) == 0) return {q, DType::kF32};
   if (q == QuantType::kQ4_K)
     q = QuantType::kQ5_0;
+  else if (q == QuantType::kQ5_K)
+    q = QuantType::kQ5_1;
   else if (q == QuantType::kQ6_K)
     q = QuantType::kQ8_0;
   if (ncols % QuantBlockElems(q) == 0) return {q, DType::kF32};
@@ -253,20 +254,6 @@ StatusOr<std::vector<SourceTensor>> PlanTensors(const std::string& dir, const io
   return out;
 }
 
-// A tensor whose chosen blocks do not fit its rows (Fallback: Q5_K, where llama.cpp writes Q5_1)
-// is refused, naming it.
-Status CheckTypesWritable(QuantizeFileType type, const std::vector<SourceTensor>& plan,
-                          const std::vector<GgufElementType>& types, const std::string& dir) {
-  for (size_t i = 0; i < plan.size(); ++i) {
-    const int64_t cols = plan[i].plan.shape.back();
-    if (types[i].quant != QuantType::kNone && cols % QuantBlockElems(types[i].quant) != 0)
-      return Unimplemented("quantize: " + std::string(QuantizeFileTypeName(type)) + " of '" + dir + "' gives tensor " +
-                           plan[i].hf_name + " Q5_K, and its rows of " + std::to_string(cols) +
-                           " values would fall back to Q5_1, which this engine does not support; use q8_0 or q4_0");
-  }
-  return Status::Ok();
-}
-
 // One f32 row of `cols` values stored as `type` at out; false, with the column in *bad_col, where
 // it holds a non-finite value (nothing stored).
 bool StoreRow(GgufElementType type, const float* row, int64_t cols, char* out, int64_t* bad_col) {
@@ -395,7 +382,6 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
   for (const SourceTensor& t : plan.value()) tensors.push_back(t.plan);
   const std::vector<GgufElementType> types =
       ChooseTensorTypes(type, tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
-  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), types, dir));
   std::map<std::string, GgufElementType> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = types[i];
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
@@ -425,7 +411,6 @@ StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeF
   QuantizeReport report;
   for (const SourceTensor& t : plan.value()) report.tensors.push_back(t.plan);
   report.types = ChooseTensorTypes(type, report.tensors, cfg.value().num_hidden_layers, cfg.value().num_experts);
-  TESSERA_RETURN_IF_ERROR(CheckTypesWritable(type, plan.value(), report.types, hf_dir));
   const io::SafetensorsCheckpoint& checkpoint = ck.value();
   for (size_t i = 0; i < plan.value().size(); ++i) {
     const SourceTensor* t = &plan.value()[i];
