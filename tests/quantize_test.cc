@@ -62,6 +62,10 @@ TEST(QuantizeFileTypes, NamesAndLlamaNumbers) {
   ASSERT_TRUE(ParseQuantizeFileType("q4_0", &t));
   EXPECT_EQ(LlamaFtype(t), 2u);
   EXPECT_STREQ(QuantizeFileTypeName(t), "q4_0");
+  ASSERT_TRUE(ParseQuantizeFileType("Q5_K_M", &t));
+  EXPECT_EQ(t, QuantizeFileType::kQ5_K_M);
+  EXPECT_EQ(LlamaFtype(t), 17u);
+  EXPECT_STREQ(QuantizeFileTypeName(t), "q5_k_m");
   for (const char* bad : {"", "q4_k", "q4_k_s", "f16", "q8"}) EXPECT_FALSE(ParseQuantizeFileType(bad, &t)) << bad;
 }
 
@@ -118,6 +122,15 @@ TEST(QuantizeTypes, Gemma3_1BShapes) {
   EXPECT_EQ(TypeOf(p, km, "blk.23.ffn_down.weight"), "q6_k");
   EXPECT_EQ(TypeOf(p, km, "blk.0.attn_v.weight"), "q8_0");  // Q6_K on rows of 1152
   EXPECT_EQ(TypeOf(p, km, "blk.3.attn_v.weight"), "q5_0");  // Q4_K on rows of 1152
+  // Q5_K_M: the same "more bits" layers; Q5_K falls back to Q5_1 on rows of 1152.
+  const auto k5 = ChooseTensorTypes(QuantizeFileType::kQ5_K_M, p, 26);
+  EXPECT_EQ(TypeOf(p, k5, "token_embd.weight"), "q8_0");
+  EXPECT_EQ(TypeOf(p, k5, "blk.4.attn_q.weight"), "q5_1");
+  EXPECT_EQ(TypeOf(p, k5, "blk.4.attn_output.weight"), "q5_k");
+  EXPECT_EQ(TypeOf(p, k5, "blk.0.ffn_down.weight"), "q6_k");
+  EXPECT_EQ(TypeOf(p, k5, "blk.3.ffn_down.weight"), "q5_k");
+  EXPECT_EQ(TypeOf(p, k5, "blk.0.attn_v.weight"), "q8_0");
+  EXPECT_EQ(TypeOf(p, k5, "blk.3.attn_v.weight"), "q5_1");
 }
 
 // Gemma 3 4B: hidden 2560 = 10 blocks of 256, so the K-quant mix applies as chosen.

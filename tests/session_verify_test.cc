@@ -128,7 +128,8 @@ TEST(SessionVerify, RowsEqualDecodeStepsOnCheckpoints) {
 }
 
 TEST(SessionVerify, RowsEqualDecodeStepsQuantized) {
-  for (QuantizeFileType type : {QuantizeFileType::kQ8_0, QuantizeFileType::kQ4_0, QuantizeFileType::kQ4_K_M})
+  for (QuantizeFileType type :
+       {QuantizeFileType::kQ8_0, QuantizeFileType::kQ4_0, QuantizeFileType::kQ4_K_M, QuantizeFileType::kQ5_K_M})
     for (const char* name : {"gemma4_text", "gemma4_moe"}) {
       model::WeightLoadOptions o;
       // (gemma4_moe at q4_k_m: 8 experts, so attn_output is Q5_K, on its rows Q5_1.)

@@ -32,7 +32,7 @@ Status ParseEngineOptions(const Args& a, SessionOptions* opt, LoadOptions* load)
   if (a.Has("quantize")) {
     QuantizeFileType q;
     if (!ParseQuantizeFileType(a.Get("quantize"), &q))
-      return InvalidArgument("--quantize must be q8_0, q4_0 or q4_k_m, got '" + a.Get("quantize") + "'");
+      return InvalidArgument("--quantize must be q8_0, q4_0, q4_k_m or q5_k_m, got '" + a.Get("quantize") + "'");
     load->quantize = q;
   }
   return Status::Ok();

@@ -23,7 +23,7 @@ int QuantizeCommand(int argc, char** argv) {
   }
   QuantizeFileType type;
   if (!ParseQuantizeFileType(a.Get("type"), &type)) {
-    std::fprintf(stderr, "tessera quantize: --type '%s' is not one of q8_0, q4_0, q4_k_m\n", a.Get("type").c_str());
+    std::fprintf(stderr, "tessera quantize: --type '%s' is not one of q8_0, q4_0, q4_k_m, q5_k_m\n", a.Get("type").c_str());
     return 1;
   }
   StatusOr<int64_t> threads = a.Int("threads", DefaultThreadCount());

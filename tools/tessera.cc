@@ -34,7 +34,7 @@ const Command kCommands[] = {
      "      [--matmul-precision int8]   (quantized weights: one byte per activation in prefill too, llama.cpp's\n"
      "      numerics, faster; default f32 keeps prefill activations near f32)\n"
      "      [--no-repack]   (read the weights as stored: faster load, slower prefill) [--no-stop]\n"
-     "      [--quantize q8_0|q4_0|q4_k_m]   (a checkpoint's matrices quantized at load, as tessera quantize does)\n"
+     "      [--quantize q8_0|q4_0|q4_k_m|q5_k_m]   (a checkpoint's matrices quantized at load, as tessera quantize does)\n"
      "      [--draft DIR [--draft-tokens K]]   (speculative decoding with a Gemma 4 assistant drafter,\n"
      "      K proposals per step, default 4; the same tokens as without, or with sampling the same distribution)\n"
      "      --ids prints the generated ids (no tokenizer is read); --prompt needs DIR/tokenizer.model\n"
@@ -49,14 +49,14 @@ const Command kCommands[] = {
      " [CONTEXT...] [--max-chunk N] [--per-layer]\n"
      "      Gemma-12B-shaped KV memory\n"},
     {"quantize", tessera::cli::QuantizeCommand, &tessera::cli::kQuantizeFlags,
-     " --model DIR --type q8_0|q4_0|q4_k_m --out FILE.gguf [--threads N] [--verbose]\n"
+     " --model DIR --type q8_0|q4_0|q4_k_m|q5_k_m --out FILE.gguf [--threads N] [--verbose]\n"
      "      a Hugging Face Gemma 3 / Gemma 4 checkpoint to a GGUF that llama.cpp runs too, with the\n"
      "      tensor types llama.cpp's quantizer picks (--verbose lists them)\n"},
     {"serve", tessera::cli::ServeCommand, &tessera::cli::kServeFlags,
      " --model DIR|FILE.gguf [--model-id NAME] [--host 127.0.0.1] [--port 8080] [--slots 4]\n"
      "      [--max-context 4096] [--max-chunk 256] [--max-queue 64] [--api-key KEY] [--threads N]\n"
      "      [--kv-dtype bf16] [--attention-precision bf16] [--dtype bf16] [--matmul-precision bf16|int8]\n"
-     "      [--quantize q8_0|q4_0|q4_k_m] [--no-repack]\n"
+     "      [--quantize q8_0|q4_0|q4_k_m|q5_k_m] [--no-repack]\n"
      "      an OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (stream or\n"
      "      not), GET /v1/models, /health, /metrics. --port 0 picks a free port; the bound address is\n"
      "      printed as 'tessera serve: listening on http://HOST:PORT'. Each slot runs one request;\n"

@@ -19,11 +19,11 @@ namespace tessera {
 class ThreadPool;
 
 // The file types `tessera quantize --type` offers (llama.cpp's ftype numbers in general.file_type).
-enum class QuantizeFileType { kQ8_0, kQ4_0, kQ4_K_M };
-// "q8_0", "q4_0", "q4_k_m" (case-insensitive); false for anything else.
+enum class QuantizeFileType { kQ8_0, kQ4_0, kQ4_K_M, kQ5_K_M };
+// "q8_0", "q4_0", "q4_k_m", "q5_k_m" (case-insensitive); false for anything else.
 bool ParseQuantizeFileType(std::string_view name, QuantizeFileType* out);
 const char* QuantizeFileTypeName(QuantizeFileType t);
-uint32_t LlamaFtype(QuantizeFileType t);  // 7, 2, 15
+uint32_t LlamaFtype(QuantizeFileType t);  // 7, 2, 15, 17
 
 // The element type of one stored tensor: block-quantized (quant != kNone) or plain dtype.
 struct GgufElementType {
@@ -43,7 +43,7 @@ struct TensorPlan {
 
 // The types llama.cpp's quantizer gives `tensors` for `type` (same order): 1-D tensors, norms and
 // per_layer_model_proj stay f32; the output / tied embedding get Q6_K (Q8_0 when their rows are not
-// whole blocks); Q4_K_M raises attn_v and ffn_down of the "more bits" layers to Q6_K; a row that is
+// whole blocks); Q4_K_M and Q5_K_M raise attn_v and ffn_down of the "more bits" layers to Q6_K; a row that is
 // not whole blocks falls back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16). `n_layers`: block_count.
 // With experts (`n_experts` > 1) the "more bits" layer of an ffn_down is the one in its name, so a
 // layer's dense ffn_down and its ffn_down_exps get the same type; the router stays f32. With exactly

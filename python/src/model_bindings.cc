@@ -90,7 +90,7 @@ std::unique_ptr<PyModel> MakeModel(const std::string& path, const std::string& d
   if (!quantize.empty()) {
     QuantizeFileType q;
     if (!ParseQuantizeFileType(quantize, &q))
-      throw py::value_error("unknown quantize '" + quantize + "' (q8_0, q4_0, q4_k_m)");
+      throw py::value_error("unknown quantize '" + quantize + "' (q8_0, q4_0, q4_k_m, q5_k_m)");
     lo.quantize = q;
   }
   if (dtype != "auto") {

@@ -13,7 +13,7 @@ void BindQuantize(py::module_& m) {
       [](const std::string& model_dir, const std::string& type, const std::string& out) {
         QuantizeFileType t;
         if (!ParseQuantizeFileType(type, &t))
-          throw py::value_error("unknown quantization type '" + type + "' (q8_0, q4_0, q4_k_m)");
+          throw py::value_error("unknown quantization type '" + type + "' (q8_0, q4_0, q4_k_m, q5_k_m)");
         StatusOr<QuantizeReport> r = [&] {
           py::gil_scoped_release release;
           StatusOr<std::unique_ptr<ThreadPool>> pool = ThreadPool::Create(DefaultThreadCount());

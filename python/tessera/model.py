@@ -63,7 +63,7 @@ class Model(ImagesMixin):
         blocks per call; bench/BENCHMARKS.md "Repacking at load"). `Model.repacked` tells which was done.
         A weight holding NaN or inf (or overflowing the dtype it is converted to) raises ValueError
         naming the tensor and element.
-        quantize: "q8_0", "q4_0" or "q4_k_m" quantizes a checkpoint directory's matrices at load into
+        quantize: "q8_0", "q4_0", "q4_k_m" or "q5_k_m" quantizes a checkpoint directory's matrices at load into
         the blocks `tessera.quantize` would write to a GGUF (docs/quantizing.md); None: as stored.
         draft: a Gemma 4 assistant checkpoint directory (model_type gemma4_assistant) loaded beside
         the model: generate then decodes speculatively, draft_tokens proposals verified per step

@@ -2,7 +2,7 @@
 
 - interop: for the tiny checkpoints of tests/testdata/models (the MoE one included) and a wider Gemma 3 one (rows of 256
   and of 288 values, ten layers, so that Q4_K, Q6_K, the "more bits" layers and the fallbacks all
-  occur), every tensor of our q8_0 / q4_0 / q4_k_m GGUF has the type and the bytes that llama.cpp's
+  occur), every tensor of our q8_0 / q4_0 / q4_k_m / q5_k_m GGUF has the type and the bytes that llama.cpp's
   own quantizer (llama_model_quantize, the peers venv) writes from the converter's f32 GGUF of the
   same checkpoint, and the metadata is the converter's (but for general.name / size_label);
 - llama.cpp runs our files with Tessera's greedy tokens;
@@ -30,8 +30,8 @@ from test_gguf_model import (PEERS_PY, PROMPT, convert, gguf_py, llama_cpp_run, 
 import tessera
 from tessera import quant
 
-TYPES = ["q8_0", "q4_0", "q4_k_m"]
-LLAMA_FTYPE = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15}  # llama.cpp's llama_ftype numbers
+TYPES = ["q8_0", "q4_0", "q4_k_m", "q5_k_m"]
+LLAMA_FTYPE = {"q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17}  # llama.cpp's llama_ftype numbers
 QUANTIZE = """
 import sys, ctypes, llama_cpp
 p = llama_cpp.llama_model_quantize_default_params()
@@ -199,12 +199,16 @@ def test_tensors_and_metadata_match_llama_cpp(work, name, qtype):
 @needs_llama_cpp
 def test_wide_checkpoint_has_every_choice(work):
     """The wide checkpoint exercises what the tiny ones cannot: K-quant blocks, Q6_K on the "more bits"
-    layers, and the fallbacks of 288-wide rows (Q4_K -> Q5_0, Q6_K -> Q8_0)."""
+    layers, and the fallbacks of 288-wide rows (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0)."""
     types = tessera.quantize(make_wide(work), "q4_k_m", os.path.join(work, "wide_types.gguf"))
     assert types["blk.0.attn_v.weight"] == "q6_k" and types["blk.1.attn_v.weight"] == "q4_k"
     assert types["blk.0.ffn_down.weight"] == "q8_0" and types["blk.1.ffn_down.weight"] == "q5_0"
     assert types["blk.0.ffn_gate.weight"] == "q4_k" and types["token_embd.weight"] == "q6_k"
     assert types["blk.0.attn_norm.weight"] == "f32"
+    types = tessera.quantize(make_wide(work), "q5_k_m", os.path.join(work, "wide_types5.gguf"))
+    assert types["blk.0.attn_v.weight"] == "q6_k" and types["blk.1.attn_v.weight"] == "q5_k"
+    assert types["blk.0.ffn_down.weight"] == "q8_0" and types["blk.1.ffn_down.weight"] == "q5_1"
+    assert types["blk.0.ffn_gate.weight"] == "q5_k" and types["token_embd.weight"] == "q6_k"
 
 
 def tessera_greedy(path, n, **kw):
@@ -325,7 +329,7 @@ def test_errors(work, tmp_path):
     with pytest.raises(ValueError, match="unknown quantize 'f8'"):
         tessera.Model.load(hf, quantize="f8")
     r = run_cli("run", "--model", hf, "--ids", "2,3", "--quantize", "q3_k")
-    assert r.returncode != 0 and "--quantize must be q8_0, q4_0 or q4_k_m" in r.stderr
+    assert r.returncode != 0 and "--quantize must be q8_0, q4_0, q4_k_m or q5_k_m" in r.stderr
     # an output that cannot be written: its folder does not exist / is a file
     with pytest.raises(ValueError, match="no_such_dir"):
         tessera.quantize(hf, "q8_0", str(tmp_path / "no_such_dir" / "x.gguf"))

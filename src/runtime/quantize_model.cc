@@ -36,6 +36,8 @@ QuantType BaseType(QuantizeFileType t) {
       return QuantType::kQ4_0;
     case QuantizeFileType::kQ4_K_M:
       return QuantType::kQ4_K;
+    case QuantizeFileType::kQ5_K_M:
+      return QuantType::kQ5_K;
   }
   return QuantType::kNone;
 }
@@ -81,6 +83,8 @@ bool ParseQuantizeFileType(std::string_view name, QuantizeFileType* out) {
     *out = QuantizeFileType::kQ4_0;
   else if (n == "q4_k_m")
     *out = QuantizeFileType::kQ4_K_M;
+  else if (n == "q5_k_m")
+    *out = QuantizeFileType::kQ5_K_M;
   else
     return false;
   return true;
@@ -94,6 +98,8 @@ const char* QuantizeFileTypeName(QuantizeFileType t) {
       return "q4_0";
     case QuantizeFileType::kQ4_K_M:
       return "q4_k_m";
+    case QuantizeFileType::kQ5_K_M:
+      return "q5_k_m";
   }
   return "?";
 }
@@ -106,6 +112,8 @@ uint32_t LlamaFtype(QuantizeFileType t) {
       return 2;
     case QuantizeFileType::kQ4_K_M:
       return 15;
+    case QuantizeFileType::kQ5_K_M:
+      return 17;
   }
   return 0;
 }
@@ -128,6 +136,7 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
     if (Contains(t.name, "attn_v.weight")) ++n_attn_v;
   }
   const bool eight_experts = n_experts == 8;  // llama.cpp's rules for Mixtral-like models
+  const bool k_mix = type == QuantizeFileType::kQ4_K_M || type == QuantizeFileType::kQ5_K_M;
   // The counters advance in llama.cpp's tensor order, whatever order `tensors` is in.
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -151,7 +160,7 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
     } else if (IsTokenEmbedding(t.name)) {
       // the base type
     } else if (Contains(t.name, "attn_v.weight")) {
-      if (type == QuantizeFileType::kQ4_K_M && UseMoreBits(i_attn_v, n_attn_v)) q = QuantType::kQ6_K;
+      if (k_mix && UseMoreBits(i_attn_v, n_attn_v)) q = QuantType::kQ6_K;
       if (eight_experts) q = QuantType::kQ8_0;
       ++i_attn_v;
     } else if (Contains(t.name, "attn_k.weight")) {
@@ -162,7 +171,7 @@ std::vector<GgufElementType> ChooseTensorTypes(QuantizeFileType type, const std:
       // With experts a layer holds two ffn_down matrices (dense and the expert stack): the layer
       // is then the one in the name, not the count of ffn_down tensors so far.
       const int layer = n_experts > 1 ? LayerOf(t.name) : i_ffn_down;
-      if (type == QuantizeFileType::kQ4_K_M && UseMoreBits(layer, static_cast<int>(n_layers))) q = QuantType::kQ6_K;
+      if (k_mix && UseMoreBits(layer, static_cast<int>(n_layers))) q = QuantType::kQ6_K;
       ++i_ffn_down;
     }
     out[k] = Fallback(q, ncols);
