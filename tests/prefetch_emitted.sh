@@ -21,6 +21,8 @@ objdump=${2:-objdump}
       if (fn ~ /Lanes16/) l16++
       if (fn ~ /Rows8T<[^<>]*GroupQ4_0, /) r8++
       if (fn ~ /Rows8T<[^<>]*GroupQ5_0, /) r85++
+      if (fn ~ /Rows8T<[^<>]*GroupQ4_1, /) r81++
+      if (fn ~ /Rows8T<[^<>]*GroupQ5_1, /) r851++
       if (fn ~ /Rows8T<[^<>]*GroupQ4_K, /) r8k++
       if (fn ~ /Rows8T<[^<>]*GroupQ5_K, /) r85k++
       if (fn ~ /Rows8T<[^<>]*GroupQ6_K, /) r86++
@@ -31,8 +33,8 @@ objdump=${2:-objdump}
   END {
     bad = 0
     for (f in kernels) if (kernels[f] == 0) { print "no prefetch in " f; bad = 1 }
-    printf "kernels: %d K-quant 4/5-bit rows, %d Q6_K rows, %d Row16T, %d Lanes16, %d AVX2 Q4_0 Rows8T, %d AVX2 Q5_0 Rows8T, %d AVX2 Q4_K Rows8T, %d AVX2 Q5_K Rows8T, %d AVX2 Q6_K Rows8T, %d one-row (AVX2 form)\n",
-           k45, q6k, r16, l16, r8, r85, r8k, r85k, r86, x86
-    if (k45 == 0 || q6k == 0 || r16 == 0 || l16 == 0 || r8 == 0 || r85 == 0 || r8k == 0 || r85k == 0 || r86 == 0 || x86 == 0) { print "a kernel family was not found"; bad = 1 }
+    printf "kernels: %d K-quant 4/5-bit rows, %d Q6_K rows, %d Row16T, %d Lanes16, %d AVX2 Q4_0 Rows8T, %d AVX2 Q5_0 Rows8T, %d AVX2 Q4_1 Rows8T, %d AVX2 Q5_1 Rows8T, %d AVX2 Q4_K Rows8T, %d AVX2 Q5_K Rows8T, %d AVX2 Q6_K Rows8T, %d one-row (AVX2 form)\n",
+           k45, q6k, r16, l16, r8, r85, r81, r851, r8k, r85k, r86, x86
+    if (k45 == 0 || q6k == 0 || r16 == 0 || l16 == 0 || r8 == 0 || r85 == 0 || r81 == 0 || r851 == 0 || r8k == 0 || r85k == 0 || r86 == 0 || x86 == 0) { print "a kernel family was not found"; bad = 1 }
     exit bad
   }'

@@ -93,22 +93,30 @@ inline __m256i Bcast32(const int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
-// The eight-row kernels (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K; below) as types, so that one driver
-// (Rows8T) serves them all. Forced inline into Rows8T (one function per kernel and token count):
-// GCC kept the K-quant ones out of line, a call per group, their prefetch then outside the
+// The eight-row kernels (Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K; below) as types, so that one
+// driver (Rows8T) serves them all. Forced inline into Rows8T (one function per kernel and token
+// count): GCC kept the K-quant ones out of line, a call per group, their prefetch then outside the
 // functions tests/prefetch_emitted.sh reads.
-struct GroupQ4_0 {
+// The 32-value 4-bit and 5-bit formats: with an offset (Q4_0, Q5_0), or with a minimum (kMin: Q4_1,
+// Q5_1, x = d q + m: the block's term gains m (d_x sum of x), one FMA per token).
+template <bool kMin>
+struct Group4Bit {
   template <int T, typename Rows>
   [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
                                          int64_t out_stride, int keep, const uint8_t* next = nullptr,
                                          int64_t next_bytes = 0);
 };
-struct GroupQ5_0 {
+template <bool kMin>
+struct Group5Bit {
   template <int T, typename Rows>
   [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
                                          int64_t out_stride, int keep, const uint8_t* next = nullptr,
                                          int64_t next_bytes = 0);
 };
+struct GroupQ4_0 : Group4Bit<false> {};
+struct GroupQ4_1 : Group4Bit<true> {};
+struct GroupQ5_0 : Group5Bit<false> {};
+struct GroupQ5_1 : Group5Bit<true> {};
 // Q4_K and Q5_K (kFifth: each code's fifth bit from qh) share one group.
 template <bool kFifth>
 struct GroupK45 {
@@ -194,35 +202,58 @@ template <int T, typename X, typename Block>
 // x + i * x_stride); the first `keep` outputs of each token stored. `next` (or null): the next
 // group's rows, next_bytes from there, prefetched a slice per block into L2, as the AVX-512
 // sixteen-row kernel does and for its reason.
+// Token xb's term of a block with integer sum s (offset already taken off) for the eight rows of
+// scales dw and, with kMin, minimums mw.
+template <bool kMin>
+[[gnu::always_inline]] inline __m256 AddBlock32(__m256 dw, __m256 mw, __m256i s, const ActBlock32& xb, __m256 acc) {
+  acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc);
+  if constexpr (kMin) acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb.d * static_cast<float>(xb.sum)), acc);
+  return acc;
+}
+
+template <bool kMin>
 template <int T, typename Rows>
-[[gnu::always_inline]] inline void GroupQ4_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
-                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
-                                                  int64_t next_bytes) {
+[[gnu::always_inline]] inline void Group4Bit<kMin>::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                        float* out, int64_t out_stride, int keep,
+                                                        const uint8_t* next, int64_t next_bytes) {
+  using B = std::conditional_t<kMin, BlockQ4_1, BlockQ4_0>;
   auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
-    const __m256 dw = Scales8(p, off + offsetof(BlockQ4_0, d));
+    const __m256 dw = Scales8(p, off + offsetof(B, d));
+    __m256 mw = _mm256_setzero_ps();
+    if constexpr (kMin) mw = Scales8(p, off + offsetof(BlockQ4_1, m));
     __m256i c[8];
-    Codes8(p, off + offsetof(BlockQ4_0, qs), c);
+    Codes8(p, off + offsetof(B, qs), c);
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
-      const __m256i s = _mm256_add_epi32(Sum4Bit(c, xb.q, _mm256_set1_epi16(1)), _mm256_set1_epi32(-8 * xb.sum));
-      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
+      __m256i s = Sum4Bit(c, xb.q, _mm256_set1_epi16(1));
+      if constexpr (!kMin) s = _mm256_add_epi32(s, _mm256_set1_epi32(-8 * xb.sum));
+      acc[i] = AddBlock32<kMin>(dw, mw, s, xb, acc[i]);
     }
   };
-  EachBlock<T, ActBlock32>(sizeof(BlockQ4_0), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock<T, ActBlock32>(sizeof(B), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q5_0 eight rows at a time, as Q4_0 above, each code's fifth bit (qh bit j for value j) set into
 // bit 4 of its byte; the sums as Sum5Bit says.
 
-// The eight rows' block `off`: its d in f32 (the return) and its 32 codes, c[m] as Codes8 gives
-// them (values 4m .. 4m + 3, so the fifth bits of c[m] are qh bits 4m .. 4m + 3).
-template <typename Rows>
-[[gnu::always_inline]] inline __m256 LoadBlockQ5_0x8(const Rows& p, int64_t off, __m256i c[8]) {
-  __m256i h[4];  // h[0] lane r: d | qh bytes 0, 1 << 16; h[1]: qh bytes 2, 3 | the first qs bytes
+// Eight f16 values, one in the low half of each dword, in f32.
+inline __m256 Halves8(__m256i v) {
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0xd8)));
+}
+
+// The eight rows' block `off`: its d in f32 (the return), with kMin (Q5_1) its m in *mw, and its 32
+// codes, c[m] as Codes8 gives them (values 4m .. 4m + 3, so the fifth bits of c[m] are qh bits
+// 4m .. 4m + 3).
+template <bool kMin, typename Rows>
+[[gnu::always_inline]] inline __m256 LoadBlockQ5x8(const Rows& p, int64_t off, __m256i c[8], __m256* mw) {
+  // Q5_0: h[0] lane r = d | qh bytes 0, 1 << 16, h[1] = qh bytes 2, 3 | the first qs bytes;
+  // Q5_1: h[0] = d | m << 16, h[1] = qh.
+  __m256i h[4];
   Transpose8Rows(p, off, h);
-  const __m256i qh = _mm256_or_si256(_mm256_srli_epi32(h[0], 16), _mm256_slli_epi32(h[1], 16));
+  const __m256i qh = kMin ? h[1] : _mm256_or_si256(_mm256_srli_epi32(h[0], 16), _mm256_slli_epi32(h[1], 16));
   const __m256i d = _mm256_and_si256(h[0], _mm256_set1_epi32(0xffff));
-  Codes8(p, off + offsetof(BlockQ5_0, qs), c);
+  if constexpr (kMin) *mw = Halves8(_mm256_srli_epi32(h[0], 16));
+  Codes8(p, off + (kMin ? offsetof(BlockQ5_1, qs) : offsetof(BlockQ5_0, qs)), c);
   // qh byte k in all four bytes of each dword, then bit i of it (i: byte in dword, or 4 + i) to 16.
   const __m256i bit[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(static_cast<int>(0x80402010u))};
   for (int k = 0; k < 4; ++k) {
@@ -232,24 +263,28 @@ template <typename Rows>
       c[2 * k + n] = _mm256_or_si256(c[2 * k + n], _mm256_and_si256(set, _mm256_set1_epi8(16)));
     }
   }
-  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(d, d), 0xd8)));
+  return Halves8(d);
 }
 
-// Eight rows, T tokens, as Q4_0's above, for Q5_0.
+// Eight rows, T tokens, as Q4_0's above, for Q5_0 and Q5_1.
+template <bool kMin>
 template <int T, typename Rows>
-[[gnu::always_inline]] inline void GroupQ5_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
-                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
-                                                  int64_t next_bytes) {
+[[gnu::always_inline]] inline void Group5Bit<kMin>::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                        float* out, int64_t out_stride, int keep,
+                                                        const uint8_t* next, int64_t next_bytes) {
+  using B = std::conditional_t<kMin, BlockQ5_1, BlockQ5_0>;
   auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
     __m256i c[8];
-    const __m256 dw = LoadBlockQ5_0x8(p, off, c);
+    __m256 mw = _mm256_setzero_ps();
+    const __m256 dw = LoadBlockQ5x8<kMin>(p, off, c, &mw);
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
-      const __m256i s = _mm256_add_epi32(Sum5Bit(c, xb.q, _mm256_set1_epi16(1)), _mm256_set1_epi32(-16 * xb.sum));
-      acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb.d)), _mm256_cvtepi32_ps(s), acc[i]);
+      __m256i s = Sum5Bit(c, xb.q, _mm256_set1_epi16(1));
+      if constexpr (!kMin) s = _mm256_add_epi32(s, _mm256_set1_epi32(-16 * xb.sum));
+      acc[i] = AddBlock32<kMin>(dw, mw, s, xb, acc[i]);
     }
   };
-  EachBlock<T, ActBlock32>(sizeof(BlockQ5_0), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock<T, ActBlock32>(sizeof(B), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q4_K eight rows at a time, as Q4_0 above: a chunk of 64 values of the eight rows is transposed
@@ -490,8 +525,8 @@ template <typename G, int T>
 
 // The types with an eight-row group: every type but Q8_0.
 bool HasGroup8(QuantType t) {
-  return t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ4_K || t == QuantType::kQ5_K ||
-         t == QuantType::kQ6_K;
+  return t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ4_1 || t == QuantType::kQ5_1 ||
+         t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
 }
 
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
@@ -525,6 +560,8 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
   switch (t) {
     case QuantType::kQ4_0: return GroupTokens<GroupQ4_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ5_0: return GroupTokens<GroupQ5_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+    case QuantType::kQ4_1: return GroupTokens<GroupQ4_1>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+    case QuantType::kQ5_1: return GroupTokens<GroupQ5_1>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ4_K: return GroupTokens<GroupQ4_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ5_K: return GroupTokens<GroupQ5_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ6_K:
