@@ -201,6 +201,7 @@ TEST(QuantizeTypes, RowsThatFitNoBlockAreF16) {
                                      {"blk.0.layer_output_scale.weight", {1}}};
   const auto t = ChooseTensorTypes(QuantizeFileType::kQ4_0, p, 1);
   EXPECT_EQ(t[0].Name(), "f16");
+  EXPECT_EQ(ChooseTensorTypes(QuantizeFileType::kQ5_K_M, p, 1)[0].Name(), "f16");  // Q5_K, Q5_1, then F16
   EXPECT_EQ(t[1].Name(), "f32");  // llama.cpp leaves the PLE model projection unquantized
   EXPECT_EQ(t[2].Name(), "f32");
 }

@@ -50,7 +50,7 @@ ARRAYS = [
 OUR_NAME = {T.UINT8: "u8", T.INT8: "i8", T.UINT16: "u16", T.INT16: "i16", T.UINT32: "u32", T.INT32: "i32",
             T.UINT64: "u64", T.INT64: "i64", T.FLOAT32: "f32", T.FLOAT64: "f64", T.BOOL: "bool", T.STRING: "string"}
 BLOCK = {Q.Q4_0: (32, 18), Q.Q5_0: (32, 22), Q.Q8_0: (32, 34), Q.Q4_K: (256, 144), Q.Q5_K: (256, 176),
-         Q.Q6_K: (256, 210)}
+         Q.Q6_K: (256, 210), Q.Q4_1: (32, 20), Q.Q5_1: (32, 24)}
 
 
 def _rng():
@@ -60,7 +60,7 @@ def _rng():
 def _quantized(qtype, shape, rng):
     """Blocks for a [rows, cols] tensor: gguf-py's own quantizer where it has one, random bytes otherwise."""
     rows, cols = shape
-    if qtype in (Q.Q4_0, Q.Q5_0, Q.Q8_0):
+    if qtype in (Q.Q4_0, Q.Q5_0, Q.Q8_0, Q.Q4_1, Q.Q5_1):
         return gguf.quants.quantize(rng.standard_normal(shape).astype(np.float32), qtype)
     elems, nbytes = BLOCK[qtype]
     return rng.integers(0, 256, size=(rows, cols // elems * nbytes), dtype=np.uint8)
@@ -75,7 +75,8 @@ def _tensors(rng):
         ("vec", (7,), "f32", None, rng.standard_normal(7).astype(np.float32)),
     ]
     for name, q, shape in [("q4_0", Q.Q4_0, (2, 64)), ("q5_0", Q.Q5_0, (3, 32)), ("q8_0", Q.Q8_0, (4, 96)),
-                           ("q4_K", Q.Q4_K, (2, 256)), ("q5_K", Q.Q5_K, (1, 512)), ("q6_K", Q.Q6_K, (3, 256))]:
+                           ("q4_K", Q.Q4_K, (2, 256)), ("q5_K", Q.Q5_K, (1, 512)), ("q6_K", Q.Q6_K, (3, 256)),
+                           ("q4_1", Q.Q4_1, (2, 32)), ("q5_1", Q.Q5_1, (2, 64))]:
         out.append((name, shape, name, q, _quantized(q, shape, rng)))
     return out
 
@@ -264,7 +265,8 @@ def test_files_written_by_llama_cpp_read_by_ours(tmp_path):
         expect = {}
         for name, type_id, ne0, ne1 in [("f32", 0, 5, 3), ("f16", 1, 4, 2), ("bf16", 30, 8, 1), ("q4_0", 2, 64, 2),
                                         ("q5_0", 6, 32, 3), ("q8_0", 8, 96, 1), ("q4_K", 12, 256, 2),
-                                        ("q5_K", 13, 512, 1), ("q6_K", 14, 256, 3)]:
+                                        ("q5_K", 13, 512, 1), ("q6_K", 14, 256, 3), ("q4_1", 3, 32, 2),
+                                        ("q5_1", 7, 64, 2)]:
             t = lib.ggml_new_tensor_2d(mem, type_id, ne0, ne1)
             lib.ggml_set_name(t, name.encode())
             data = rng.integers(0, 256, lib.ggml_nbytes(t), dtype=np.uint8).tobytes()

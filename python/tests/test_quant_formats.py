@@ -1,9 +1,9 @@
 """tessera.quant's block formats against two independent references, bit for bit:
 
 (a) the `gguf` package's numpy (de)quantizers (gguf.quants): dequantization of every type, and
-    quantization where gguf implements it (Q4_0, Q5_0, Q8_0);
+    quantization where gguf implements it (Q4_0, Q5_0, Q8_0, Q4_1, Q5_1);
 (b) llama.cpp itself: ggml's shared library from the peers venv (bench/setup_peers.sh), called with
-    ctypes: ggml_quantize_chunk (no importance matrix) and dequantize_row_* for all six types.
+    ctypes: ggml_quantize_chunk (no importance matrix) and dequantize_row_* for every type.
 """
 from __future__ import annotations
 
