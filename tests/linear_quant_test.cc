@@ -587,10 +587,10 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
 // The largest integer sums a block can give: every code at its maximum (or zero) against
 // activations all at +127, all at -127, or +127 on each block's first half and -127 on its
 // second (the two halves' sums at opposite extremes), on every kernel, one and several tokens and a
-// partial row group. The AVX2 eight-row Q4_0 and Q4_K kernels sum eight byte-pair products in 16
+// partial row group. The AVX2 eight-row Q4_0, Q4_1 and Q4_K kernels sum eight byte-pair products in 16
 // bits, exact only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that
-// wrapped or saturated would miss the int8 reference by thousands of scale units; the Q5_0 and Q5_K
-// ones sum four, up to 4 * 2 * 31 * 127 = 31496, the Q6_K one two, up to 2 * 2 * 63 * 127 = 32004.
+// wrapped or saturated would miss the int8 reference by thousands of scale units; the Q5_0, Q5_1 and
+// Q5_K ones sum four, up to 4 * 2 * 31 * 127 = 31496, the Q6_K one two, up to 2 * 2 * 63 * 127 = 32004.
 // (Q4_K/Q5_K: every scale and minimum 63 in the rows of maximal codes, d = dmin = 1; Q4_1/Q5_1:
 // d = m = 1; Q6_K: every scale -128 or 127 by row, d = 1.)
 TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {

@@ -197,11 +197,6 @@ template <int T, typename X, typename Block>
   return _mm256_add_epi32(_mm256_madd_epi16(s0, scale), _mm256_madd_epi16(s1, scale));
 }
 
-// Eight rows (p: FullRows, or SomeRows for the last rows of a call, fewer than eight: lanes past
-// them repeat row 0 and are never stored), T tokens (token i's activation blocks at
-// x + i * x_stride); the first `keep` outputs of each token stored. `next` (or null): the next
-// group's rows, next_bytes from there, prefetched a slice per block into L2, as the AVX-512
-// sixteen-row kernel does and for its reason.
 // Token xb's term of a block with integer sum s (offset already taken off) for the eight rows of
 // scales dw and, with kMin, minimums mw.
 template <bool kMin>
@@ -211,6 +206,11 @@ template <bool kMin>
   return acc;
 }
 
+// Eight rows (p: FullRows, or SomeRows for the last rows of a call, fewer than eight: lanes past
+// them repeat row 0 and are never stored), T tokens (token i's activation blocks at
+// x + i * x_stride); the first `keep` outputs of each token stored. `next` (or null): the next
+// group's rows, next_bytes from there, prefetched a slice per block into L2, as the AVX-512
+// sixteen-row kernel does and for its reason.
 template <bool kMin>
 template <int T, typename Rows>
 [[gnu::always_inline]] inline void Group4Bit<kMin>::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
