@@ -262,7 +262,7 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
   const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
                           {"gemma3-1b mlp up", 6912, 1152}, {"gemma3-1b mlp down", 1152, 6912}};
   const QuantType types[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K,
-                             QuantType::kQ5_0, QuantType::kQ5_K};
+                             QuantType::kQ5_0, QuantType::kQ5_K, QuantType::kQ4_1, QuantType::kQ5_1};
   std::printf("\nprefill, n = %lld tokens (f32 FMA peak %.1f GFLOP/s)\n"
               "%-24s %-5s %12s %10s %12s %10s %8s %12s %10s %8s %12s %10s %8s\n",
               (long long)n, peak, "quantized weight", "type", "f32 panel ms", "GFLOP/s", "int8 vnni ms", "GFLOP/s",

@@ -25,7 +25,7 @@ namespace {
 using testing::MakeQuantProblem;
 using testing::QuantProblem;
 
-constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
+constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_1, QuantType::kQ5_1,
                                 QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
 
 std::vector<float> RunQuantGemm(const QuantProblem& p, int64_t n, ThreadPool* pool, bool amx) {

@@ -45,7 +45,7 @@ using testing::Magnitudes;
 using testing::QuantProblem;
 using testing::RandomBlocks;
 
-constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0,
+constexpr QuantType kTypes[] = {QuantType::kQ4_0, QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kQ4_1, QuantType::kQ5_1,
                                 QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
 constexpr double kU = 1.0 / (1 << 24);
 constexpr float kUnwritten = -12345.0f;

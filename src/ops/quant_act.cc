@@ -33,11 +33,6 @@ float QuantizeBlock(const float* x, int8_t* q) {
 
 }  // namespace
 
-void WriteActSides(ActBlock32* blocks, int64_t nb) {
-  float* d = reinterpret_cast<float*>(blocks + nb);
-  for (int64_t b = 0; b < nb; ++b) d[b] = blocks[b].d, d[nb + b] = blocks[b].d * static_cast<float>(blocks[b].sum);
-}
-
 int64_t ActBlockElems(QuantType t) {
   switch (t) {
     case QuantType::kQ4_0:
@@ -55,7 +50,7 @@ int64_t ActBlockElems(QuantType t) {
 int64_t ActRowBytes(QuantType t, int64_t in) {
   const int64_t e = ActBlockElems(t);
   if (e == 0) return 0;
-  return in / e * (e == 32 ? int64_t(sizeof(ActBlock32)) + 8 : int64_t(sizeof(ActBlock256)));
+  return in / e * (e == 32 ? int64_t(sizeof(ActBlock32)) : int64_t(sizeof(ActBlock256)));
 }
 
 void QuantizeActivations(QuantType t, const float* x, int64_t in, void* dst) {
@@ -67,7 +62,6 @@ void QuantizeActivations(QuantType t, const float* x, int64_t in, void* dst) {
       for (int j = 0; j < 32; ++j) s += b[i].q[j];
       b[i].sum = s;
     }
-    WriteActSides(b, in / 32);
     return;
   }
   auto* b = static_cast<ActBlock256*>(dst);

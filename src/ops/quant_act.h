@@ -27,15 +27,8 @@ static_assert(sizeof(ActBlock32) == 40 && sizeof(ActBlock256) == 292);
 
 // Values per activation block for weights of type t (32 or 256; 0 for kNone).
 int64_t ActBlockElems(QuantType t);
-// Bytes of one token row of `in` values quantized for weights of type t. A row of nb 32-value
-// blocks is followed by two f32 arrays of nb: each block's d, and d * sum (the AVX-512 kernels read
-// sixteen blocks' scales and offset terms with one load each instead of one block at a time).
+// Bytes of one token row of `in` values quantized for weights of type t.
 int64_t ActRowBytes(QuantType t, int64_t in);
-// The two arrays after a row of nb 32-value blocks at xq: scales()[b] = d, offsets()[b] = d * sum.
-inline const float* ActScales(const void* xq, int64_t nb) {
-  return reinterpret_cast<const float*>(static_cast<const char*>(xq) + nb * int64_t(sizeof(ActBlock32)));
-}
-inline const float* ActOffsets(const void* xq, int64_t nb) { return ActScales(xq, nb) + nb; }
 
 // Quantizes x[0, in) (in a multiple of ActBlockElems(t)) into ActRowBytes(t, in) bytes at dst:
 // per block d = amax / 127 and q = nearest integer (ties to even) of x / d, so |q| <= 127 (the
@@ -43,7 +36,5 @@ inline const float* ActOffsets(const void* xq, int64_t nb) { return ActScales(xq
 // The scale stays f32 (ggml rounds the 32-block's to f16; f32 is exact at no cost here). A block
 // holding NaN or +-inf gets d = NaN and q = 0, so its outputs are NaN, never a finite guess.
 void QuantizeActivations(QuantType t, const float* x, int64_t in, void* dst);
-// Writes the two arrays after nb quantized 32-value blocks (every quantizer's last step).
-void WriteActSides(ActBlock32* blocks, int64_t nb);
 
 }  // namespace tessera::ops

@@ -26,133 +26,6 @@ inline __m256i Dot4ScaledPair(__m256i u, __m256i s, const int8_t* sc, __m256i, i
 #include "ops/quant_dot_x86.inc"
 #include "ops/quant_convert_x86.inc"
 
-// The 32-value formats two blocks per 512-bit vector: block b's codes in the low half, b + 1's in
-// the high half, one vpdpbusd for both, each half's lanes exact partial sums. Pair* below handle
-// one pair with its own scales and offsets (a second vpdpbusd subtracts the offset's products);
-// Row16T handles sixteen blocks at a time with their scales in one vector.
-
-// Codes of two Q4_0 / Q5_0 blocks: the 16 bytes of each twice, the second copy shifted by 4.
-inline __m512i Nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
-  const __m256i raw = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0))),
-                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)), 1);
-  const __m512i twice = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), _mm512_castsi256_si512(raw));
-  const __m512i shifts = _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0, 0, 0x0004000400040004,
-                                           0x0004000400040004);
-  return _mm512_and_si512(_mm512_srlv_epi16(twice, shifts), _mm512_set1_epi8(15));
-}
-
-inline __m512i LoadPair(const ActBlock32& x0, const ActBlock32& x1) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(Load32(x0.q)), Load32(x1.q), 1);
-}
-
-// Two blocks' f16 weight scales as f32 in lanes 0 and 1.
-inline __m128 PairWeightScales(uint16_t d0, uint16_t d1) {
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | static_cast<uint32_t>(d1) << 16)));
-}
-
-// [s0 x 8 lanes, s1 x 8 lanes] with s = weight scale (PairWeightScales) times the activation scale.
-inline __m512 PairScale(__m128 dw, float x0, float x1) {
-  const __m128 s = _mm_mul_ps(dw, _mm_setr_ps(x0, x1, 0.0f, 0.0f));
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(s));
-}
-inline __m512 PairScale(uint16_t d0, uint16_t d1, float x0, float x1) { return PairScale(PairWeightScales(d0, d1), x0, x1); }
-
-// sum (codes - offset) x per lane, exactly.
-inline __m512i OffsetDot(__m512i codes, __m512i x, int offset) {
-  const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, x);
-  return offset ? _mm512_sub_epi32(dot, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(offset)), x))
-                : dot;
-}
-
-inline __m512 PairQ4_0(const BlockQ4_0* w, const ActBlock32* x, __m512 acc) {
-  const __m512i lanes = OffsetDot(Nibbles64(w[0].qs, w[1].qs), LoadPair(x[0], x[1]), 8);
-  return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
-}
-
-inline __m512 PairQ5_0(const BlockQ5_0* w, const ActBlock32* x, __m512 acc) {
-  uint32_t h0, h1;
-  std::memcpy(&h0, w[0].qh, 4), std::memcpy(&h1, w[1].qh, 4);
-  const __mmask64 fifth = _cvtu64_mask64(h0 | static_cast<uint64_t>(h1) << 32);
-  const __m512i nib = Nibbles64(w[0].qs, w[1].qs);
-  const __m512i codes = _mm512_mask_add_epi8(nib, fifth, nib, _mm512_set1_epi8(16));
-  const __m512i lanes = OffsetDot(codes, LoadPair(x[0], x[1]), 16);
-  return _mm512_fmadd_ps(PairScale(w[0].d, w[1].d, x[0].d, x[1].d), _mm512_cvtepi32_ps(lanes), acc);
-}
-
-// Pairs of blocks on two accumulators; an odd last block on the 256-bit kernel.
-template <typename W, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
-          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
-float Row512(const W* w, const ActBlock32* x, int64_t nb) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-  int64_t b = 0;
-  for (; b + 4 <= nb; b += 4) a0 = Pair(w + b, x + b, a0), a1 = Pair(w + b + 2, x + b + 2, a1);
-  if (b + 2 <= nb) a0 = Pair(w + b, x + b, a0), b += 2;
-  float tail = 0.0f;
-  if (b < nb) tail = HSum(Block(w[b], x[b], _mm256_setzero_ps()));
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + tail;
-}
-
-// The codes of blocks w[0], w[1] for Row16T.
-inline __m512i CodesQ4_0(const BlockQ4_0* w) { return Nibbles64(w[0].qs, w[1].qs); }
-inline __m512i CodesQ5_0(const BlockQ5_0* w) {
-  uint32_t h0, h1;
-  std::memcpy(&h0, w[0].qh, 4), std::memcpy(&h1, w[1].qh, 4);
-  const __m512i nib = Nibbles64(w[0].qs, w[1].qs);
-  return _mm512_mask_add_epi8(nib, _cvtu64_mask64(h0 | static_cast<uint64_t>(h1) << 32), nib, _mm512_set1_epi8(16));
-}
-
-// Sixteen blocks at a time: their f16 weight scales gathered with one instruction and multiplied
-// by the activation scales (ActScales) in one vector; each pair of blocks then takes its two
-// scales from that vector by a permute. The offset's term, offset * sum_b dw_b (dx_b sum_b), is a
-// separate dot of the gathered scales with ActOffsets, so the byte products need no second
-// vpdpbusd. Pairs of codes come from Codes(w + 2p, w + 2p + 1), activations as LoadPair.
-// T tokens at once (T = 1 is the single-token row): the gathered weight scales and each pair's codes
-// serve all T; per token every operation and its order are the same for every T.
-template <int T, typename W, __m512i (*Codes)(const W*), int kOffset, __m512 (*Pair)(const W*, const ActBlock32*, __m512),
-          __m256 (*Block)(const W&, const ActBlock32&, __m256)>
-void Row16T(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
-  const W* w = static_cast<const W*>(wp);
-  const ActBlock32* x[T];
-  const float *xd[T], *xo[T];
-  for (int i = 0; i < T; ++i) {
-    const void* xi = static_cast<const char*>(xp) + i * x_stride;
-    x[i] = static_cast<const ActBlock32*>(xi), xd[i] = ActScales(xi, nb), xo[i] = ActOffsets(xi, nb);
-  }
-  const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                        _mm512_set1_epi32(int(sizeof(W))));
-  const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m512 a0[T], a1[T], off[T], s[T];
-#pragma GCC unroll 8
-  for (int i = 0; i < T; ++i) a0[i] = a1[i] = off[i] = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 16 <= nb; b += 16) {
-    PrefetchAhead(w + b, 16 * int64_t(sizeof(W)));
-    const __m512i raw = _mm512_i32gather_epi32(at, static_cast<const void*>(w + b), 1);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(raw));
-#pragma GCC unroll 8
-    for (int i = 0; i < T; ++i) {
-      s[i] = _mm512_mul_ps(dw, _mm512_loadu_ps(xd[i] + b));
-      if (kOffset) off[i] = _mm512_fmadd_ps(dw, _mm512_loadu_ps(xo[i] + b), off[i]);
-    }
-    for (int p = 0; p < 8; p += 2) {
-      const __m512i c0 = Codes(w + b + 2 * p), c1 = Codes(w + b + 2 * p + 2);
-      const __m512i i0 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p)), i1 = _mm512_add_epi32(pair, _mm512_set1_epi32(2 * p + 2));
-#pragma GCC unroll 8
-      for (int i = 0; i < T; ++i) {
-        const ActBlock32* xb = x[i] + b + 2 * p;
-        const __m512i l0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c0, LoadPair(xb[0], xb[1]));
-        const __m512i l1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c1, LoadPair(xb[2], xb[3]));
-        a0[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, s[i]), _mm512_cvtepi32_ps(l0), a0[i]);
-        a1[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, s[i]), _mm512_cvtepi32_ps(l1), a1[i]);
-      }
-    }
-  }
-  for (int i = 0; i < T; ++i) {
-    const float r = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i])) - static_cast<float>(kOffset) * _mm512_reduce_add_ps(off[i]);
-    out[i * out_stride] = r + Row512<W, Pair, Block>(w + b, x[i] + b, nb - b);
-  }
-}
-
 // Q4_K / Q5_K a block per four 512-bit passes of 64 values, for T tokens (xb[i] token i's
 // activation block): pass c is sub-blocks 2c and 2c + 1, the low and high nibbles of the 32 bytes
 // qs[32c, 32c + 32), so its codes in the activations' order are [low nibbles | high nibbles]. One
@@ -320,17 +193,7 @@ struct RowQ6KTokens {
   }
 };
 
-// Row16T as a Row<T> for RowsTokens (not a class template over Row16T's arguments: vector types'
-// attributes do not survive as class template arguments).
-struct Row16TokensQ5_0 {
-  static constexpr int kMaxTokens = 8;
-  template <int T>
-  static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
-    Row16T<T, BlockQ5_0, CodesQ5_0, 16, PairQ5_0, DotQ5_0>(wp, xp, x_stride, nb, out, out_stride);
-  }
-};
-
-// Q4_0 and Q8_0 sixteen weight rows at a time, one row per 32-bit lane: each block's codes of the
+// The 32-value formats sixteen weight rows at a time, one row per 32-bit lane: each block's codes of the
 // sixteen rows are transposed once into eight vectors (vector k: values 4k .. 4k + 3 of each row),
 // then a token's block is eight vpdpbusd against its activation dwords broadcast, one conversion
 // and one FMA for all sixteen rows, so the per-token work is the integer products alone and the
@@ -356,24 +219,69 @@ inline void Transpose16(const Rows& p, int64_t off, __m512i v[4]) {
   v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-// Codes (unsigned) and the offset the format's values are taken from: Q4_0 nibbles minus 8; Q8_0's
-// signed bytes with the top bit flipped are q + 128.
+// Codes (unsigned) and the offset the format's values are taken from: Q4_0 nibbles minus 8, Q5_0
+// five-bit codes minus 16; Q8_0's signed bytes with the top bit flipped are q + 128; Q4_1 / Q5_1
+// codes have no offset but a minimum (the f16 after d), added per block as m (dx sum of q).
+// `at`: the rows' offsets from p(0), for the gathers.
 template <typename Rows>
-inline void Codes16(const BlockQ4_0*, const Rows& p, int64_t off, __m512i c[8]) {
+inline void Nibbles16(const Rows& p, int64_t off, __m512i c[8]) {
   __m512i v[4];
-  Transpose16(p, off + offsetof(BlockQ4_0, qs), v);
+  Transpose16(p, off, v);
   const __m512i m4 = _mm512_set1_epi8(15);
   for (int m = 0; m < 4; ++m) c[m] = _mm512_and_si512(v[m], m4), c[m + 4] = _mm512_and_si512(_mm512_srli_epi32(v[m], 4), m4);
 }
+// Adds 16 to the codes whose fifth bit is set; lane r of qh is row r's qh as a little-endian uint32.
+// Vector m holds values 4m .. 4m + 3, whose bits are nibble m & 1 of qh's byte m / 2: a byte shuffle
+// copies that byte to the lane's four bytes, and one bit test per byte picks each value's bit.
+inline void FifthBits16(__m512i qh, __m512i c[8]) {
+  const __m512i lane_bytes = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
+  const __m512i low = _mm512_set1_epi32(0x08040201), high = _mm512_set1_epi32(static_cast<int>(0x80402010u));
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  for (int k = 0; k < 4; ++k) {
+    const __m512i bytes = _mm512_shuffle_epi8(qh, _mm512_add_epi8(lane_bytes, _mm512_set1_epi8(static_cast<char>(k))));
+    c[2 * k] = _mm512_mask_add_epi8(c[2 * k], _mm512_test_epi8_mask(bytes, low), c[2 * k], sixteen);
+    c[2 * k + 1] = _mm512_mask_add_epi8(c[2 * k + 1], _mm512_test_epi8_mask(bytes, high), c[2 * k + 1], sixteen);
+  }
+}
+template <typename W, typename Rows>
+inline void Codes4Bit16(const Rows& p, __m512i, int64_t off, __m512i c[8]) {
+  Nibbles16(p, off + offsetof(W, qs), c);
+}
+template <typename W, typename Rows>
+inline void Codes5Bit16(const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
+  Nibbles16(p, off + offsetof(W, qs), c);
+  FifthBits16(_mm512_i32gather_epi32(at, p(0) + off + offsetof(W, qh), 1), c);
+}
 template <typename Rows>
-inline void Codes16(const BlockQ8_0*, const Rows& p, int64_t off, __m512i c[8]) {
+inline void Codes16(const BlockQ4_0*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
+  Codes4Bit16<BlockQ4_0>(p, at, off, c);
+}
+template <typename Rows>
+inline void Codes16(const BlockQ4_1*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
+  Codes4Bit16<BlockQ4_1>(p, at, off, c);
+}
+template <typename Rows>
+inline void Codes16(const BlockQ5_0*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
+  Codes5Bit16<BlockQ5_0>(p, at, off, c);
+}
+template <typename Rows>
+inline void Codes16(const BlockQ5_1*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
+  Codes5Bit16<BlockQ5_1>(p, at, off, c);
+}
+template <typename Rows>
+inline void Codes16(const BlockQ8_0*, const Rows& p, __m512i, int64_t off, __m512i c[8]) {
   Transpose16(p, off + offsetof(BlockQ8_0, qs), c);
   Transpose16(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
   const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(c[k], top);
 }
 constexpr int Offset16(const BlockQ4_0*) { return 8; }
+constexpr int Offset16(const BlockQ5_0*) { return 16; }
 constexpr int Offset16(const BlockQ8_0*) { return 128; }
+constexpr int Offset16(const void*) { return 0; }
+constexpr bool HasMin16(const BlockQ4_1*) { return true; }
+constexpr bool HasMin16(const BlockQ5_1*) { return true; }
+constexpr bool HasMin16(const void*) { return false; }
 
 template <typename W>
 struct Lanes16 {
@@ -388,6 +296,7 @@ struct Lanes16 {
   static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb, float* out,
                     int64_t out_stride, __mmask16 keep, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
     constexpr int kOffset = Offset16(static_cast<const W*>(nullptr));
+    constexpr bool kMin = HasMin16(static_cast<const W*>(nullptr));
     const int64_t slice = (next_bytes + nb - 1) / nb;
     __m512 acc[T];
 #pragma GCC unroll 8
@@ -397,10 +306,13 @@ struct Lanes16 {
       if (next)
         for (int64_t l = b * slice; l < (b + 1) * slice; l += 64)
           _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
-      // The f16 d is each block's first two bytes (a 4-byte gather, the high half dropped).
-      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_i32gather_epi32(at, p(0) + off, 1)));
+      // The f16 d is each block's first two bytes (a 4-byte gather; the high half is m where the
+      // format has one, else dropped).
+      const __m512i dm_raw = _mm512_i32gather_epi32(at, p(0) + off, 1);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm_raw));
+      const __m512 mw = kMin ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm_raw, 16))) : dw;
       __m512i c[8];
-      Codes16(static_cast<const W*>(nullptr), p, off, c);
+      Codes16(static_cast<const W*>(nullptr), p, at, off, c);
       const char* xb0 = x + b * int64_t(sizeof(ActBlock32));
 #pragma GCC unroll 8
       for (int i = 0; i < T; ++i) {
@@ -411,6 +323,7 @@ struct Lanes16 {
         for (int k = 0; k < 4; ++k) s0 = _mm512_dpbusd_epi32(s0, c[k], xk(k)), s1 = _mm512_dpbusd_epi32(s1, c[k + 4], xk(k + 4));
         const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
         acc[i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[i]);
+        if (kMin) acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum)), acc[i]);
       }
     }
     for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
@@ -456,7 +369,9 @@ void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_
 void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   switch (t) {
     case QuantType::kQ4_0: return Lanes16<BlockQ4_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ5_0: return RowsT<Row16TokensQ5_0, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+    case QuantType::kQ4_1: return Lanes16<BlockQ4_1>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
+    case QuantType::kQ5_1: return Lanes16<BlockQ5_1>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
+    case QuantType::kQ5_0: return Lanes16<BlockQ5_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
     case QuantType::kQ8_0: return Lanes16<BlockQ8_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
     case QuantType::kQ4_K: return RowsT<RowK45Tokens<BlockQ4_K, false>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
     case QuantType::kQ5_K: return RowsT<RowK45Tokens<BlockQ5_K, true>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
@@ -495,7 +410,9 @@ void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows
   void (*rows_tokens)(const void*, int64_t, int64_t, const void*, int64_t, int, int64_t, float*, int64_t) = nullptr;
   switch (t) {
     case QuantType::kQ4_0: rows_tokens = Lanes16<BlockQ4_0>::Rows; break;
-    case QuantType::kQ5_0: rows_tokens = RowsTokens<Row16TokensQ5_0>; break;
+    case QuantType::kQ4_1: rows_tokens = Lanes16<BlockQ4_1>::Rows; break;
+    case QuantType::kQ5_1: rows_tokens = Lanes16<BlockQ5_1>::Rows; break;
+    case QuantType::kQ5_0: rows_tokens = Lanes16<BlockQ5_0>::Rows; break;
     case QuantType::kQ8_0: rows_tokens = Lanes16<BlockQ8_0>::Rows; break;
     case QuantType::kQ4_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ4_K, false>>; break;
     case QuantType::kQ5_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ5_K, true>>; break;
@@ -512,9 +429,7 @@ void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows
 
 const QuantDotKernels& QuantDotAvx512Kernels() {
   static const QuantDotKernels k{"avx512-vnni", DotRows512, DotRowsTokens512, QuantizeAct, Dequantize,
-                                 [](QuantType t) {
-                                   return t != QuantType::kNone && t != QuantType::kQ4_1 && t != QuantType::kQ5_1;
-                                 }};
+                                 [](QuantType t) { return t != QuantType::kNone; }};
   return k;
 }
 

@@ -42,6 +42,8 @@ void ScaleMin(int j, const uint8_t* q, int* sc, int* m) {
   }
 }
 
+// The 32-value formats: w = a * code + b with a = d and b = -offset * d (Q4_0 8, Q5_0 16, Q8_0 128
+// for its top-bit-flipped codes) or b = m (Q4_1 / Q5_1), as DequantizeRow computes each value.
 void Unpack32(QuantType t, const uint8_t* blk, uint8_t* c, float* a, float* b) {
   const float d = F16ToF32(Half(blk));
   if (t == QuantType::kQ8_0) {
@@ -49,15 +51,18 @@ void Unpack32(QuantType t, const uint8_t* blk, uint8_t* c, float* a, float* b) {
     *a = d, *b = -128.0f * d;
     return;
   }
-  const uint8_t* qs = blk + (t == QuantType::kQ5_0 ? 6 : 2);
+  const bool has_min = t == QuantType::kQ4_1 || t == QuantType::kQ5_1;
+  const bool five = t == QuantType::kQ5_0 || t == QuantType::kQ5_1;
+  const int head = has_min ? 4 : 2;  // d (and m) before qh / qs
+  const uint8_t* qs = blk + head + (five ? 4 : 0);
   uint32_t qh = 0;
-  if (t == QuantType::kQ5_0) std::memcpy(&qh, blk + 2, 4);
+  if (five) std::memcpy(&qh, blk + head, 4);
   for (int l = 0; c && l < 16; ++l) {
     c[l] = static_cast<uint8_t>((qs[l] & 15) | (((qh >> l) & 1) << 4));
     c[l + 16] = static_cast<uint8_t>((qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4));
   }
-  const float off = t == QuantType::kQ5_0 ? 16.0f : 8.0f;
-  *a = d, *b = -off * d;
+  *a = d;
+  *b = has_min ? F16ToF32(Half(blk + 2)) : -(five ? 16.0f : 8.0f) * d;
 }
 
 // A Q4_K / Q5_K super-block: 8 sub-blocks of 32 (chunk c: low nibbles then high nibbles of qs[32c..]).
@@ -104,7 +109,7 @@ void UnpackQ6K(const uint8_t* blk, uint8_t* c, float* a, float* b) {
 // |x - d q_hi - d / 256 q_lo| <= d / 256. xs per sub-block = (d / 256) (256 sum(q_hi) + sum(q_lo)).
 void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t sub, char* row) {
   constexpr int64_t kChunk = 1024;
-  alignas(64) char tmp[kChunk / 32 * (sizeof(ActBlock32) + 8)];
+  alignas(64) char tmp[kChunk / 32 * sizeof(ActBlock32)];
   int8_t* hi = reinterpret_cast<int8_t*>(row);
   int8_t* lo = hi + in;
   float* xd = reinterpret_cast<float*>(row + 2 * in);
@@ -139,7 +144,7 @@ void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t 
 // sum, a 256-value block's per 16). q_lo stays unwritten: the one-byte tile skips it.
 void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, int64_t in, int64_t sub, char* row) {
   constexpr int64_t kChunk = 1024;  // whole blocks of 32 and of 256
-  alignas(64) char tmp[kChunk / 32 * (sizeof(ActBlock32) + 8)];
+  alignas(64) char tmp[kChunk / 32 * sizeof(ActBlock32)];
   static_assert(kChunk / 256 * sizeof(ActBlock256) <= sizeof(tmp));
   int8_t* hi = reinterpret_cast<int8_t*>(row);
   float* xd = reinterpret_cast<float*>(row + 2 * in);
@@ -150,7 +155,7 @@ void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, 
     dq.quantize_act(t, x + k0, kc, tmp);
     for (int64_t j = 0; j < kc / be; ++j) {
       const int64_t i0 = k0 + be * j;
-      if (be == 32) {  // Q4_0 / Q5_0 / Q8_0: sub = 32
+      if (be == 32) {  // the 32-value formats: sub = 32
         const auto& blk = reinterpret_cast<const ActBlock32*>(tmp)[j];
         std::memcpy(hi + i0, blk.q, 32);
         xd[i0 / 32] = blk.d, xs[i0 / 32] = blk.d * static_cast<float>(blk.sum);
@@ -266,11 +271,9 @@ int64_t QuantGemmSubBlock(QuantType t) { return t == QuantType::kQ6_K ? 16 : 32;
 
 int64_t QuantGemmRowBytes(int64_t in) { return (2 * in + 4 * (in / 32) + 4 * (in / 16) + 63) / 64 * 64; }
 
-// Q4_1 / Q5_1 (llama.cpp's fallbacks for rows that are not whole K-quant blocks) have no int8 GEMM
-// codes: they prefill on the f32 panels.
 bool QuantGemmAvailable(QuantType t) {
   static const bool cpu = CpuHasKernel();
-  return cpu && t != QuantType::kNone && t != QuantType::kQ4_1 && t != QuantType::kQ5_1;
+  return cpu && t != QuantType::kNone;
 }
 
 bool QuantGemmAmxActive() {
@@ -288,7 +291,9 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
     switch (t) {
       case QuantType::kQ4_0:
       case QuantType::kQ5_0:
-      case QuantType::kQ8_0: Unpack32(t, blk, codes, a, b); break;
+      case QuantType::kQ8_0:
+      case QuantType::kQ4_1:
+      case QuantType::kQ5_1: Unpack32(t, blk, codes, a, b); break;
       case QuantType::kQ4_K:
       case QuantType::kQ5_K: UnpackK45(t, blk, codes, a, b); break;
       case QuantType::kQ6_K: UnpackQ6K(blk, codes, a, b); break;

@@ -67,7 +67,7 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
   }
 }
 
-// 16 bytes of nibbles -> their 16 low codes then their 16 high codes (Q4_0 / Q5_0 order).
+// 16 bytes of nibbles -> their 16 low codes then their 16 high codes (the 4- and 5-bit formats' order).
 inline __m256i Nibbles(const uint8_t* qs) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)), m = _mm_set1_epi8(0x0f);
   return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m)),
@@ -78,13 +78,14 @@ void Codes32(QuantType t, const uint8_t* blk, uint8_t* c) {
   __m256i v;
   if (t == QuantType::kQ8_0) {
     v = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), _mm256_set1_epi8(-128));
-  } else if (t == QuantType::kQ5_0) {
+  } else if (t == QuantType::kQ5_0 || t == QuantType::kQ5_1) {
+    const int head = t == QuantType::kQ5_1 ? 4 : 2;  // d (and m) before qh
     uint32_t qh;
-    std::memcpy(&qh, blk + 2, 4);
-    v = Nibbles(blk + 6);
+    std::memcpy(&qh, blk + head, 4);
+    v = Nibbles(blk + head + 4);
     v = _mm256_mask_add_epi8(v, static_cast<__mmask32>(qh), v, _mm256_set1_epi8(16));
   } else {
-    v = Nibbles(blk + 2);
+    v = Nibbles(blk + (t == QuantType::kQ4_1 ? 4 : 2));
   }
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), v);
 }

@@ -22,12 +22,12 @@ constexpr int64_t kChunkBytes = 32 * 1024;
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
 // decode-sized row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls without a
 // scratch go in groups of tokens, the weights read once per group.
-constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * (int64_t(sizeof(ActBlock32)) + 8);
+constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * int64_t(sizeof(ActBlock32));
 constexpr int64_t kRowGroup = 16;
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // Rows per parallel item for `rows` rows in all: whole groups of kRowGroup rows (the AVX-512
-// Q4_0 / Q8_0 kernel's width), kItemsPerThread items per thread; without a pool, one item (a
+// 32-value formats' kernel width), kItemsPerThread items per thread; without a pool, one item (a
 // kernel's prefetch then runs through all the rows).
 int64_t RowsPerItem(int64_t rows, const ThreadPool* pool) {
   const int64_t parts = pool ? pool->num_threads() * kItemsPerThread : 1;
