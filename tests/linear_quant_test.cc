@@ -507,7 +507,7 @@ TEST(LinearQuant, AmxSwitchRestoresTheInt8Gemm) {
 }
 
 // Precision int8 on a CPU without the int8 GEMM: a type whose kernel unpacks blocks once for several
-// tokens (AVX2: every type but Q8_0) runs on the row-dot for any number of tokens, so each
+// tokens (AVX2: every type) runs on the row-dot for any number of tokens, so each
 // token's result is its one-token decode's, bit for bit, and within the row-dot's bounds; other
 // types, and kernels without such a path, still take the dequantized panels (the GEMM's bits).
 TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot) {
@@ -526,7 +526,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot)
         const bool once = ops::UnpacksOnce(*kernels[k], t);
         const std::string name = kernels[k]->name;
         if (name == "avx2" || name == "generic") {
-          EXPECT_EQ(once, name == "avx2" && t != QuantType::kQ8_0);
+          EXPECT_EQ(once, name == "avx2");
         }
         ops::SetQuantDotForTesting(kernels[k]);
         const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kInt8, Path::kLinear);
@@ -590,7 +590,8 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
 // partial row group. The AVX2 eight-row Q4_0, Q4_1 and Q4_K kernels sum eight byte-pair products in 16
 // bits, exact only while |sum| < 2^15: here it reaches 8 * 2 * 15 * 127 = 30480, and a kernel that
 // wrapped or saturated would miss the int8 reference by thousands of scale units; the Q5_0, Q5_1 and
-// Q5_K ones sum four, up to 4 * 2 * 31 * 127 = 31496, the Q6_K one two, up to 2 * 2 * 63 * 127 = 32004.
+// Q5_K ones sum four, up to 4 * 2 * 31 * 127 = 31496, the Q6_K one two, up to 2 * 2 * 63 * 127 = 32004,
+// the Q8_0 one none: its pair sums alone reach 2 * 128 * 127 = 32512 (every code -128 here).
 // (Q4_K/Q5_K: every scale and minimum 63 in the rows of maximal codes, d = dmin = 1; Q4_1/Q5_1:
 // d = m = 1; Q6_K: every scale -128 or 127 by row, d = 1.)
 TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
@@ -603,7 +604,8 @@ TEST(LinearQuant, RowDotExactAtTheLargestBlockSums) {
     for (int64_t o = 0; o < out; ++o)
       for (int64_t b = 0; b < 3; ++b) {
         uint8_t* blk = p.w.data() + o * QuantRowBytes(t, in) + b * bb;
-        std::memset(blk, o % 4 == 3 ? 0x00 : 0xff, bb);  // codes all maximal (Q8_0: all -1), or all zero
+        // Codes all maximal in magnitude (Q8_0: all -128), or all zero.
+        std::memset(blk, o % 4 == 3 ? 0x00 : t == QuantType::kQ8_0 ? 0x80 : 0xff, bb);
         const uint16_t one[2] = {0x3c00, 0x3c00};         // f16 1.0: d (and the K-quants' dmin, Q4_1/Q5_1's m)
         if (t == QuantType::kQ6_K) {
           std::memset(blk + offsetof(BlockQ6_K, scales), o % 2 ? 0x80 : 0x7f, 16);

@@ -26,6 +26,7 @@ objdump=${2:-objdump}
       if (fn ~ /Rows8T<[^<>]*GroupQ5_0, /) r85++
       if (fn ~ /Rows8T<[^<>]*GroupQ4_1, /) r81++
       if (fn ~ /Rows8T<[^<>]*GroupQ5_1, /) r851++
+      if (fn ~ /Rows8T<[^<>]*GroupQ8_0, /) r880++
       if (fn ~ /Rows8T<[^<>]*GroupQ4_K, /) r8k++
       if (fn ~ /Rows8T<[^<>]*GroupQ5_K, /) r85k++
       if (fn ~ /Rows8T<[^<>]*GroupQ6_K, /) r86++
@@ -36,8 +37,8 @@ objdump=${2:-objdump}
   END {
     bad = 0
     for (f in kernels) if (kernels[f] == 0) { print "no prefetch in " f; bad = 1 }
-    printf "kernels: %d K-quant 4/5-bit rows, %d Q6_K rows, AVX-512 Lanes16: %d Q4_0, %d Q5_0, %d Q8_0, %d Q4_1, %d Q5_1; %d AVX2 Q4_0 Rows8T, %d AVX2 Q5_0 Rows8T, %d AVX2 Q4_1 Rows8T, %d AVX2 Q5_1 Rows8T, %d AVX2 Q4_K Rows8T, %d AVX2 Q5_K Rows8T, %d AVX2 Q6_K Rows8T, %d one-row (AVX2 form)\n",
-           k45, q6k, l40, l50, l80, l41, l51, r8, r85, r81, r851, r8k, r85k, r86, x86
-    if (k45 == 0 || q6k == 0 || l40 == 0 || l50 == 0 || l80 == 0 || l41 == 0 || l51 == 0 || r8 == 0 || r85 == 0 || r81 == 0 || r851 == 0 || r8k == 0 || r85k == 0 || r86 == 0 || x86 == 0) { print "a kernel family was not found"; bad = 1 }
+    printf "kernels: %d K-quant 4/5-bit rows, %d Q6_K rows, AVX-512 Lanes16: %d Q4_0, %d Q5_0, %d Q8_0, %d Q4_1, %d Q5_1; %d AVX2 Q4_0 Rows8T, %d AVX2 Q5_0 Rows8T, %d AVX2 Q4_1 Rows8T, %d AVX2 Q5_1 Rows8T, %d AVX2 Q8_0 Rows8T, %d AVX2 Q4_K Rows8T, %d AVX2 Q5_K Rows8T, %d AVX2 Q6_K Rows8T, %d one-row (AVX2 form)\n",
+           k45, q6k, l40, l50, l80, l41, l51, r8, r85, r81, r851, r880, r8k, r85k, r86, x86
+    if (k45 == 0 || q6k == 0 || l40 == 0 || l50 == 0 || l80 == 0 || l41 == 0 || l51 == 0 || r8 == 0 || r85 == 0 || r81 == 0 || r851 == 0 || r880 == 0 || r8k == 0 || r85k == 0 || r86 == 0 || x86 == 0) { print "a kernel family was not found"; bad = 1 }
     exit bad
   }'

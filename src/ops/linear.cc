@@ -32,8 +32,8 @@ constexpr int64_t kGemmMinTokensQuant = 12;
 // rows that must equal one-token steps. At precision int8 (one-byte activations, as the row-dot
 // rounds them) on CPUs without the int8 GEMM, a type whose row-dot kernel unpacks each block once
 // for several tokens stays on it for every n: its byte products outrun the f32 panels the prefill
-// would otherwise dequantize into (on AVX2 every type but Q8_0: bench/results/quant_prefill.md,
-// the "AVX2:" sections); Q8_0's per-token kernel does not.
+// would otherwise dequantize into (on AVX2: bench/results/quant_prefill.md, the "AVX2:" sections;
+// Q8_0's only draw level with them, and give each token its decode's bits).
 bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps, MatmulPrecision precision) {
   if (w.quant == QuantType::kNone) return false;
   if (rows_as_steps || n < kGemmMinTokensQuant) return true;

@@ -93,7 +93,7 @@ inline __m256i Bcast32(const int8_t* q) {
   return _mm256_set1_epi32(v);
 }
 
-// The eight-row kernels (Q4_0, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K; below) as types, so that one
+// The eight-row kernels (Q4_0, Q5_0, Q4_1, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; below) as types, so that one
 // driver (Rows8T) serves them all. Forced inline into Rows8T (one function per kernel and token
 // count): GCC kept the K-quant ones out of line, a call per group, their prefetch then outside the
 // functions tests/prefetch_emitted.sh reads.
@@ -117,6 +117,12 @@ struct GroupQ4_0 : Group4Bit<false> {};
 struct GroupQ4_1 : Group4Bit<true> {};
 struct GroupQ5_0 : Group5Bit<false> {};
 struct GroupQ5_1 : Group5Bit<true> {};
+struct GroupQ8_0 {
+  template <int T, typename Rows>
+  [[gnu::always_inline]] static void Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb, float* out,
+                                         int64_t out_stride, int keep, const uint8_t* next = nullptr,
+                                         int64_t next_bytes = 0);
+};
 // Q4_K and Q5_K (kFifth: each code's fifth bit from qh) share one group.
 template <bool kFifth>
 struct GroupK45 {
@@ -285,6 +291,35 @@ template <int T, typename Rows>
     }
   };
   EachBlock<T, ActBlock32>(sizeof(B), x, nb, out, out_stride, keep, next, next_bytes, block);
+}
+
+// Q8_0 eight rows at a time, as Q4_0 above, its codes signed bytes: vpmaddubsw takes |q| as the
+// unsigned operand and q's sign moves onto the token's activations (vpsignb), as in the one-row
+// kernel. A pair sum then reaches 2 * 128 * 127, so no two fit a 16-bit sum: each vpmaddubsw goes
+// to 32 bits by its own vpmaddwd. Only the signed codes stay in registers across the tokens (eight
+// vectors; their absolute values too would fill all sixteen): |q| is one instruction per token.
+template <int T, typename Rows>
+[[gnu::always_inline]] inline void GroupQ8_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
+                                                  float* out, int64_t out_stride, int keep, const uint8_t* next,
+                                                  int64_t next_bytes) {
+  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
+    const __m256 dw = Scales8(p, off + offsetof(BlockQ8_0, d));
+    __m256i c[8];  // c[m]: values 4m .. 4m + 3, as Codes8 orders them
+    Transpose8Rows(p, off + offsetof(BlockQ8_0, qs), c);
+    Transpose8Rows(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < T; ++i) {
+      const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
+      auto product = [&](int m) {
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(c[m]), _mm256_sign_epi8(Bcast32(xb.q + 4 * m), c[m]));
+        return _mm256_madd_epi16(pairs, ones);
+      };
+      __m256i s0 = product(0), s1 = product(1);  // two chains, half the latency of one
+      for (int m = 2; m < 8; m += 2) s0 = _mm256_add_epi32(s0, product(m)), s1 = _mm256_add_epi32(s1, product(m + 1));
+      acc[i] = AddBlock32<false>(dw, dw, _mm256_add_epi32(s0, s1), xb, acc[i]);
+    }
+  };
+  EachBlock<T, ActBlock32>(sizeof(BlockQ8_0), x, nb, out, out_stride, keep, next, next_bytes, block);
 }
 
 // Q4_K eight rows at a time, as Q4_0 above: a chunk of 64 values of the eight rows is transposed
@@ -523,17 +558,17 @@ template <typename G, int T>
   G::template Run<T>(SomeRows{p}, x, xq_stride, nb, out + r, out_stride, left);
 }
 
-// The types with an eight-row group: every type but Q8_0.
+// The types with an eight-row group: every block-quantized type.
 bool HasGroup8(QuantType t) {
   return t == QuantType::kQ4_0 || t == QuantType::kQ5_0 || t == QuantType::kQ4_1 || t == QuantType::kQ5_1 ||
-         t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
+         t == QuantType::kQ8_0 || t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ6_K;
 }
 
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride);
 
 // One token: the group (as one token of dot_rows_tokens, so the two agree by construction), except
-// Q6_K's one-row lane kernel (faster there, the same bits) and Q8_0's one-row kernel.
+// Q6_K's one-row lane kernel (faster there, the same bits).
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
   if (t == QuantType::kQ6_K) {
     for (int64_t r = 0; r < rows; ++r) out[r] = RowLaneQ6K(static_cast<const char*>(w) + r * w_stride, xq, nb);
@@ -553,8 +588,8 @@ void GroupTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, 
   });
 }
 
-// Every type but Q8_0 has its codes unpacked once for all tokens (Q6_K's one or two tokens: its
-// one-row lane kernel per token, faster there, the same bits); Q8_0 per token (its one-row kernel).
+// Every type has its codes unpacked once for all tokens (Q6_K's one or two tokens: its one-row lane
+// kernel per token, faster there, the same bits).
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride) {
   switch (t) {
@@ -562,6 +597,7 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
     case QuantType::kQ5_0: return GroupTokens<GroupQ5_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ4_1: return GroupTokens<GroupQ4_1>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ5_1: return GroupTokens<GroupQ5_1>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+    case QuantType::kQ8_0: return GroupTokens<GroupQ8_0>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ4_K: return GroupTokens<GroupQ4_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ5_K: return GroupTokens<GroupQ5_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ6_K:
