@@ -244,36 +244,17 @@ inline void FifthBits16(__m512i qh, __m512i c[8]) {
   }
 }
 template <typename W, typename Rows>
-inline void Codes4Bit16(const Rows& p, __m512i, int64_t off, __m512i c[8]) {
-  Nibbles16(p, off + offsetof(W, qs), c);
-}
-template <typename W, typename Rows>
-inline void Codes5Bit16(const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
-  Nibbles16(p, off + offsetof(W, qs), c);
-  FifthBits16(_mm512_i32gather_epi32(at, p(0) + off + offsetof(W, qh), 1), c);
-}
-template <typename Rows>
-inline void Codes16(const BlockQ4_0*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
-  Codes4Bit16<BlockQ4_0>(p, at, off, c);
-}
-template <typename Rows>
-inline void Codes16(const BlockQ4_1*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
-  Codes4Bit16<BlockQ4_1>(p, at, off, c);
-}
-template <typename Rows>
-inline void Codes16(const BlockQ5_0*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
-  Codes5Bit16<BlockQ5_0>(p, at, off, c);
-}
-template <typename Rows>
-inline void Codes16(const BlockQ5_1*, const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
-  Codes5Bit16<BlockQ5_1>(p, at, off, c);
-}
-template <typename Rows>
-inline void Codes16(const BlockQ8_0*, const Rows& p, __m512i, int64_t off, __m512i c[8]) {
-  Transpose16(p, off + offsetof(BlockQ8_0, qs), c);
-  Transpose16(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
-  const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(c[k], top);
+inline void Codes16(const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
+  if constexpr (std::is_same_v<W, BlockQ8_0>) {
+    Transpose16(p, off + offsetof(BlockQ8_0, qs), c);
+    Transpose16(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
+    const __m512i top = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int k = 0; k < 8; ++k) c[k] = _mm512_xor_si512(c[k], top);
+  } else {
+    Nibbles16(p, off + offsetof(W, qs), c);
+    if constexpr (std::is_same_v<W, BlockQ5_0> || std::is_same_v<W, BlockQ5_1>)
+      FifthBits16(_mm512_i32gather_epi32(at, p(0) + off + offsetof(W, qh), 1), c);
+  }
 }
 constexpr int Offset16(const BlockQ4_0*) { return 8; }
 constexpr int Offset16(const BlockQ5_0*) { return 16; }
@@ -312,7 +293,7 @@ struct Lanes16 {
       const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm_raw));
       const __m512 mw = kMin ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm_raw, 16))) : dw;
       __m512i c[8];
-      Codes16(static_cast<const W*>(nullptr), p, at, off, c);
+      Codes16<W>(p, at, off, c);
       const char* xb0 = x + b * int64_t(sizeof(ActBlock32));
 #pragma GCC unroll 8
       for (int i = 0; i < T; ++i) {
