@@ -256,13 +256,10 @@ inline void Codes16(const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
       FifthBits16(_mm512_i32gather_epi32(at, p(0) + off + offsetof(W, qh), 1), c);
   }
 }
-constexpr int Offset16(const BlockQ4_0*) { return 8; }
-constexpr int Offset16(const BlockQ5_0*) { return 16; }
-constexpr int Offset16(const BlockQ8_0*) { return 128; }
-constexpr int Offset16(const void*) { return 0; }
-constexpr bool HasMin16(const BlockQ4_1*) { return true; }
-constexpr bool HasMin16(const BlockQ5_1*) { return true; }
-constexpr bool HasMin16(const void*) { return false; }
+template <typename W>
+constexpr int kOffset16 = std::is_same_v<W, BlockQ4_0> ? 8 : std::is_same_v<W, BlockQ5_0> ? 16 : std::is_same_v<W, BlockQ8_0> ? 128 : 0;
+template <typename W>
+constexpr bool kHasMin16 = std::is_same_v<W, BlockQ4_1> || std::is_same_v<W, BlockQ5_1>;
 
 template <typename W>
 struct Lanes16 {
@@ -276,8 +273,8 @@ struct Lanes16 {
   template <int T, typename Rows>
   static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb, float* out,
                     int64_t out_stride, __mmask16 keep, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
-    constexpr int kOffset = Offset16(static_cast<const W*>(nullptr));
-    constexpr bool kMin = HasMin16(static_cast<const W*>(nullptr));
+    constexpr int kOffset = kOffset16<W>;
+    constexpr bool kMin = kHasMin16<W>;
     const int64_t slice = (next_bytes + nb - 1) / nb;
     __m512 acc[T];
 #pragma GCC unroll 8
