@@ -71,20 +71,28 @@ const QuantType kQuantTypes[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::
 // One thread's decode rate on a weight that stays in L2 (256 x 4096): whether a core's kernel
 // outruns its share of the read bandwidth, whatever else the machine is doing to memory.
 void RunQuantCompute(int reps, double bw1) {
-  std::printf("\n%-24s %-5s %12s %14s\n", "cache-resident, 1 thread", "type", "W GB/s", "x 1-thread bw");
+  // n tokens a call on the row dot (the small-batch kernels: each weight block unpacked once for
+  // all n); W GB/s is the weight bytes of a call over its time, so n > 1 shows the per-token cost.
+  const int64_t ns[] = {1, 2, 4, 8};
+  std::printf("\n%-24s %-5s %12s %14s %9s %9s %9s\n", "cache-resident, 1 thread", "type", "W GB/s", "x 1-thread bw",
+              "n=2 GB/s", "n=4 GB/s", "n=8 GB/s");
   std::mt19937 rng(3);
   const int64_t out = 256, in = 4096;
-  std::vector<float> x(in), y(out);
+  std::vector<float> x(8 * in), y(8 * out);
   for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
   for (QuantType t : kQuantTypes) {
     const std::vector<uint8_t> w = RandomQuantWeight(rng, t, out, in);
     ops::WeightView wv{w.data(), DType::kF32, out, in};
     wv.quant = t;
-    const double ms = bench::MedianMs(reps, [&] {
-      for (int r = 0; r < 20; ++r) ops::Linear(wv, x.data(), 1, in, y.data(), out, nullptr);
-    });
-    const double gbs = 20.0 * double(w.size()) / ms / 1e6;
-    std::printf("%-24s %-5s %12.1f %14.2f\n", "256 x 4096", QuantTypeName(t), gbs, bw1 > 0 ? gbs / bw1 : 0.0);
+    double gbs[4];
+    for (int k = 0; k < 4; ++k) {
+      const double ms = bench::MedianMs(reps, [&] {
+        for (int r = 0; r < 20; ++r) ops::LinearRowDot(wv, x.data(), ns[k], in, y.data(), out, nullptr);
+      });
+      gbs[k] = 20.0 * double(w.size()) / ms / 1e6;
+    }
+    std::printf("%-24s %-5s %12.1f %14.2f %9.1f %9.1f %9.1f\n", "256 x 4096", QuantTypeName(t), gbs[0],
+                bw1 > 0 ? gbs[0] / bw1 : 0.0, gbs[1], gbs[2], gbs[3]);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -59,12 +60,15 @@ template <typename Rows>
 // The 32 4-bit codes of the eight rows' blocks whose 16 qs bytes are at byte `at` (Q4_0, Q5_0):
 // c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles of qs bytes 4m .., m >= 4: high nibbles of qs
 // bytes 4(m - 4) ..), row r in lane r.
+[[gnu::always_inline]] inline void Nibbles8(const __m256i v[4], __m256i c[8]) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  for (int m = 0; m < 4; ++m) c[m] = _mm256_and_si256(v[m], m4), c[m + 4] = _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4);
+}
 template <typename Rows>
 [[gnu::always_inline]] inline void Codes8(const Rows& p, int64_t at, __m256i c[8]) {
   __m256i v[4];
   Transpose8Rows(p, at, v);
-  const __m256i m4 = _mm256_set1_epi8(15);
-  for (int m = 0; m < 4; ++m) c[m] = _mm256_and_si256(v[m], m4), c[m + 4] = _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4);
+  Nibbles8(v, c);
 }
 
 // The eight rows' f16 values at byte `at` (a block's scale), in f32.
@@ -86,6 +90,58 @@ inline __m256 Scales8(const Rows& p, int64_t at) {
 inline __m256i DwordStarts() {
   return _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404, 0x08080808, 0x0c0c0c0c);
 }
+
+// Adds 16 to the codes (c as Codes8 gives them) whose fifth bit is set: qh lane r is row r's qh, and
+// the fifth bits of c[m] are its bits 4m .. 4m + 3. qh byte k goes to all four bytes of each dword,
+// then bit i of it (i: byte in dword, or 4 + i) to 16.
+[[gnu::always_inline]] inline void FifthBits8(__m256i qh, __m256i c[8]) {
+  const __m256i bit[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(static_cast<int>(0x80402010u))};
+  for (int k = 0; k < 4; ++k) {
+    const __m256i b = _mm256_shuffle_epi8(qh, _mm256_add_epi8(_mm256_set1_epi8(static_cast<char>(k)), DwordStarts()));
+    for (int n = 0; n < 2; ++n) {
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit[n]), bit[n]);
+      c[2 * k + n] = _mm256_or_si256(c[2 * k + n], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+  }
+}
+
+// Eight f16 values, one in the low half of each dword, in f32.
+inline __m256 Halves8(__m256i v) {
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0xd8)));
+}
+
+// Bytes [at, at + 8) of the eight rows as two vectors, as Transpose8Rows gives the first two.
+template <typename Rows>
+[[gnu::always_inline]] inline void Transpose8RowsHalf(const Rows& p, int64_t at, __m256i v[2]) {
+  auto row = [&](int r) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p(r) + at)); };
+  __m256i z[4];
+  for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(row(a + 4), row(a));
+  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t2 = _mm256_unpacklo_epi32(z[2], z[3]);
+  v[0] = _mm256_unpacklo_epi64(t0, t2), v[1] = _mm256_unpackhi_epi64(t0, t2);
+}
+
+// The eight-row lanes for the runs of quant_runs_x86.inc (its header says what each member does).
+// Q8_0's codes stay signed (GroupQ8_0 below moves their signs per token).
+struct L8 {
+  using V = __m256i;
+  using F = __m256;
+  template <typename Rows>
+  [[gnu::always_inline]] static void Transpose(const Rows& p, int64_t off, V* v) { Transpose8Rows(p, off, v); }
+  template <typename Rows>
+  [[gnu::always_inline]] static void TransposeHalf(const Rows& p, int64_t off, V* v) { Transpose8RowsHalf(p, off, v); }
+  template <bool kHigh>
+  [[gnu::always_inline]] static F Halves(V v) {
+    return Halves8(kHigh ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff)));
+  }
+  [[gnu::always_inline]] static V TwoBytesOn(V a, V b) {
+    return _mm256_or_si256(_mm256_srli_epi32(a, 16), _mm256_slli_epi32(b, 16));
+  }
+  [[gnu::always_inline]] static void Nibbles(const V* d, V* c) { Nibbles8(d, c); }
+  [[gnu::always_inline]] static void FifthBits(V qh, V* c) { FifthBits8(qh, c); }
+  [[gnu::always_inline]] static V Q8Codes(V v) { return v; }
+};
+
+#include "ops/quant_runs_x86.inc"
 
 inline __m256i Bcast32(const int8_t* q) {
   int32_t v;
@@ -178,6 +234,42 @@ template <int T, typename X, typename Block>
   StoreLanes<T>(acc, out, out_stride, keep);
 }
 
+// The formats that take runs here (quant_runs_x86.inc): those whose blocks start on a dword, Q4_1
+// and Q5_1. With sixteen vector registers the other formats' runs (more dwords, and half their
+// blocks moved two bytes on) spilled and ran slower than their block-at-a-time path
+// (bench/results/quant_kernels.md, "Gather-free passes").
+template <typename W>
+constexpr bool kRuns8 = std::is_same_v<W, BlockQ4_1> || std::is_same_v<W, BlockQ5_1>;
+
+// EachBlock for the 32-value formats (block type W): with kRuns8<W>, runs of Run<L8, W>::kBlocks
+// blocks while whole runs are left, then block by block. unpack(off, &dw, &mw, c) gives one block's
+// scales and codes on its own, tokens(xb0, dw, mw, c, acc) adds a block to every token's
+// accumulator; each block's tokens get the same values from either path.
+template <int T, typename W, typename Rows, typename Unpack, typename Tokens>
+[[gnu::always_inline]] inline void EachBlock32(const Rows& p, const char* x, int64_t nb, float* out, int64_t out_stride,
+                                               int keep, const uint8_t* next, int64_t next_bytes, Unpack& unpack,
+                                               Tokens& tokens) {
+  const int64_t slice = (next_bytes + nb - 1) / nb;
+  __m256 acc[T];
+  for (int i = 0; i < T; ++i) acc[i] = _mm256_setzero_ps();
+  auto xb = [&](int64_t b) { return x + b * int64_t(sizeof(ActBlock32)); };
+  constexpr int kRun = kRuns8<W> ? Run<L8, W>::kBlocks : 0;
+  int64_t b = 0;
+  for (; kRun > 0 && b + kRun <= nb; b += kRun) {
+    for (int j = 0; j < kRun; ++j) PrefetchSlice(next, b + j, slice);
+    RunBlocks<L8, W>(p, b * int64_t(sizeof(W)), [&](int j, __m256 dw, __m256 mw, const __m256i* c)
+                                                    __attribute__((always_inline)) { tokens(xb(b + j), dw, mw, c, acc); });
+  }
+  for (; b < nb; ++b) {
+    PrefetchSlice(next, b, slice);
+    __m256 dw, mw = _mm256_setzero_ps();
+    __m256i c[8];
+    unpack(b * int64_t(sizeof(W)), &dw, &mw, c);
+    tokens(xb(b), dw, mw, c, acc);
+  }
+  StoreLanes<T>(acc, out, out_stride, keep);
+}
+
 // Eight rows' 32 codes (c as Codes8 gives them) against a token's 32 activations at q: two 16-bit
 // chains of four vpmaddubsw (values 0 .. 15 and 16 .. 31; half the latency of one chain).
 [[gnu::always_inline]] inline void Chains32(const __m256i c[8], const int8_t* q, __m256i& s0, __m256i& s1) {
@@ -223,12 +315,12 @@ template <int T, typename Rows>
                                                         float* out, int64_t out_stride, int keep,
                                                         const uint8_t* next, int64_t next_bytes) {
   using B = std::conditional_t<kMin, BlockQ4_1, BlockQ4_0>;
-  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
-    const __m256 dw = Scales8(p, off + offsetof(B, d));
-    __m256 mw = _mm256_setzero_ps();
-    if constexpr (kMin) mw = Scales8(p, off + offsetof(BlockQ4_1, m));
-    __m256i c[8];
+  auto unpack = [&](int64_t off, __m256* dw, __m256* mw, __m256i* c) __attribute__((always_inline)) {
+    *dw = Scales8(p, off + offsetof(B, d));
+    if constexpr (kMin) *mw = Scales8(p, off + offsetof(BlockQ4_1, m));
     Codes8(p, off + offsetof(B, qs), c);
+  };
+  auto tokens = [&](const char* xb0, __m256 dw, __m256 mw, const __m256i* c, __m256* acc) __attribute__((always_inline)) {
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
       __m256i s = Sum4Bit(c, xb.q, _mm256_set1_epi16(1));
@@ -236,16 +328,11 @@ template <int T, typename Rows>
       acc[i] = AddBlock32<kMin>(dw, mw, s, xb, acc[i]);
     }
   };
-  EachBlock<T, ActBlock32>(sizeof(B), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock32<T, B>(p, x, nb, out, out_stride, keep, next, next_bytes, unpack, tokens);
 }
 
 // Q5_0 eight rows at a time, as Q4_0 above, each code's fifth bit (qh bit j for value j) set into
 // bit 4 of its byte; the sums as Sum5Bit says.
-
-// Eight f16 values, one in the low half of each dword, in f32.
-inline __m256 Halves8(__m256i v) {
-  return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0xd8)));
-}
 
 // The eight rows' block `off`: its d in f32 (the return), with kMin (Q5_1) its m in *mw, and its 32
 // codes, c[m] as Codes8 gives them (values 4m .. 4m + 3, so the fifth bits of c[m] are qh bits
@@ -260,15 +347,7 @@ template <bool kMin, typename Rows>
   const __m256i d = _mm256_and_si256(h[0], _mm256_set1_epi32(0xffff));
   if constexpr (kMin) *mw = Halves8(_mm256_srli_epi32(h[0], 16));
   Codes8(p, off + (kMin ? offsetof(BlockQ5_1, qs) : offsetof(BlockQ5_0, qs)), c);
-  // qh byte k in all four bytes of each dword, then bit i of it (i: byte in dword, or 4 + i) to 16.
-  const __m256i bit[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(static_cast<int>(0x80402010u))};
-  for (int k = 0; k < 4; ++k) {
-    const __m256i b = _mm256_shuffle_epi8(qh, _mm256_add_epi8(_mm256_set1_epi8(static_cast<char>(k)), DwordStarts()));
-    for (int n = 0; n < 2; ++n) {
-      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit[n]), bit[n]);
-      c[2 * k + n] = _mm256_or_si256(c[2 * k + n], _mm256_and_si256(set, _mm256_set1_epi8(16)));
-    }
-  }
+  FifthBits8(qh, c);
   return Halves8(d);
 }
 
@@ -279,10 +358,10 @@ template <int T, typename Rows>
                                                         float* out, int64_t out_stride, int keep,
                                                         const uint8_t* next, int64_t next_bytes) {
   using B = std::conditional_t<kMin, BlockQ5_1, BlockQ5_0>;
-  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
-    __m256i c[8];
-    __m256 mw = _mm256_setzero_ps();
-    const __m256 dw = LoadBlockQ5x8<kMin>(p, off, c, &mw);
+  auto unpack = [&](int64_t off, __m256* dw, __m256* mw, __m256i* c) __attribute__((always_inline)) {
+    *dw = LoadBlockQ5x8<kMin>(p, off, c, mw);
+  };
+  auto tokens = [&](const char* xb0, __m256 dw, __m256 mw, const __m256i* c, __m256* acc) __attribute__((always_inline)) {
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
       __m256i s = Sum5Bit(c, xb.q, _mm256_set1_epi16(1));
@@ -290,7 +369,7 @@ template <int T, typename Rows>
       acc[i] = AddBlock32<kMin>(dw, mw, s, xb, acc[i]);
     }
   };
-  EachBlock<T, ActBlock32>(sizeof(B), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock32<T, B>(p, x, nb, out, out_stride, keep, next, next_bytes, unpack, tokens);
 }
 
 // Q8_0 eight rows at a time, as Q4_0 above, its codes signed bytes: vpmaddubsw takes |q| as the
@@ -302,11 +381,12 @@ template <int T, typename Rows>
 [[gnu::always_inline]] inline void GroupQ8_0::Run(const Rows& p, const char* x, int64_t x_stride, int64_t nb,
                                                   float* out, int64_t out_stride, int keep, const uint8_t* next,
                                                   int64_t next_bytes) {
-  auto block = [&](int64_t off, const char* xb0, __m256* acc) __attribute__((always_inline)) {
-    const __m256 dw = Scales8(p, off + offsetof(BlockQ8_0, d));
-    __m256i c[8];  // c[m]: values 4m .. 4m + 3, as Codes8 orders them
-    Transpose8Rows(p, off + offsetof(BlockQ8_0, qs), c);
+  auto unpack = [&](int64_t off, __m256* dw, __m256*, __m256i* c) __attribute__((always_inline)) {
+    *dw = Scales8(p, off + offsetof(BlockQ8_0, d));
+    Transpose8Rows(p, off + offsetof(BlockQ8_0, qs), c);  // c[m]: values 4m .. 4m + 3, as Codes8 orders them
     Transpose8Rows(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
+  };
+  auto tokens = [&](const char* xb0, __m256 dw, __m256, const __m256i* c, __m256* acc) __attribute__((always_inline)) {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int i = 0; i < T; ++i) {
       const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
@@ -319,7 +399,7 @@ template <int T, typename Rows>
       acc[i] = AddBlock32<false>(dw, dw, _mm256_add_epi32(s0, s1), xb, acc[i]);
     }
   };
-  EachBlock<T, ActBlock32>(sizeof(BlockQ8_0), x, nb, out, out_stride, keep, next, next_bytes, block);
+  EachBlock32<T, BlockQ8_0>(p, x, nb, out, out_stride, keep, next, next_bytes, unpack, tokens);
 }
 
 // Q4_K eight rows at a time, as Q4_0 above: a chunk of 64 values of the eight rows is transposed

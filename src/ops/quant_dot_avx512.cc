@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
@@ -206,7 +207,7 @@ struct RowQ6KTokens {
 // Bytes [off, off + 16) of the sixteen rows as four vectors, vector m holding bytes 4m .. 4m + 3 of
 // row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits).
 template <typename Rows>
-inline void Transpose16(const Rows& p, int64_t off, __m512i v[4]) {
+[[gnu::always_inline]] inline void Transpose16(const Rows& p, int64_t off, __m512i v[4]) {
   auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off)); };
   __m512i z[4];
   for (int a = 0; a < 4; ++a) {  // z[a] 128-bit lane L: row a + 4L
@@ -219,21 +220,26 @@ inline void Transpose16(const Rows& p, int64_t off, __m512i v[4]) {
   v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
+// The nibble codes of four dwords (transposed): c[m] the low nibbles of v[m], c[m + 4] the high ones.
+[[gnu::always_inline]] inline void AlignedNibbles(const __m512i* v, __m512i c[8]) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  for (int m = 0; m < 4; ++m) c[m] = _mm512_and_si512(v[m], m4), c[m + 4] = _mm512_and_si512(_mm512_srli_epi32(v[m], 4), m4);
+}
+
 // Codes (unsigned) and the offset the format's values are taken from: Q4_0 nibbles minus 8, Q5_0
 // five-bit codes minus 16; Q8_0's signed bytes with the top bit flipped are q + 128; Q4_1 / Q5_1
 // codes have no offset but a minimum (the f16 after d), added per block as m (dx sum of q).
 // `at`: the rows' offsets from p(0), for the gathers.
 template <typename Rows>
-inline void Nibbles16(const Rows& p, int64_t off, __m512i c[8]) {
+[[gnu::always_inline]] inline void Nibbles16(const Rows& p, int64_t off, __m512i c[8]) {
   __m512i v[4];
   Transpose16(p, off, v);
-  const __m512i m4 = _mm512_set1_epi8(15);
-  for (int m = 0; m < 4; ++m) c[m] = _mm512_and_si512(v[m], m4), c[m + 4] = _mm512_and_si512(_mm512_srli_epi32(v[m], 4), m4);
+  AlignedNibbles(v, c);
 }
 // Adds 16 to the codes whose fifth bit is set; lane r of qh is row r's qh as a little-endian uint32.
 // Vector m holds values 4m .. 4m + 3, whose bits are nibble m & 1 of qh's byte m / 2: a byte shuffle
 // copies that byte to the lane's four bytes, and one bit test per byte picks each value's bit.
-inline void FifthBits16(__m512i qh, __m512i c[8]) {
+[[gnu::always_inline]] inline void FifthBits16(__m512i qh, __m512i c[8]) {
   const __m512i lane_bytes = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
   const __m512i low = _mm512_set1_epi32(0x08040201), high = _mm512_set1_epi32(static_cast<int>(0x80402010u));
   const __m512i sixteen = _mm512_set1_epi8(16);
@@ -244,7 +250,7 @@ inline void FifthBits16(__m512i qh, __m512i c[8]) {
   }
 }
 template <typename W, typename Rows>
-inline void Codes16(const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
+[[gnu::always_inline]] inline void Codes16(const Rows& p, __m512i at, int64_t off, __m512i c[8]) {
   if constexpr (std::is_same_v<W, BlockQ8_0>) {
     Transpose16(p, off + offsetof(BlockQ8_0, qs), c);
     Transpose16(p, off + offsetof(BlockQ8_0, qs) + 16, c + 4);
@@ -261,8 +267,85 @@ constexpr int kOffset16 = std::is_same_v<W, BlockQ4_0> ? 8 : std::is_same_v<W, B
 template <typename W>
 constexpr bool kHasMin16 = std::is_same_v<W, BlockQ4_1> || std::is_same_v<W, BlockQ5_1>;
 
+// A token's integer sum over one block of the sixteen rows (codes c as Codes16 lays them out), in
+// two exact chains (half the latency of one), the offset's products (init) taken off first.
+[[gnu::always_inline]] inline __m512i BlockSum16(const __m512i c[8], const int8_t* q, int init) {
+  auto xk = [&](int k) { return _mm512_broadcastd_epi32(_mm_loadu_si32(q + 4 * k)); };
+  __m512i s0 = _mm512_set1_epi32(init), s1 = _mm512_setzero_si512();
+  for (int k = 0; k < 4; ++k) s0 = _mm512_dpbusd_epi32(s0, c[k], xk(k)), s1 = _mm512_dpbusd_epi32(s1, c[k + 4], xk(k + 4));
+  return _mm512_add_epi32(s0, s1);
+}
+
+// The sixteen f16 values in the low (kHigh false) or high halves of v's dwords, in f32.
+template <bool kHigh>
+[[gnu::always_inline]] inline __m512 Halves16(__m512i v) {
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kHigh ? _mm512_srli_epi32(v, 16) : v));
+}
+
+// Bytes [off, off + 8) of the sixteen rows as two vectors, as Transpose16 gives the first two.
+template <typename Rows>
+[[gnu::always_inline]] inline void Transpose16Half(const Rows& p, int64_t off, __m512i v[2]) {
+  auto row = [&](int r) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p(r) + off)); };
+  __m512i z[4];
+  for (int a = 0; a < 4; ++a) {
+    const __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(a + 4), 1);
+    z[a] = _mm512_inserti32x4(_mm512_inserti32x4(t, row(a + 8), 2), row(a + 12), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
+  v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
+}
+
+// The sixteen-row lanes for the runs of quant_runs_x86.inc (its header says what each member does).
+struct L16 {
+  using V = __m512i;
+  using F = __m512;
+  template <typename Rows>
+  [[gnu::always_inline]] static void Transpose(const Rows& p, int64_t off, V* v) { Transpose16(p, off, v); }
+  template <typename Rows>
+  [[gnu::always_inline]] static void TransposeHalf(const Rows& p, int64_t off, V* v) { Transpose16Half(p, off, v); }
+  template <bool kHigh>
+  [[gnu::always_inline]] static F Halves(V v) { return Halves16<kHigh>(v); }
+  [[gnu::always_inline]] static V TwoBytesOn(V a, V b) {
+    return _mm512_or_si512(_mm512_srli_epi32(a, 16), _mm512_slli_epi32(b, 16));
+  }
+  [[gnu::always_inline]] static void Nibbles(const V* d, V* c) { AlignedNibbles(d, c); }
+  [[gnu::always_inline]] static void FifthBits(V qh, V* c) { FifthBits16(qh, c); }
+  [[gnu::always_inline]] static V Q8Codes(V v) { return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))); }
+};
+
+#include "ops/quant_runs_x86.inc"
+
 template <typename W>
 struct Lanes16 {
+  // Token i's term of one block: sum s against its activation block xb, the rows' scales dw and
+  // (kMin) minimums mw.
+  [[gnu::always_inline]] static __m512 AddBlock(__m512 dw, __m512 mw, __m512i s, const ActBlock32& xb, __m512 acc) {
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), _mm512_cvtepi32_ps(s), acc);
+    if constexpr (kHasMin16<W>) acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum)), acc);
+    return acc;
+  }
+  // Token i's terms of one block (token i's activation block at xb0 + i * x_stride): its integer
+  // sum against the codes c, then AddBlock.
+  template <int T>
+  [[gnu::always_inline]] static void Tokens(__m512 dw, __m512 mw, const __m512i* c, const char* xb0, int64_t x_stride,
+                                            __m512* acc) {
+#pragma GCC unroll 8
+    for (int i = 0; i < T; ++i) {
+      const auto& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
+      acc[i] = AddBlock(dw, mw, BlockSum16(c, xb.q, -kOffset16<W> * xb.sum), xb, acc[i]);
+    }
+  }
+  // One block at byte `off` of the rows on its own: the f16 d is each block's first two bytes (a
+  // 4-byte gather; the high half is m where the format has one, else dropped).
+  template <typename Rows>
+  [[gnu::always_inline]] static void OneBlock(const Rows& p, __m512i at, int64_t off, __m512* dw, __m512* mw,
+                                              __m512i* c) {
+    const __m512i dm_raw = _mm512_i32gather_epi32(at, p(0) + off, 1);
+    *dw = Halves16<false>(dm_raw);
+    *mw = kHasMin16<W> ? Halves16<true>(dm_raw) : *dw;
+    Codes16<W>(p, at, off, c);
+  }
+
   // Sixteen rows (p: FullRows or SomeRows, their offsets from p(0) in `at`), T tokens (token i's
   // activation blocks at x + i * x_stride); outputs where `keep` has a lane's bit.
   // `next` (or null): the next group's rows, next_bytes from there, prefetched a slice per block so
@@ -270,39 +353,38 @@ struct Lanes16 {
   // short interleaved row streams when the weights come from memory). Into L2, not L1: a group's
   // sixteen rows fill an L1 or more at Gemma's widths, so the next group's lines fetched into L1
   // compete with the current group's (T0 decoded slower: bench/results/quant_kernels.md).
+  // Per token the sums and their order are the same on either path (runs, or one block), so results
+  // do not depend on which path a block took. Forced inline into RowsT, as GCC inlined it before the
+  // runs made it larger (tests/prefetch_emitted.sh looks for the prefetch in RowsT).
   template <int T, typename Rows>
-  static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb, float* out,
-                    int64_t out_stride, __mmask16 keep, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
-    constexpr int kOffset = kOffset16<W>;
-    constexpr bool kMin = kHasMin16<W>;
+  [[gnu::always_inline]] static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb,
+                                           float* out, int64_t out_stride, __mmask16 keep,
+                                           const uint8_t* next = nullptr, int64_t next_bytes = 0) {
     const int64_t slice = (next_bytes + nb - 1) / nb;
+    auto prefetch = [&](int64_t b0, int64_t blocks) __attribute__((always_inline)) {
+      if (next)
+        for (int64_t l = b0 * slice; l < (b0 + blocks) * slice; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+    };
     __m512 acc[T];
 #pragma GCC unroll 8
     for (int i = 0; i < T; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t off = b * int64_t(sizeof(W));
-      if (next)
-        for (int64_t l = b * slice; l < (b + 1) * slice; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
-      // The f16 d is each block's first two bytes (a 4-byte gather; the high half is m where the
-      // format has one, else dropped).
-      const __m512i dm_raw = _mm512_i32gather_epi32(at, p(0) + off, 1);
-      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm_raw));
-      const __m512 mw = kMin ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm_raw, 16))) : dw;
+    auto xb = [&](int64_t b) { return x + b * int64_t(sizeof(ActBlock32)); };
+    constexpr int kRun = Run<L16, W>::kBlocks;
+    int64_t b = 0;
+    for (; kRun > 0 && b + kRun <= nb; b += kRun) {
+      prefetch(b, kRun);
+      RunBlocks<L16, W>(p, b * int64_t(sizeof(W)), [&](int j, __m512 dw, __m512 mw, const __m512i* c)
+                                                        __attribute__((always_inline)) {
+        Tokens<T>(dw, mw, c, xb(b + j), x_stride, acc);
+      });
+    }
+    for (; b < nb; ++b) {
+      prefetch(b, 1);
+      __m512 dw, mw;
       __m512i c[8];
-      Codes16<W>(p, at, off, c);
-      const char* xb0 = x + b * int64_t(sizeof(ActBlock32));
-#pragma GCC unroll 8
-      for (int i = 0; i < T; ++i) {
-        const ActBlock32& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
-        auto xk = [&](int k) { return _mm512_broadcastd_epi32(_mm_loadu_si32(xb.q + 4 * k)); };
-        // Two exact integer chains (half the latency of one), the offset's products taken off first.
-        __m512i s0 = _mm512_set1_epi32(-kOffset * xb.sum), s1 = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) s0 = _mm512_dpbusd_epi32(s0, c[k], xk(k)), s1 = _mm512_dpbusd_epi32(s1, c[k + 4], xk(k + 4));
-        const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(xb.d));
-        acc[i] = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), acc[i]);
-        if (kMin) acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xb.d * static_cast<float>(xb.sum)), acc[i]);
-      }
+      OneBlock(p, at, b * int64_t(sizeof(W)), &dw, &mw, c);
+      Tokens<T>(dw, mw, c, xb(b), x_stride, acc);
     }
     for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
   }
