@@ -373,9 +373,9 @@ struct Lanes16 {
     constexpr int kRun = Run<L16, W>::kBlocks;
     int64_t b = 0;
     for (; kRun > 0 && b + kRun <= nb; b += kRun) {
-      prefetch(b, kRun);
       RunBlocks<L16, W>(p, b * int64_t(sizeof(W)), [&](int j, __m512 dw, __m512 mw, const __m512i* c)
                                                         __attribute__((always_inline)) {
+        prefetch(b + j, 1);
         Tokens<T>(dw, mw, c, xb(b + j), x_stride, acc);
       });
     }
