@@ -121,7 +121,6 @@ template <typename Rows>
 }
 
 // The eight-row lanes for the runs of quant_runs_x86.inc (its header says what each member does).
-// Q8_0's codes stay signed (GroupQ8_0 below moves their signs per token).
 struct L8 {
   using V = __m256i;
   using F = __m256;
@@ -138,7 +137,6 @@ struct L8 {
   }
   [[gnu::always_inline]] static void Nibbles(const V* d, V* c) { Nibbles8(d, c); }
   [[gnu::always_inline]] static void FifthBits(V qh, V* c) { FifthBits8(qh, c); }
-  [[gnu::always_inline]] static V Q8Codes(V v) { return v; }
 };
 
 #include "ops/quant_runs_x86.inc"
@@ -255,11 +253,13 @@ template <int T, typename W, typename Rows, typename Unpack, typename Tokens>
   auto xb = [&](int64_t b) { return x + b * int64_t(sizeof(ActBlock32)); };
   constexpr int kRun = kRuns8<W> ? Run<L8, W>::kBlocks : 0;
   int64_t b = 0;
-  for (; kRun > 0 && b + kRun <= nb; b += kRun) {
-    for (int j = 0; j < kRun; ++j) PrefetchSlice(next, b + j, slice);
-    RunBlocks<L8, W>(p, b * int64_t(sizeof(W)), [&](int j, __m256 dw, __m256 mw, const __m256i* c)
-                                                    __attribute__((always_inline)) { tokens(xb(b + j), dw, mw, c, acc); });
-  }
+  if constexpr (kRun > 0)
+    for (; b + kRun <= nb; b += kRun)
+      RunBlocks<L8, W>(p, b * int64_t(sizeof(W)), [&](int j, __m256 dw, __m256 mw, const __m256i* c)
+                                                      __attribute__((always_inline)) {
+        PrefetchSlice(next, b + j, slice);
+        tokens(xb(b + j), dw, mw, c, acc);
+      });
   for (; b < nb; ++b) {
     PrefetchSlice(next, b, slice);
     __m256 dw, mw = _mm256_setzero_ps();

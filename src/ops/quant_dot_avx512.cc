@@ -310,7 +310,6 @@ struct L16 {
   }
   [[gnu::always_inline]] static void Nibbles(const V* d, V* c) { AlignedNibbles(d, c); }
   [[gnu::always_inline]] static void FifthBits(V qh, V* c) { FifthBits16(qh, c); }
-  [[gnu::always_inline]] static V Q8Codes(V v) { return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80))); }
 };
 
 #include "ops/quant_runs_x86.inc"
@@ -372,13 +371,13 @@ struct Lanes16 {
     auto xb = [&](int64_t b) { return x + b * int64_t(sizeof(ActBlock32)); };
     constexpr int kRun = Run<L16, W>::kBlocks;
     int64_t b = 0;
-    for (; kRun > 0 && b + kRun <= nb; b += kRun) {
-      RunBlocks<L16, W>(p, b * int64_t(sizeof(W)), [&](int j, __m512 dw, __m512 mw, const __m512i* c)
-                                                        __attribute__((always_inline)) {
-        prefetch(b + j, 1);
-        Tokens<T>(dw, mw, c, xb(b + j), x_stride, acc);
-      });
-    }
+    if constexpr (kRun > 0)
+      for (; b + kRun <= nb; b += kRun)
+        RunBlocks<L16, W>(p, b * int64_t(sizeof(W)), [&](int j, __m512 dw, __m512 mw, const __m512i* c)
+                                                          __attribute__((always_inline)) {
+          prefetch(b + j, 1);
+          Tokens<T>(dw, mw, c, xb(b + j), x_stride, acc);
+        });
     for (; b < nb; ++b) {
       prefetch(b, 1);
       __m512 dw, mw;
