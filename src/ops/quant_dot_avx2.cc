@@ -57,13 +57,14 @@ template <typename Rows>
   v[2] = _mm256_unpacklo_epi64(t1, t3), v[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-// The 32 4-bit codes of the eight rows' blocks whose 16 qs bytes are at byte `at` (Q4_0, Q5_0):
-// c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles of qs bytes 4m .., m >= 4: high nibbles of qs
-// bytes 4(m - 4) ..), row r in lane r.
+// The nibble codes of four transposed dwords: c[m] the low nibbles of v[m], c[m + 4] the high ones.
 [[gnu::always_inline]] inline void Nibbles8(const __m256i v[4], __m256i c[8]) {
   const __m256i m4 = _mm256_set1_epi8(15);
   for (int m = 0; m < 4; ++m) c[m] = _mm256_and_si256(v[m], m4), c[m + 4] = _mm256_and_si256(_mm256_srli_epi16(v[m], 4), m4);
 }
+// The 32 4-bit codes of the eight rows' blocks whose 16 qs bytes are at byte `at` (Q4_0, Q5_0):
+// c[m] holds values 4m .. 4m + 3 (m < 4: low nibbles of qs bytes 4m .., m >= 4: high nibbles of qs
+// bytes 4(m - 4) ..), row r in lane r.
 template <typename Rows>
 [[gnu::always_inline]] inline void Codes8(const Rows& p, int64_t at, __m256i c[8]) {
   __m256i v[4];

@@ -360,9 +360,9 @@ struct Lanes16 {
                                            float* out, int64_t out_stride, __mmask16 keep,
                                            const uint8_t* next = nullptr, int64_t next_bytes = 0) {
     const int64_t slice = (next_bytes + nb - 1) / nb;
-    auto prefetch = [&](int64_t b0, int64_t blocks) __attribute__((always_inline)) {
+    auto prefetch = [&](int64_t b) __attribute__((always_inline)) {  // block b's slice of the next group
       if (next)
-        for (int64_t l = b0 * slice; l < (b0 + blocks) * slice; l += 64)
+        for (int64_t l = b * slice; l < (b + 1) * slice; l += 64)
           _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
     };
     __m512 acc[T];
@@ -375,11 +375,11 @@ struct Lanes16 {
       for (; b + kRun <= nb; b += kRun)
         RunBlocks<L16, W>(p, b * int64_t(sizeof(W)), [&](int j, __m512 dw, __m512 mw, const __m512i* c)
                                                           __attribute__((always_inline)) {
-          prefetch(b + j, 1);
+          prefetch(b + j);
           Tokens<T>(dw, mw, c, xb(b + j), x_stride, acc);
         });
     for (; b < nb; ++b) {
-      prefetch(b, 1);
+      prefetch(b);
       __m512 dw, mw;
       __m512i c[8];
       OneBlock(p, at, b * int64_t(sizeof(W)), &dw, &mw, c);
