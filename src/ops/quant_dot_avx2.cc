@@ -45,16 +45,23 @@ inline __m256i Dot4ScaledPair(__m256i u, __m256i s, const int8_t*, __m256i sc16,
 // result is the same in any batch (the multi-token contract of QuantDotKernels).
 
 // Sixteen bytes at byte `at` of each of the eight rows, transposed: v[k] holds bytes 4k .. 4k + 3 of
-// row r in lane r (two 4x4 dword transposes, one per 128-bit lane).
-template <typename Rows>
-[[gnu::always_inline]] inline void Transpose8Rows(const Rows& p, int64_t at, __m256i v[4]) {
-  auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + at)); };
+// row r in lane r (two 4x4 dword transposes, one per 128-bit lane). kBytes 8: bytes [at, at + 8) as
+// the first two vectors (the last dwords of a run).
+template <int kBytes = 16, typename Rows>
+[[gnu::always_inline]] inline void Transpose8Rows(const Rows& p, int64_t at, __m256i* v) {
+  static_assert(kBytes == 16 || kBytes == 8);
+  auto row = [&](int r) {
+    const auto* a = reinterpret_cast<const __m128i*>(p(r) + at);
+    return kBytes == 16 ? _mm_loadu_si128(a) : _mm_loadl_epi64(a);
+  };
   __m256i z[4];
   for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(row(a + 4), row(a));  // 128-bit lane L: row a + 4L
-  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
-  const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t2 = _mm256_unpacklo_epi32(z[2], z[3]);
   v[0] = _mm256_unpacklo_epi64(t0, t2), v[1] = _mm256_unpackhi_epi64(t0, t2);
-  v[2] = _mm256_unpacklo_epi64(t1, t3), v[3] = _mm256_unpackhi_epi64(t1, t3);
+  if constexpr (kBytes == 16) {
+    const __m256i t1 = _mm256_unpackhi_epi32(z[0], z[1]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    v[2] = _mm256_unpacklo_epi64(t1, t3), v[3] = _mm256_unpackhi_epi64(t1, t3);
+  }
 }
 
 // The nibble codes of four transposed dwords: c[m] the low nibbles of v[m], c[m + 4] the high ones.
@@ -111,16 +118,6 @@ inline __m256 Halves8(__m256i v) {
   return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0xd8)));
 }
 
-// Bytes [at, at + 8) of the eight rows as two vectors, as Transpose8Rows gives the first two.
-template <typename Rows>
-[[gnu::always_inline]] inline void Transpose8RowsHalf(const Rows& p, int64_t at, __m256i v[2]) {
-  auto row = [&](int r) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p(r) + at)); };
-  __m256i z[4];
-  for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(row(a + 4), row(a));
-  const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t2 = _mm256_unpacklo_epi32(z[2], z[3]);
-  v[0] = _mm256_unpacklo_epi64(t0, t2), v[1] = _mm256_unpackhi_epi64(t0, t2);
-}
-
 // The eight-row lanes for the runs of quant_runs_x86.inc (its header says what each member does).
 struct L8 {
   using V = __m256i;
@@ -128,7 +125,7 @@ struct L8 {
   template <typename Rows>
   [[gnu::always_inline]] static void Transpose(const Rows& p, int64_t off, V* v) { Transpose8Rows(p, off, v); }
   template <typename Rows>
-  [[gnu::always_inline]] static void TransposeHalf(const Rows& p, int64_t off, V* v) { Transpose8RowsHalf(p, off, v); }
+  [[gnu::always_inline]] static void TransposeHalf(const Rows& p, int64_t off, V* v) { Transpose8Rows<8>(p, off, v); }
   template <bool kHigh>
   [[gnu::always_inline]] static F Halves(V v) {
     return Halves8(kHigh ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xffff)));

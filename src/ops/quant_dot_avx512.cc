@@ -205,19 +205,26 @@ struct RowQ6KTokens {
 // registers), or SomeRows, the last rows of a call, fewer than sixteen (lanes past them repeat row 0).
 
 // Bytes [off, off + 16) of the sixteen rows as four vectors, vector m holding bytes 4m .. 4m + 3 of
-// row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits).
-template <typename Rows>
-[[gnu::always_inline]] inline void Transpose16(const Rows& p, int64_t off, __m512i v[4]) {
-  auto row = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p(r) + off)); };
+// row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits). kBytes 8: bytes
+// [off, off + 8) as the first two vectors (the last dwords of a run).
+template <int kBytes = 16, typename Rows>
+[[gnu::always_inline]] inline void Transpose16(const Rows& p, int64_t off, __m512i* v) {
+  static_assert(kBytes == 16 || kBytes == 8);
+  auto row = [&](int r) {
+    const auto* a = reinterpret_cast<const __m128i*>(p(r) + off);
+    return kBytes == 16 ? _mm_loadu_si128(a) : _mm_loadl_epi64(a);
+  };
   __m512i z[4];
   for (int a = 0; a < 4; ++a) {  // z[a] 128-bit lane L: row a + 4L
     const __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(a + 4), 1);
     z[a] = _mm512_inserti32x4(_mm512_inserti32x4(t, row(a + 8), 2), row(a + 12), 3);
   }
-  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
   v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
-  v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
+  if constexpr (kBytes == 16) {
+    const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
+  }
 }
 
 // The nibble codes of four dwords (transposed): c[m] the low nibbles of v[m], c[m + 4] the high ones.
@@ -282,19 +289,6 @@ template <bool kHigh>
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(kHigh ? _mm512_srli_epi32(v, 16) : v));
 }
 
-// Bytes [off, off + 8) of the sixteen rows as two vectors, as Transpose16 gives the first two.
-template <typename Rows>
-[[gnu::always_inline]] inline void Transpose16Half(const Rows& p, int64_t off, __m512i v[2]) {
-  auto row = [&](int r) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p(r) + off)); };
-  __m512i z[4];
-  for (int a = 0; a < 4; ++a) {
-    const __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(a + 4), 1);
-    z[a] = _mm512_inserti32x4(_mm512_inserti32x4(t, row(a + 8), 2), row(a + 12), 3);
-  }
-  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
-  v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
-}
-
 // The sixteen-row lanes for the runs of quant_runs_x86.inc (its header says what each member does).
 struct L16 {
   using V = __m512i;
@@ -302,7 +296,7 @@ struct L16 {
   template <typename Rows>
   [[gnu::always_inline]] static void Transpose(const Rows& p, int64_t off, V* v) { Transpose16(p, off, v); }
   template <typename Rows>
-  [[gnu::always_inline]] static void TransposeHalf(const Rows& p, int64_t off, V* v) { Transpose16Half(p, off, v); }
+  [[gnu::always_inline]] static void TransposeHalf(const Rows& p, int64_t off, V* v) { Transpose16<8>(p, off, v); }
   template <bool kHigh>
   [[gnu::always_inline]] static F Halves(V v) { return Halves16<kHigh>(v); }
   [[gnu::always_inline]] static V TwoBytesOn(V a, V b) {
