@@ -178,6 +178,53 @@ TEST(Elementwise, GeluTanhMulAllImplementationsMatchDouble) {
   for (size_t i = 0; i < g.size(); i += 97) ASSERT_NEAR(out[i], gelu(g[i]) * u[i], 1e-5 * (1 + std::fabs(gelu(g[i]) * u[i])));
 }
 
+// The final logit soft cap, every SIMD implementation against cap tanh(x / cap) in double: tiny
+// arguments (where tanh from exp cancels), both sides of the series/exp switch, saturation, inf
+// and NaN, every tail length; and an element's result the same wherever n ends.
+TEST(Elementwise, SoftCapAllImplementationsMatchDouble) {
+  const ops::SimdKernels* impls[4];
+  const int n_impl = ops::AvailableSimd(impls, 4);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float cap = 30.0f;
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = i % 11 == 1 ? nd(rng) * 1e-5f : i % 11 == 2 ? cap * (0.4f + 1e-3f * nd(rng)) : i % 7 == 3 ? nd(rng) * 400 : nd(rng) * 15;
+  x[5] = 0.0f, x[6] = -0.0f, x[7] = INFINITY, x[8] = -INFINITY, x[9] = NAN, x[10] = 1e-30f;
+  for (int k = 0; k < n_impl; ++k) {
+    SCOPED_TRACE(impls[k]->name);
+    std::vector<float> whole = x;
+    impls[k]->soft_cap(whole.data(), static_cast<int64_t>(whole.size()), cap);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double want = cap * std::tanh(static_cast<double>(x[i]) / cap);
+      if (std::isnan(x[i])) {
+        ASSERT_TRUE(std::isnan(whole[i]));
+        continue;
+      }
+      ASSERT_NEAR(whole[i], want, 4e-7 * std::fabs(want) + 1e-37) << x[i];
+      ASSERT_EQ(std::signbit(whole[i]), std::signbit(x[i])) << x[i];
+    }
+    for (int64_t n : {1, 3, 7, 8, 9, 15, 17}) {
+      for (int64_t at : {int64_t{0}, int64_t{5}, int64_t{981}}) {
+        std::vector<float> part(x.begin() + at, x.begin() + at + n);
+        impls[k]->soft_cap(part.data(), n, cap);
+        for (int64_t i = 0; i < n; ++i)
+          if (!std::isnan(x[at + i])) {
+            ASSERT_EQ(part[i], whole[at + i]) << "n " << n << " at " << at + i;
+          }
+      }
+    }
+  }
+  // The pooled entry point (the logits of several rows, in chunks over two threads): the same bits.
+  ThreadPool pool(2);
+  std::vector<float> big(70001), one(big.size());
+  for (float& v : big) v = nd(rng) * 20;
+  one = big;
+  ops::Simd().soft_cap(one.data(), static_cast<int64_t>(one.size()), cap);
+  ops::SoftCap(big.data(), static_cast<int64_t>(big.size()), cap, &pool);
+  for (size_t i = 0; i < big.size(); ++i) ASSERT_EQ(big[i], one[i]) << i;
+}
+
 // The sampled token (and that sampling succeeded).
 int32_t Draw(runtime::Sampler& s, const float* logits) {
   int32_t token = -1;

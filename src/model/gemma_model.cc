@@ -308,7 +308,7 @@ int64_t GemmaModel::Head(const ForwardBatch& in, Activations& act, ThreadPool* p
   }
   ops::RmsNorm(x, H, weights_.final_norm, arch_.norm_offset, arch_.rms_eps, rows, H, x, H);
   ops::Linear(weights_.lm_head, x, rows, H, logits, arch_.vocab, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
-  if (arch_.final_softcap > 0) ops::SoftCap(logits, rows * arch_.vocab, arch_.final_softcap);
+  if (arch_.final_softcap > 0) ops::SoftCap(logits, rows * arch_.vocab, arch_.final_softcap, pool);
   return rows;
 }
 

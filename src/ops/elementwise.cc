@@ -38,16 +38,16 @@ void Rope(float* x, int64_t n, int64_t heads, int64_t d, int64_t x_stride, int64
 }
 
 namespace {
-constexpr int64_t kGeluChunk = 16384;  // elements per work item
+constexpr int64_t kElementwiseChunk = 16384;  // elements per work item (GeGlu, SoftCap)
 }  // namespace
 
 void GeGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
   const SimdKernels& simd = Simd();
   auto run = [&](int64_t item, int) {
-    const int64_t i0 = item * kGeluChunk, m = std::min(kGeluChunk, n - i0);
+    const int64_t i0 = item * kElementwiseChunk, m = std::min(kElementwiseChunk, n - i0);
     simd.gelu_tanh_mul(gate + i0, up ? up + i0 : nullptr, m, out + i0);
   };
-  const int64_t items = (n + kGeluChunk - 1) / kGeluChunk;
+  const int64_t items = (n + kElementwiseChunk - 1) / kElementwiseChunk;
   if (pool && items > 1) {
     pool->ParallelFor(items, run);
   } else {
@@ -57,8 +57,16 @@ void GeGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool
 
 void GeluTanh(float* x, int64_t n, ThreadPool* pool) { GeGlu(x, nullptr, n, x, pool); }
 
-void SoftCap(float* x, int64_t n, float cap) {
-  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+void SoftCap(float* x, int64_t n, float cap, ThreadPool* pool) {
+  const SimdKernels& simd = Simd();
+  // Chunks split the work only: an element's result does not depend on where its call starts or ends.
+  auto run = [&](int64_t item, int) { simd.soft_cap(x + item * kElementwiseChunk, std::min(kElementwiseChunk, n - item * kElementwiseChunk), cap); };
+  const int64_t items = (n + kElementwiseChunk - 1) / kElementwiseChunk;
+  if (pool && items > 1) {
+    pool->ParallelFor(items, run);
+  } else {
+    for (int64_t i = 0; i < items; ++i) run(i, 0);
+  }
 }
 
 }  // namespace tessera::ops

@@ -26,7 +26,7 @@ void GeluTanh(float* x, int64_t n, ThreadPool* pool = nullptr);
 // out[i] = gelu_tanh(gate[i]) * up[i] for n elements (may alias gate).
 void GeGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool = nullptr);
 
-// x = c * tanh(x / c) for n elements.
-void SoftCap(float* x, int64_t n, float cap);
+// x = c * tanh(x / c) for n elements (the final logit soft cap), split over the pool's threads.
+void SoftCap(float* x, int64_t n, float cap, ThreadPool* pool = nullptr);
 
 }  // namespace tessera::ops

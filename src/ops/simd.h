@@ -66,6 +66,9 @@ struct SimdKernels {
   // Packs one GEMM weight panel: dst[k * 16 + j] = widen(src[j * src_stride + k]) for j < rows,
   // 0 for rows <= j < 16, k < kc. src is stored as `dtype` (f32, bf16 or f16); dst 64-byte aligned.
   void (*pack_panel16)(DType dtype, const void* src, int64_t src_stride, int rows, int64_t kc, float* dst);
+  // x[i] = cap tanh(x[i] / cap) in place (the final logit soft cap), within a few f32 ulps of
+  // std::tanh for every argument (NaN stays NaN); each element's result does not depend on n.
+  void (*soft_cap)(float* x, int64_t n, float cap);
 
   // Dispatch on the stored dtype of b / x.
   float Dot(DType dtype, const float* a, const void* b, int64_t n) const {

@@ -389,6 +389,37 @@ void GeluTanhMul(const float* g, const float* u, int64_t n, float* out) {
   }
 }
 
+// tanh to a few ulps: Tanh's exp form where |z| >= 0.4; below, where 1 - 2 / (e^{2|z|} + 1) would
+// cancel, tanh's odd Taylor series through z^15 (truncation below 1e-8 relative there). NaN takes
+// the series (the unordered compare), so it stays NaN.
+inline __m256 TanhAccurate(__m256 z) {
+  static constexpr float kSeries[7] = {-929569.0f / 638512875, 21844.0f / 6081075, -1382.0f / 155925, 62.0f / 2835,
+                                       -17.0f / 315,          2.0f / 15,          -1.0f / 3};
+  const __m256 z2 = _mm256_mul_ps(z, z);
+  __m256 p = _mm256_set1_ps(kSeries[0]);
+  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, z2, _mm256_set1_ps(kSeries[i]));
+  const __m256 series = _mm256_fmadd_ps(_mm256_mul_ps(z, z2), p, z);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(sign, z), _mm256_set1_ps(0.4f), _CMP_NGE_UQ);
+  const __m256 t = _mm256_blendv_ps(Tanh(z), series, small);
+  return _mm256_or_ps(_mm256_andnot_ps(sign, t), _mm256_and_ps(sign, z));  // odd: -0 gives -0
+}
+
+// cap tanh(x / cap), dividing as the reference does; the tail through a padded register, so an
+// element's result does not depend on where n ends.
+void SoftCap(float* x, int64_t n, float cap) {
+  const __m256 c = _mm256_set1_ps(cap);
+  auto one = [&](__m256 v) { return _mm256_mul_ps(c, TanhAccurate(_mm256_div_ps(v, c))); };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, one(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    alignas(32) float t[8] = {};
+    for (int j = 0; i + j < n; ++j) t[j] = x[i + j];
+    _mm256_store_ps(t, one(_mm256_load_ps(t)));
+    for (int j = 0; i + j < n; ++j) x[i + j] = t[j];
+  }
+}
+
 // In-register 8x8 transpose: r[i] holds row i on entry and column i on return.
 inline void Transpose8(__m256* r) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -456,7 +487,8 @@ const SimdKernels* SimdAvx2() {
                              RowMax,
                              ExpSubSum,
                              GeluTanhMul,
-                             PackPanel16};
+                             PackPanel16,
+                             SoftCap};
   return &k;
 }
 

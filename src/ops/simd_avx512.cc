@@ -164,7 +164,8 @@ const SimdKernels* SimdAvx512() {
                              SimdAvx2()->row_max,
                              SimdAvx2()->exp_sub_sum,
                              SimdAvx2()->gelu_tanh_mul,
-                             SimdAvx2()->pack_panel16};
+                             SimdAvx2()->pack_panel16,
+                             SimdAvx2()->soft_cap};
   return &k;
 }
 

@@ -121,6 +121,10 @@ void GeluTanhMul(const float* g, const float* u, int64_t n, float* out) {
   }
 }
 
+void SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void PackPanel16(DType dt, const void* src, int64_t st, int rows, int64_t kc, float* dst) {
   const size_t es = DTypeSize(dt);
   float row[256];
@@ -159,7 +163,8 @@ const SimdKernels& SimdGeneric() {
                              RowMax,
                              ExpSubSum,
                              GeluTanhMul,
-                             PackPanel16};
+                             PackPanel16,
+                             SoftCap};
   return k;
 }
 
