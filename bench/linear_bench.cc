@@ -73,26 +73,30 @@ const QuantType kQuantTypes[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::
 void RunQuantCompute(int reps, double bw1) {
   // n tokens a call on the row dot (the small-batch kernels: each weight block unpacked once for
   // all n); W GB/s is the weight bytes of a call over its time, so n > 1 shows the per-token cost.
-  const int64_t ns[] = {1, 2, 4, 8};
-  std::printf("\n%-24s %-5s %12s %14s %9s %9s %9s\n", "cache-resident, 1 thread", "type", "W GB/s", "x 1-thread bw",
-              "n=2 GB/s", "n=4 GB/s", "n=8 GB/s");
+  // (n up to 9: a verification step of k = 8 drafts; 9 is two calls, 8 + 1.)
+  const int64_t ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  constexpr int kNs = 9;
+  std::printf("\n%-24s %-5s %12s %14s", "cache-resident, 1 thread", "type", "W GB/s", "x 1-thread bw");
+  for (int k = 1; k < kNs; ++k) std::printf("  n=%lld GB/s", static_cast<long long>(ns[k]));
+  std::printf("\n");
   std::mt19937 rng(3);
   const int64_t out = 256, in = 4096;
-  std::vector<float> x(8 * in), y(8 * out);
+  std::vector<float> x(9 * in), y(9 * out);
   for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
   for (QuantType t : kQuantTypes) {
     const std::vector<uint8_t> w = RandomQuantWeight(rng, t, out, in);
     ops::WeightView wv{w.data(), DType::kF32, out, in};
     wv.quant = t;
-    double gbs[4];
-    for (int k = 0; k < 4; ++k) {
+    double gbs[kNs];
+    for (int k = 0; k < kNs; ++k) {
       const double ms = bench::MedianMs(reps, [&] {
         for (int r = 0; r < 20; ++r) ops::LinearRowDot(wv, x.data(), ns[k], in, y.data(), out, nullptr);
       });
       gbs[k] = 20.0 * double(w.size()) / ms / 1e6;
     }
-    std::printf("%-24s %-5s %12.1f %14.2f %9.1f %9.1f %9.1f\n", "256 x 4096", QuantTypeName(t), gbs[0],
-                bw1 > 0 ? gbs[0] / bw1 : 0.0, gbs[1], gbs[2], gbs[3]);
+    std::printf("%-24s %-5s %12.1f %14.2f", "256 x 4096", QuantTypeName(t), gbs[0], bw1 > 0 ? gbs[0] / bw1 : 0.0);
+    for (int k = 1; k < kNs; ++k) std::printf(" %11.1f", gbs[k]);
+    std::printf("\n");
   }
 }
 

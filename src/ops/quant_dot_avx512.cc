@@ -97,7 +97,8 @@ template <int T, bool kQh>
 // Q6_K a block per two 512-bit passes of 128 values, for T tokens: the half's 64 low-nibble bytes are values
 // 0-63 (low nibbles) and 64-127 (high nibbles) in the activations' order; the 32 high-bit bytes,
 // broadcast, give each quarter its two bits by a per-half shift. Each 128-bit lane is one 16-value
-// sub-block, its signed scale folded in by vpmaddwd; the offset 32 goes through the 16-value sums.
+// sub-block, its signed scale folded in by vpdpwssd (vpmaddwd and the add in one instruction,
+// exact); the offset 32 goes through the 16-value sums.
 template <int T>
 [[gnu::always_inline]] inline void BlockQ6Kx512T(const BlockQ6_K& w, const ActBlock256* const* xb, __m512* acc) {
   const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scales))));
@@ -123,7 +124,7 @@ template <int T>
 #pragma GCC unroll 8
       for (int i = 0; i < T; ++i) {
         const __m512i pairs = _mm512_maddubs_epi16(codes[k], _mm512_loadu_si512(xb[i]->q + 128 * h + 64 * k));
-        isum[i] = _mm512_add_epi32(isum[i], _mm512_madd_epi16(pairs, scale));
+        isum[i] = _mm512_dpwssd_epi32(isum[i], pairs, scale);
       }
     }
   }
@@ -173,7 +174,7 @@ struct RowK45Tokens {
 };
 
 struct RowQ6KTokens {
-  static constexpr int kMaxTokens = 8;
+  static constexpr int kMaxTokens = 4;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ6_K*>(wp);
