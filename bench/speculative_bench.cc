@@ -6,11 +6,14 @@
 // close to one decode step; the roofline is the weight bytes over the measured read bandwidth.
 //
 //   build/release/tessera_bench_speculative --model DIR [--draft DIR] [--context 512] [--threads N]
-//                                           [--reps 9] [--precision bf16]
+//                                           [--reps 9] [--precision bf16] [--quantize q4_0|q8_0|q4_k_m|q5_k_m]
+// --quantize: the main model's matrices quantized on load (a checkpoint directory; a GGUF given as
+// --model runs as stored), the CPU user's case; --precision then sets KV and attention only.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "bench_args.h"
 #include "roofline.h"
 #include "tessera/engine.h"
+#include "tessera/quantize.h"
 
 using namespace tessera;
 
@@ -73,13 +77,15 @@ bool PrintGeneration(Session& s, Prompt p, int64_t context, const std::vector<do
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const int rc = bench::CheckArgs(argc, argv, " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9] [--precision bf16]\n");
+  if (const int rc = bench::CheckArgs(argc, argv, " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9] [--precision bf16] "
+                                       "[--quantize TYPE]\n");
       rc >= 0)
     return rc;
   std::string dir, draft;
   int64_t context = 512, reps = 9;
   int threads = DefaultThreadCount();
   bool bf16 = false;  // --precision bf16: bf16 matmuls, KV and attention (a bf16 checkpoint)
+  std::optional<QuantizeFileType> quantize;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") dir = argv[i + 1];
@@ -88,12 +94,18 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoll(argv[i + 1]);
     else if (a == "--precision") bf16 = std::string(argv[i + 1]) == "bf16";
+    else if (a == "--quantize") {
+      QuantizeFileType q;
+      if (!ParseQuantizeFileType(argv[i + 1], &q)) return std::fprintf(stderr, "--quantize: unknown type %s\n", argv[i + 1]), 2;
+      quantize = q;
+    }
   }
   if (dir.empty()) return std::fprintf(stderr, "--model DIR is required\n"), 2;
   LoadOptions lo;
   lo.threads = threads;
   lo.draft = draft;
-  if (bf16) lo.repack_for = ops::MatmulPrecision::kBf16;
+  lo.quantize = quantize;
+  if (bf16 && !quantize) lo.repack_for = ops::MatmulPrecision::kBf16;
   auto model = Model::Load(dir, lo);
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().message().c_str()), 1;
   const ModelInfo& info = model.value()->info();
@@ -102,7 +114,7 @@ int main(int argc, char** argv) {
   so.max_chunk = 16;
   so.verify_tokens = 9;
   if (bf16) {
-    so.matmul_precision = ops::MatmulPrecision::kBf16;
+    if (!quantize) so.matmul_precision = ops::MatmulPrecision::kBf16;
     so.kv_dtype = DType::kBF16;
     so.attention_precision = AttentionPrecision::kBf16;
   }
@@ -129,7 +141,8 @@ int main(int argc, char** argv) {
     ok &= s.Rewind(0, 1).ok();
   });
   const double gbs = bench::ReadBandwidthGBs(threads);
-  std::printf("model %s, context %lld, %d threads, precision %s; read bandwidth %.1f GB/s\n", info.model_type.c_str(),
+  std::printf("model %s%s%s, context %lld, %d threads, precision %s; read bandwidth %.1f GB/s\n",
+              info.model_type.c_str(), quantize ? " quantized " : "", quantize ? QuantizeFileTypeName(*quantize) : "",
               static_cast<long long>(context), threads, bf16 ? "bf16" : "f32", gbs);
   std::printf("decode step: %.2f ms\n\n", decode);
   std::printf("| k | verify k+1 tokens (ms) | / decode step | break-even acceptance (drafter free) |\n");

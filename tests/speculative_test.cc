@@ -20,6 +20,7 @@
 #include "runtime/generator.h"
 #include "runtime/speculative.h"
 #include "tessera/engine.h"
+#include "tessera/quantize.h"
 #include "temp_dir.h"
 #include "tessera/npy.h"
 #include "tessera/thread_pool.h"
@@ -404,6 +405,43 @@ TEST(SpeculativeApi, GenerateWithDraft) {
   auto refused = Model::Load(kModels + "gemma4_text", bad);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("gemma4_assistant"), std::string::npos) << refused.status().message();
+}
+
+// The CPU user's case: the main model's matrices quantized (on load here; a GGUF binds the same
+// block types), its verification rows on the quantized row dots for several tokens at once, at
+// both KV/attention precisions. Greedy output must still equal the same model's plain decoding.
+TEST(SpeculativeApi, QuantizedMainModelGreedyEqualsPlain) {
+  for (QuantizeFileType type : {QuantizeFileType::kQ4_0, QuantizeFileType::kQ8_0}) {
+    LoadOptions lo;
+    lo.threads = 2;
+    lo.quantize = type;
+    lo.draft = kModels + "gemma4_assistant_copy";
+    auto m = Model::Load(kModels + "gemma4_text", lo);
+    ASSERT_TRUE(m.ok()) << m.status().message();
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::string(QuantizeFileTypeName(type)) + (bf16 ? " bf16 KV" : " f32 KV"));
+      SessionOptions so;
+      so.max_context = 64;
+      so.max_chunk = 16;
+      so.verify_tokens = 8;
+      if (bf16) so.kv_dtype = DType::kBF16, so.attention_precision = AttentionPrecision::kBf16;
+      auto s = m.value()->NewSession(so);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      GenerateOptions g;
+      g.max_new_tokens = 32;
+      GenerateOutput plain;
+      ASSERT_TRUE(s.value()->Generate({TextPrompt(kGenPrompt)}, g, &plain).ok());
+      for (int64_t k : {1, 3, 7}) {
+        SCOPED_TRACE("k=" + std::to_string(k));
+        g.draft_tokens = k;
+        GenerateOutput spec;
+        ASSERT_TRUE(s.value()->Generate({TextPrompt(kGenPrompt)}, g, &spec).ok());
+        EXPECT_EQ(spec.rows[0].tokens, plain.rows[0].tokens);
+        EXPECT_GT(spec.stats.accepted_tokens, 0);
+        EXPECT_LT(spec.stats.accepted_tokens, spec.stats.drafted_tokens);
+      }
+    }
+  }
 }
 
 TEST(DrafterConfig, ParsesAndNamesBadFields) {
