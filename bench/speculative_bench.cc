@@ -7,6 +7,7 @@
 //
 //   build/release/tessera_bench_speculative --model DIR [--draft DIR] [--context 512] [--threads N]
 //                                           [--reps 9] [--precision bf16] [--quantize q4_0|q8_0|q4_k_m|q5_k_m]
+//                                           [--draft-quantize q8_0|q4_0]
 // --quantize: the main model's matrices quantized on load (a checkpoint directory; a GGUF given as
 // --model runs as stored), the CPU user's case; --precision then sets KV and attention only.
 #include <algorithm>
@@ -42,16 +43,15 @@ double BreakEven(double round_ms, double decode_ms, int k) {
 }
 
 // End to end with the drafter: generated tok/s for k drafted tokens against plain decoding (k = 0),
-// the acceptance, and the draft step's cost derived from the verification times (verify_at[k]).
-// Each k's rounds: decode_seconds = rounds x (verification of k + 1 tokens) + drafts x (one draft
-// step); the verification times were measured at --context, the generation runs at a 256-token
-// prompt: an estimate. Tokens must equal plain decoding's (k = 0). False when a step failed.
-bool PrintGeneration(Session& s, Prompt p, int64_t context, const std::vector<double>& verify_at) {
+// the acceptance, the draft step as timed (GenerateStats::draft_seconds per proposal) and the rest
+// of each round (its verification step, acceptance and rewind) against the plain decode step of
+// the same run. Tokens must equal plain decoding's (k = 0). False when a step failed.
+bool PrintGeneration(Session& s, Prompt p, int64_t context) {
   bool ok = true;
-  std::printf("\n| k | generated tok/s | / plain | acceptance | tokens per round | draft step (ms, derived) "
-              "| same tokens as plain |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf("\n| k | generated tok/s | / plain | acceptance | tokens per round | draft step (ms) "
+              "| rest of a round / plain step | same tokens as plain |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::vector<int32_t> plain_tokens;
-  double plain_tps = 0;
+  double plain_tps = 0, plain_step = 0;
   for (int k : {0, 1, 2, 3, 4, 8}) {
     GenerateOptions g;
     g.max_new_tokens = 48;
@@ -61,15 +61,14 @@ bool PrintGeneration(Session& s, Prompt p, int64_t context, const std::vector<do
     ok &= s.Generate({p}, g, &out).ok();
     const GenerateStats& st = out.stats;
     const double tps = st.decode_seconds > 0 ? (st.generated_tokens - 1) / st.decode_seconds : 0;
-    if (k == 0) plain_tokens = out.rows.at(0).tokens, plain_tps = tps;
     const double rounds = static_cast<double>(st.decode_steps);
-    const double draft_ms =
-        st.drafted_tokens ? (1e3 * st.decode_seconds - rounds * verify_at[k]) / static_cast<double>(st.drafted_tokens)
-                          : 0.0;
-    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.1f | %s |\n", k, tps, plain_tps > 0 ? tps / plain_tps : 0.0,
+    if (k == 0) plain_tokens = out.rows.at(0).tokens, plain_tps = tps, plain_step = st.decode_seconds / rounds;
+    const double draft_ms = st.drafted_tokens ? 1e3 * st.draft_seconds / static_cast<double>(st.drafted_tokens) : 0.0;
+    const double rest = (st.decode_seconds - st.draft_seconds) / rounds;
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", k, tps, plain_tps > 0 ? tps / plain_tps : 0.0,
                 st.drafted_tokens ? double(st.accepted_tokens) / st.drafted_tokens : 0.0,
                 rounds > 0 ? double(st.generated_tokens - 1) / rounds : 0.0, draft_ms,
-                out.rows.at(0).tokens == plain_tokens ? "yes" : "NO");
+                plain_step > 0 ? rest / plain_step : 0.0, out.rows.at(0).tokens == plain_tokens ? "yes" : "NO");
   }
   return ok;
 }
@@ -78,14 +77,14 @@ bool PrintGeneration(Session& s, Prompt p, int64_t context, const std::vector<do
 
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv, " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9] [--precision bf16] "
-                                       "[--quantize TYPE]\n");
+                                       "[--quantize TYPE] [--draft-quantize q8_0|q4_0]\n");
       rc >= 0)
     return rc;
   std::string dir, draft;
   int64_t context = 512, reps = 9;
   int threads = DefaultThreadCount();
   bool bf16 = false;  // --precision bf16: bf16 matmuls, KV and attention (a bf16 checkpoint)
-  std::optional<QuantizeFileType> quantize;
+  std::optional<QuantizeFileType> quantize, draft_quantize;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--model") dir = argv[i + 1];
@@ -94,10 +93,10 @@ int main(int argc, char** argv) {
     else if (a == "--threads") threads = std::atoi(argv[i + 1]);
     else if (a == "--reps") reps = std::atoll(argv[i + 1]);
     else if (a == "--precision") bf16 = std::string(argv[i + 1]) == "bf16";
-    else if (a == "--quantize") {
+    else if (a == "--quantize" || a == "--draft-quantize") {
       QuantizeFileType q;
-      if (!ParseQuantizeFileType(argv[i + 1], &q)) return std::fprintf(stderr, "--quantize: unknown type %s\n", argv[i + 1]), 2;
-      quantize = q;
+      if (!ParseQuantizeFileType(argv[i + 1], &q)) return std::fprintf(stderr, "%s: unknown type %s\n", a.c_str(), argv[i + 1]), 2;
+      (a == "--quantize" ? quantize : draft_quantize) = q;
     }
   }
   if (dir.empty()) return std::fprintf(stderr, "--model DIR is required\n"), 2;
@@ -105,6 +104,7 @@ int main(int argc, char** argv) {
   lo.threads = threads;
   lo.draft = draft;
   lo.quantize = quantize;
+  lo.draft_quantize = draft_quantize;
   if (bf16 && !quantize) lo.repack_for = ops::MatmulPrecision::kBf16;
   auto model = Model::Load(dir, lo);
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.status().message().c_str()), 1;
@@ -147,12 +147,11 @@ int main(int argc, char** argv) {
   std::printf("decode step: %.2f ms\n\n", decode);
   std::printf("| k | verify k+1 tokens (ms) | / decode step | break-even acceptance (drafter free) |\n");
   std::printf("| --- | --- | --- | --- |\n");
-  std::vector<double> verify_at(9, decode);  // [k]: the verification step of k + 1 tokens (ms)
   for (int k = 1; k <= 8; ++k) {
-    const double v = verify_at[k] = verify_ms(k + 1);
+    const double v = verify_ms(k + 1);
     std::printf("| %d | %.2f | %.2f | %.2f |\n", k, v, v / decode, BreakEven(v, decode, k));
   }
-  if (!draft.empty()) ok &= PrintGeneration(s, p, context, verify_at);
+  if (!draft.empty()) ok &= PrintGeneration(s, p, context);
   if (!ok) return std::fprintf(stderr, "a step failed\n"), 1;
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "model/drafter.h"
 #include "model/loaded_model.h"
 #include "runtime/generator.h"
+#include "runtime/quantize_model_meta.h"
 #include "runtime/speculative.h"
 #include "tessera/engine.h"
 #include "tessera/quantize.h"
@@ -134,6 +135,98 @@ void CheckDraftGoldens(const model::GemmaModel& main, const model::Drafter& d, c
       token = Argmax(logits);
       EXPECT_EQ(token, want_tokens[j]) << "step " << j;
     }
+  }
+}
+
+// The largest error of four draft steps' logits against transformers' goldens of `name`/`c`,
+// relative to the goldens' largest |logit|; each step fed the golden draft token, so a quantized
+// drafter is compared step by step even where its own argmax would differ. Non-finite: infinity.
+double DraftLogitsError(const model::GemmaModel& main, const model::Drafter& d, const std::string& name,
+                        const std::string& c) {
+  const int64_t V = main.arch().vocab, H = main.arch().hidden;
+  const std::vector<int32_t> prompt = Ints(Npy(name, c + "_prompt"));
+  const std::vector<int32_t> want_tokens = Ints(Npy(name, c + "_draft_tokens"));
+  const std::vector<float> want = Npy(name, c + "_draft_logits");
+  auto s = NewSession(main, 5);
+  std::vector<float> logits(V);
+  EXPECT_TRUE(s->Prefill({TextPrompt(prompt)}, logits.data()).ok());
+  std::vector<float> state(s->last_hidden(0), s->last_hidden(0) + H);
+  auto scratch = d.NewScratch(s->cache(), nullptr);
+  EXPECT_TRUE(scratch.ok());
+  int32_t token = Ints(Npy(name, c + "_first"))[0];
+  double worst = 0, top = 0;
+  for (int64_t j = 0; j < 4; ++j) {
+    EXPECT_TRUE(d.Step(s->cache(), 0, token, static_cast<int32_t>(prompt.size()), state.data(), logits.data(),
+                       state.data(), *scratch.value(), nullptr)
+                    .ok());
+    // An ordered head gives every token it did not score its row's minimum (the smallest score
+    // minus one): compare the tokens both scored, as a quantized drafter may pick other clusters.
+    const float* w = want.data() + j * V;
+    const float low = *std::min_element(w, w + V), mine = *std::min_element(logits.begin(), logits.end());
+    for (int64_t v = 0; v < V; ++v) {
+      if (!std::isfinite(logits[v])) return INFINITY;
+      if (w[v] == low || logits[v] == mine) continue;
+      worst = std::max(worst, std::fabs(double(logits[v]) - w[v]));
+      top = std::max(top, std::fabs(double(w[v])));
+    }
+    token = want_tokens[j];
+  }
+  return worst / top;
+}
+
+// Quantized at load (runtime::QuantizeDrafterOnLoad, as LoadOptions::draft_quantize): the drafter's
+// logits move off transformers' f32 ones (its weights changed), but stay near them. The bounds are
+// not a precision claim (that would need a dequantized reference): a block read with the wrong
+// layout, scale or type gives errors of the order of the logits themselves.
+TEST_F(Speculative, QuantizedDrafterLogitsNearTransformers) {
+  for (const char* name : {"gemma4_assistant", "gemma4_assistant_ordered"}) {
+    auto plain = Drafter(name);
+    ASSERT_NE(plain, nullptr);
+    const double exact = DraftLogitsError(main_->model(), *plain, name, "case0");
+    for (auto [type, bound] : {std::pair{QuantizeFileType::kQ8_0, 0.1}, std::pair{QuantizeFileType::kQ4_0, 0.4}}) {
+      SCOPED_TRACE(std::string(name) + " " + QuantizeFileTypeName(type));
+      model::WeightLoadOptions wo;
+      auto rewrite = QuantizeDrafterOnLoad(type, nullptr);
+      ASSERT_TRUE(rewrite.ok()) << rewrite.status().message();
+      wo.rewrite_matrix = rewrite.value();
+      auto d = model::Drafter::Load(kModels + name, main_->model(), wo);
+      ASSERT_TRUE(d.ok()) << d.status().message();
+      const double err = DraftLogitsError(main_->model(), *d.value(), name, "case0");
+      std::printf("%s %s drafter: logits error %.3g of the largest (f32: %.3g)\n", name, QuantizeFileTypeName(type), err,
+                  exact);
+      EXPECT_GT(err, 10 * exact);  // quantized: its weights changed
+      EXPECT_LT(err, bound);
+    }
+  }
+}
+
+// The head goes through the load's rewrite too; under use_ordered_embeddings after it is clustered.
+// (The tiny drafters' width, 48, is no whole number of 32-value blocks, so a quantizing rewrite
+// leaves their heads as stored: a rewrite to f16 shows where the head's rewrite happens.)
+TEST_F(Speculative, DrafterHeadTakesTheRewrite) {
+  model::WeightLoadOptions wo;
+  wo.rewrite_matrix = [](const std::string&, const model::StoredTensor& s,
+                         std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
+    if (s.dtype != DType::kF32 || s.quant != QuantType::kNone) return s;
+    const int64_t n = s.shape[0] * s.shape[1];
+    keep->emplace_back(static_cast<size_t>(n * 2));
+    auto* h = static_cast<uint16_t*>(keep->back().data());
+    for (int64_t i = 0; i < n; ++i) h[i] = F32ToF16(static_cast<const float*>(s.data)[i]);
+    model::StoredTensor r = s;
+    r.data = h, r.dtype = DType::kF16, r.nbytes = static_cast<uint64_t>(n * 2);
+    return r;
+  };
+  for (const char* name : {"gemma4_assistant", "gemma4_assistant_ordered"}) {
+    SCOPED_TRACE(name);
+    auto plain = Drafter(name);
+    ASSERT_NE(plain, nullptr);
+    auto d = model::Drafter::Load(kModels + name, main_->model(), wo);
+    ASSERT_TRUE(d.ok()) << d.status().message();
+    EXPECT_EQ(plain->head().dtype, DType::kF32);
+    EXPECT_EQ(d.value()->head().dtype, DType::kF16);
+    const double err = DraftLogitsError(main_->model(), *d.value(), name, "case0");
+    EXPECT_GT(err, 0.0);
+    EXPECT_LT(err, 1e-2);  // f16 weights: 11-bit significands
   }
 }
 
@@ -391,6 +484,9 @@ TEST(SpeculativeApi, GenerateWithDraft) {
   EXPECT_EQ(streamed, plain.rows[0].tokens);
   EXPECT_GT(spec.stats.accepted_tokens, 0);
   EXPECT_LT(spec.stats.decode_steps, plain.stats.decode_steps);
+  EXPECT_GT(spec.stats.draft_seconds, 0.0);  // the drafter's share of the decode time
+  EXPECT_LT(spec.stats.draft_seconds, spec.stats.decode_seconds);
+  EXPECT_EQ(plain.stats.draft_seconds, 0.0);
 
   LoadOptions none;
   none.threads = 1;
@@ -442,6 +538,51 @@ TEST(SpeculativeApi, QuantizedMainModelGreedyEqualsPlain) {
       }
     }
   }
+}
+
+// The drafter quantized at load (draft_quantize): its proposals may change, the output may not.
+// The copy drafter still proposes the last token often enough to be accepted; the clustered head
+// (gemma4_assistant_ordered: centroids through the same rewrite) runs quantized too. A type the
+// drafter does not take, or draft_quantize without a drafter, is refused by name.
+TEST(SpeculativeApi, QuantizedDrafterGreedyEqualsPlain) {
+  for (const char* drafter : {"gemma4_assistant_copy", "gemma4_assistant_ordered"}) {
+    for (QuantizeFileType type : {QuantizeFileType::kQ8_0, QuantizeFileType::kQ4_0}) {
+      SCOPED_TRACE(std::string(drafter) + " " + QuantizeFileTypeName(type));
+      LoadOptions lo;
+      lo.threads = 2;
+      lo.draft = kModels + drafter;
+      lo.draft_quantize = type;
+      auto m = Model::Load(kModels + "gemma4_text", lo);
+      ASSERT_TRUE(m.ok()) << m.status().message();
+      SessionOptions so;
+      so.max_context = 64;
+      so.max_chunk = 16;
+      so.verify_tokens = 5;
+      auto s = m.value()->NewSession(so);
+      ASSERT_TRUE(s.ok()) << s.status().message();
+      GenerateOptions g;
+      g.max_new_tokens = 32;
+      GenerateOutput plain, spec;
+      ASSERT_TRUE(s.value()->Generate({TextPrompt(kGenPrompt)}, g, &plain).ok());
+      g.draft_tokens = 4;
+      ASSERT_TRUE(s.value()->Generate({TextPrompt(kGenPrompt)}, g, &spec).ok());
+      EXPECT_EQ(spec.rows[0].tokens, plain.rows[0].tokens);
+      EXPECT_GT(spec.stats.drafted_tokens, 0);
+      if (std::string(drafter) == "gemma4_assistant_copy") EXPECT_GT(spec.stats.accepted_tokens, 0);
+    }
+  }
+  LoadOptions bad;
+  bad.threads = 1;
+  bad.draft = kModels + "gemma4_assistant_copy";
+  bad.draft_quantize = QuantizeFileType::kQ4_K_M;
+  auto refused = Model::Load(kModels + "gemma4_text", bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("q8_0 or q4_0"), std::string::npos) << refused.status().message();
+  bad.draft.clear();
+  bad.draft_quantize = QuantizeFileType::kQ8_0;
+  refused = Model::Load(kModels + "gemma4_text", bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("needs a drafter"), std::string::npos) << refused.status().message();
 }
 
 TEST(DrafterConfig, ParsesAndNamesBadFields) {

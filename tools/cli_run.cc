@@ -11,6 +11,7 @@
 #include "tessera/engine.h"
 #include "tessera/image.h"
 #include "tessera/npy.h"
+#include "tessera/quantize.h"
 #include "tessera/tokenizer.h"
 
 namespace tessera::cli {
@@ -38,10 +39,18 @@ Status ParseOptions(const Args& a, SessionOptions* opt, LoadOptions* load, Gener
   if (draft_tokens.value() < 0 || draft_tokens.value() > 64)
     return InvalidArgument("--draft-tokens " + std::to_string(draft_tokens.value()) + " outside [0, 64]");
   if (draft_tokens.value() > 0 && !a.Has("draft")) return InvalidArgument("--draft-tokens needs --draft DIR");
+  if (a.Has("draft-quantize") && !a.Has("draft")) return InvalidArgument("--draft-quantize needs --draft DIR");
   if (a.Has("draft")) {
     load->draft = a.Get("draft");
     gen->draft_tokens = draft_tokens.value();
     opt->verify_tokens = std::min(draft_tokens.value() + 1, opt->max_chunk);
+  }
+  if (a.Has("draft-quantize")) {
+    QuantizeFileType q;
+    if (!ParseQuantizeFileType(a.Get("draft-quantize"), &q) ||
+        (q != QuantizeFileType::kQ8_0 && q != QuantizeFileType::kQ4_0))
+      return InvalidArgument("--draft-quantize must be q8_0 or q4_0, got '" + a.Get("draft-quantize") + "'");
+    load->draft_quantize = q;
   }
   gen->sampling = {static_cast<float>(temp.value()), top_k.value(), static_cast<float>(top_p.value()),
                    static_cast<uint64_t>(seed.value())};
@@ -150,7 +159,8 @@ int RunCommand(int argc, char** argv) {
                                       {"model", "ids", "prompt", "image-embeds", "token-types", "image-tokens",
                                        "max-new-tokens", "mode", "temperature", "top-k", "top-p", "seed",
                                        "max-context", "max-chunk", "threads", "kv-dtype", "attention-precision",
-                                       "matmul-precision", "dtype", "quantize", "draft", "draft-tokens"},
+                                       "matmul-precision", "dtype", "quantize", "draft", "draft-tokens",
+                                       "draft-quantize"},
                                       kRunFlags, /*allow_positional=*/false, {"image"});
   if (!parsed.ok()) return Fail(parsed.status().message());
   const Args& a = parsed.value();
@@ -203,9 +213,11 @@ int RunCommand(int argc, char** argv) {
                g.prompt_tokens / g.prefill_seconds, static_cast<long long>(g.generated_tokens), g.decode_seconds,
                g.decode_steps > 0 ? g.decode_steps / g.decode_seconds : 0.0);
   if (gen.draft_tokens > 0)
-    std::fprintf(stderr, "draft: %lld tokens proposed, %lld accepted (%.1f%%) in %lld verification steps; %.1f generated tok/s\n",
-                 static_cast<long long>(g.drafted_tokens), static_cast<long long>(g.accepted_tokens),
-                 g.drafted_tokens ? 100.0 * g.accepted_tokens / g.drafted_tokens : 0.0,
+    std::fprintf(stderr,
+                 "draft: %lld tokens proposed (%.2f ms each), %lld accepted (%.1f%%) in %lld verification steps; "
+                 "%.1f generated tok/s\n",
+                 static_cast<long long>(g.drafted_tokens), g.drafted_tokens ? 1e3 * g.draft_seconds / g.drafted_tokens : 0.0,
+                 static_cast<long long>(g.accepted_tokens), g.drafted_tokens ? 100.0 * g.accepted_tokens / g.drafted_tokens : 0.0,
                  static_cast<long long>(g.decode_steps), g.decode_seconds > 0 ? (g.generated_tokens - 1) / g.decode_seconds : 0.0);
   return 0;
 }

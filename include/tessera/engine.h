@@ -89,6 +89,10 @@ struct LoadOptions {
   // model as its drafter for speculative decoding (GenerateOptions::draft_tokens,
   // docs/speculative.md); empty: none.
   std::string draft;
+  // The drafter's matrices quantized at load, q8_0 or q4_0 (its layers, head, projections; a
+  // matrix whose rows are not whole 32-value blocks stays as stored); empty: as stored. This
+  // changes what it proposes, never the output, which verification decides.
+  std::optional<QuantizeFileType> draft_quantize;
 };
 
 // What a caller needs to know of a model without its internals.
@@ -151,8 +155,10 @@ struct GenerateStats {
   int64_t generated_tokens = 0;  // summed over rows
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t decode_steps = 0;      // forward passes after the prefill
-  // Speculative decoding only: tokens the drafter proposed, and how many the model accepted.
+  // Speculative decoding only: tokens the drafter proposed, and how many the model accepted;
+  // draft_seconds: the part of decode_seconds spent in the drafter's steps.
   int64_t drafted_tokens = 0, accepted_tokens = 0;
+  double draft_seconds = 0;
 };
 
 struct RowOutput {

@@ -76,10 +76,16 @@ std::unique_ptr<PyModel> MakeModel(const std::string& path, const std::string& d
                                    int64_t max_context, int64_t max_chunk, const std::string& kv_dtype, int threads,
                                    const std::string& mode, const std::string& attention_precision,
                                    const std::string& matmul_precision, bool repack, const std::string& quantize,
-                                   const std::string& draft, int64_t draft_tokens) {
+                                   const std::string& draft, int64_t draft_tokens, const std::string& draft_quantize) {
   auto pm = std::make_unique<PyModel>();
   LoadOptions lo;
   lo.draft = draft;
+  if (!draft_quantize.empty()) {
+    QuantizeFileType q;
+    if (!ParseQuantizeFileType(draft_quantize, &q) || (q != QuantizeFileType::kQ8_0 && q != QuantizeFileType::kQ4_0))
+      throw py::value_error("draft_quantize must be 'q8_0' or 'q4_0', got '" + draft_quantize + "'");
+    lo.draft_quantize = q;
+  }
   if (!draft.empty()) {
     if (draft_tokens < 1 || draft_tokens + 1 > max_chunk)
       throw py::value_error("draft_tokens " + std::to_string(draft_tokens) + " outside [1, max_chunk - 1 = " +

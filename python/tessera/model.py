@@ -38,7 +38,7 @@ class Model(ImagesMixin):
     @classmethod
     def load(cls, path, dtype="float32", max_batch=1, max_context=4096, max_chunk=None, kv_dtype="float32",
              num_threads=0, mode="unified", attention_precision="float32", matmul_precision="float32",
-             repack=True, quantize=None, draft=None, draft_tokens=4):
+             repack=True, quantize=None, draft=None, draft_tokens=4, draft_quantize=None):
         """dtype: convert weights on load ("float32", "bfloat16", "float16") or "auto" (keep stored).
         A GGUF's block-quantized matrices (q8_0, q4_k, ...) are kept as stored whatever dtype says;
         its f32/f16/bf16 ones convert like a checkpoint's.
@@ -68,7 +68,9 @@ class Model(ImagesMixin):
         draft: a Gemma 4 assistant checkpoint directory (model_type gemma4_assistant) loaded beside
         the model: generate then decodes speculatively, draft_tokens proposals verified per step
         (docs/speculative.md), one row at a time. Greedy: the tokens are exactly those without it;
-        sampling: distributed exactly as without it (the distribution-preserving acceptance rule)."""
+        sampling: distributed exactly as without it (the distribution-preserving acceptance rule).
+        draft_quantize: "q8_0" or "q4_0" quantizes the drafter's matrices at load (a cheaper draft
+        step; its proposals may change, the output does not); None: as stored."""
         max_batch = int_arg("max_batch", max_batch, 1, INT64[1])
         max_context = int_arg("max_context", max_context, 1, INT64[1])
         max_chunk = min(256, max_context) if max_chunk is None else int_arg("max_chunk", max_chunk, 1, INT64[1])
@@ -81,7 +83,8 @@ class Model(ImagesMixin):
                                    _PRECISIONS.get(attention_precision, str(attention_precision)),
                                    _PRECISIONS.get(matmul_precision, str(matmul_precision)), bool(repack),
                                    "" if quantize is None else str(quantize),
-                                   "" if draft is None else os.fspath(draft), draft_tokens), path)
+                                   "" if draft is None else os.fspath(draft), draft_tokens,
+                                   "" if draft_quantize is None else str(draft_quantize)), path)
 
     @property
     def tokenizer(self):

@@ -65,3 +65,18 @@ def test_refusals():
     with pytest.raises(ValueError, match="draft_tokens"):
         tessera.Model.load(MAIN, max_context=64, max_chunk=4, draft=os.path.join(MODELS_DIR, "gemma4_assistant"),
                            draft_tokens=4)
+
+
+@pytest.mark.parametrize("draft_quantize", ["q8_0", "q4_0"])
+def test_quantized_drafter_and_main(draft_quantize):
+    """The CPU user's setup: the main model and the drafter quantized at load. The tokens are still
+    the quantized main model's own greedy tokens; a type the drafter does not take is refused."""
+    plain = tessera.Model.load(MAIN, max_context=64, max_chunk=16, quantize="q4_0")
+    spec = tessera.Model.load(MAIN, max_context=64, max_chunk=16, quantize="q4_0", draft_tokens=3,
+                              draft=os.path.join(MODELS_DIR, "gemma4_assistant_copy"), draft_quantize=draft_quantize)
+    for prompt in prompts():
+        want = plain.generate([prompt], max_new_tokens=24, stop_tokens=[])[0]
+        assert spec.generate([prompt], max_new_tokens=24, stop_tokens=[])[0] == want, prompt
+    with pytest.raises(ValueError, match="draft_quantize"):
+        tessera.Model.load(MAIN, max_context=64, draft=os.path.join(MODELS_DIR, "gemma4_assistant_copy"),
+                           draft_quantize="q4_k_m")

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "io/mapped_file.h"
 #include "model/weight_loader.h"
 #include "ops/elementwise.h"
 #include "tessera/attention.h"
@@ -23,9 +24,10 @@ int64_t LastWriter(const GemmaArch& main, kv::LayerKind kind) {
   return -1;
 }
 
-// A projection as f32 (it is small: a few widths squared), checked for shape and finiteness.
+// A projection as f32 (it is small: a few widths squared), checked for shape and finiteness, then
+// through `rewrite` where one is given (quantize on load).
 Status LoadProjection(const io::SafetensorsCheckpoint& ckpt, const std::string& name, int64_t out, int64_t in,
-                      std::vector<AlignedBuffer>* owned, ops::WeightView* view) {
+                      const WeightLoadOptions& options, std::vector<AlignedBuffer>* owned, ops::WeightView* view) {
   StatusOr<io::SafetensorsTensor> t = ckpt.Get(name);
   if (!t.ok()) return Status(t.status().code(), "Drafter::Load: " + t.status().message());
   const io::SafetensorsTensor& st = t.value();
@@ -49,25 +51,31 @@ Status LoadProjection(const io::SafetensorsCheckpoint& ckpt, const std::string& 
   view->data = buf.as<float>();
   view->out = out;
   view->in = in;
+  if (options.rewrite_matrix) {
+    const StoredTensor f32{name, buf.as<float>(), DType::kF32, QuantType::kNone, {out, in},
+                           static_cast<uint64_t>(out * in * sizeof(float))};
+    StatusOr<StoredTensor> r = options.rewrite_matrix(name, f32, owned);
+    if (!r.ok()) return Status(r.status().code(), "Drafter::Load: " + r.status().message());
+    if (r.value().data != f32.data) {  // rewritten: the f32 copy is no longer needed
+      view->data = r.value().data;
+      view->dtype = r.value().dtype;
+      view->quant = r.value().quant;
+      return Status::Ok();
+    }
+  }
   owned->push_back(std::move(buf));
   return Status::Ok();
 }
 
-// Row r of w as a one-row matrix (its panels dropped: a row is read as stored).
-ops::WeightView RowOf(const ops::WeightView& w, int64_t r) {
-  ops::WeightView v = w;
-  const int64_t row_bytes = w.quant != QuantType::kNone ? QuantRowBytes(w.quant, w.in)
-                                                        : w.in * static_cast<int64_t>(DTypeSize(w.dtype));
-  v.data = static_cast<const char*>(w.data) + r * row_bytes;
-  v.out = 1;
-  v.pairs = nullptr;
-  v.panels = nullptr;
-  return v;
+// Bytes of one row of w as stored.
+int64_t RowBytes(const ops::WeightView& w) {
+  return w.quant != QuantType::kNone ? QuantRowBytes(w.quant, w.in) : w.in * static_cast<int64_t>(DTypeSize(w.dtype));
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir, const GemmaModel& main) {
+StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir, const GemmaModel& main,
+                                                 const WeightLoadOptions& options) {
   StatusOr<DrafterConfig> cfg = LoadDrafterConfig(dir);
   if (!cfg.ok()) return cfg.status();
   std::unique_ptr<Drafter> d(new Drafter(main, std::move(cfg.value())));
@@ -108,29 +116,70 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir, const G
   if (!ckpt.ok()) return Status(ckpt.status().code(), "Drafter::Load: " + ckpt.status().message());
   d->ckpt_.emplace(std::move(ckpt.value()));
   try {
-    StatusOr<GemmaWeights> w = LoadGemmaWeights(*d->ckpt_, d->arch_);
+    WeightLoadOptions wo;
+    wo.rewrite_matrix = options.rewrite_matrix;
+    if (wo.rewrite_matrix && d->config_.ordered_embeddings)  // the head is rewritten once clustered (BindOrderedHead)
+      wo.rewrite_matrix = [rewrite = options.rewrite_matrix](const std::string& name, const StoredTensor& s,
+                                                             std::vector<AlignedBuffer>* keep) -> StatusOr<StoredTensor> {
+        if (name == "embed_tokens.weight" || name == "lm_head.weight") return s;
+        return rewrite(name, s, keep);
+      };
+    StatusOr<GemmaWeights> w = LoadGemmaWeights(*d->ckpt_, d->arch_, wo);
     if (!w.ok()) return Status(w.status().code(), "Drafter::Load: " + w.status().message());
     d->weights_ = std::move(w.value());
-    TESSERA_RETURN_IF_ERROR(d->BindProjections());
+    TESSERA_RETURN_IF_ERROR(d->BindProjections(options));
   } catch (const std::bad_alloc&) {
     return ResourceExhausted("Drafter::Load: out of memory loading " + dir);
   }
   return d;
 }
 
-Status Drafter::BindProjections() {
+Status Drafter::BindProjections(const WeightLoadOptions& options) {
   const int64_t Ha = arch_.hidden, Hm = config_.backbone_hidden_size;
-  TESSERA_RETURN_IF_ERROR(LoadProjection(*ckpt_, "pre_projection.weight", Ha, 2 * Hm, &owned_, &pre_proj_));
-  TESSERA_RETURN_IF_ERROR(LoadProjection(*ckpt_, "post_projection.weight", Hm, Ha, &owned_, &post_proj_));
-  return config_.ordered_embeddings ? BindOrderedHead() : Status::Ok();
+  TESSERA_RETURN_IF_ERROR(LoadProjection(*ckpt_, "pre_projection.weight", Ha, 2 * Hm, options, &owned_, &pre_proj_));
+  TESSERA_RETURN_IF_ERROR(LoadProjection(*ckpt_, "post_projection.weight", Hm, Ha, options, &owned_, &post_proj_));
+  if (!config_.ordered_embeddings) return Status::Ok();
+  TESSERA_RETURN_IF_ERROR(LoadProjection(*ckpt_, "masked_embedding.centroids.weight", config_.num_centroids, Ha,
+                                         options, &owned_, &centroids_));
+  TESSERA_RETURN_IF_ERROR(BindOrderedHead());
+  return ClusterHead(options);
 }
 
-// The centroids and token_ordering of use_ordered_embeddings. token_ordering must be a permutation
-// of the vocabulary: a token listed twice would be scored twice, one never listed never proposed.
+// The LM head's rows copied in token_ordering's order, so each cluster's rows are one contiguous
+// matrix that a step scores in one call (a row at a time, each call would quantize its input again,
+// and a sixteen-row kernel would compute fifteen idle lanes per row), then quantized by `options`
+// if asked. The mapped rows read for the copy are released: the step never reads them again.
+Status Drafter::ClusterHead(const WeightLoadOptions& options) {
+  const ops::WeightView& head = weights_.lm_head;  // [V, Ha] as stored (Load deferred its rewrite)
+  const int64_t V = arch_.vocab, bytes = RowBytes(head);
+  AlignedBuffer buf;
+  buf.Resize(static_cast<size_t>(V * bytes));
+  const char* src = static_cast<const char*>(head.data);
+  for (int64_t i = 0; i < V; ++i) std::memcpy(buf.as<char>() + i * bytes, src + int64_t{clusters_[i]} * bytes, bytes);
+  io::MappedFile::Release(src, static_cast<size_t>(V * bytes));
+  clustered_ = head;
+  clustered_.data = buf.as<char>();
+  clustered_.pairs = nullptr;
+  clustered_.panels = nullptr;
+  if (options.rewrite_matrix) {
+    const StoredTensor rows{"embed_tokens.weight", buf.data(), head.dtype, head.quant, {V, head.in},
+                            static_cast<uint64_t>(V * bytes)};
+    StatusOr<StoredTensor> r = options.rewrite_matrix(rows.name, rows, &owned_);
+    if (!r.ok()) return Status(r.status().code(), "Drafter::Load: " + r.status().message());
+    if (r.value().data != rows.data) {
+      clustered_.data = r.value().data, clustered_.dtype = r.value().dtype, clustered_.quant = r.value().quant;
+      return Status::Ok();
+    }
+  }
+  owned_.push_back(std::move(buf));
+  return Status::Ok();
+}
+
+// use_ordered_embeddings' token_ordering (its centroids are bound with the projections): it must be
+// a permutation of the vocabulary, since a token listed twice would be scored twice, one never
+// listed never proposed.
 Status Drafter::BindOrderedHead() {
-  const int64_t C = config_.num_centroids, V = arch_.vocab;
-  TESSERA_RETURN_IF_ERROR(
-      LoadProjection(*ckpt_, "masked_embedding.centroids.weight", C, arch_.hidden, &owned_, &centroids_));
+  const int64_t V = arch_.vocab;
   const std::string name = "masked_embedding.token_ordering";
   std::vector<int64_t> shape;
   StatusOr<std::vector<int64_t>> ids = ckpt_->GetIntegers(name, &shape);
@@ -292,10 +341,11 @@ void Drafter::OrderedHead(const float* x, float* logits, DrafterScratch& s, Thre
     top[at] = static_cast<int32_t>(c);
   }
   float* sel = F(s.selected);  // [K, per]
-  auto score = [&](int64_t i, int) {
-    const int32_t* ids = clusters_.data() + int64_t{top[i]} * per;
-    for (int64_t j = 0; j < per; ++j)
-      ops::LinearRowDot(RowOf(weights_.lm_head, ids[j]), x, 1, H, sel + i * per + j, 1, nullptr);
+  auto score = [&](int64_t i, int) {  // cluster top[i]: rows [top[i] * per, + per) of the clustered head
+    ops::WeightView rows = clustered_;
+    rows.data = static_cast<const char*>(clustered_.data) + int64_t{top[i]} * per * RowBytes(clustered_);
+    rows.out = per;
+    ops::LinearRowDot(rows, x, 1, H, sel + i * per, per, nullptr);
   };
   if (pool) {
     pool->ParallelFor(K, score);

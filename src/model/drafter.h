@@ -13,6 +13,7 @@
 #include "io/safetensors_checkpoint.h"
 #include "model/drafter_config.h"
 #include "model/gemma_model.h"
+#include "model/weight_loader.h"
 #include "tessera/aligned_buffer.h"
 #include "tessera/kv/kv_cache.h"
 #include "tessera/thread_pool.h"
@@ -36,7 +37,10 @@ class Drafter {
   // Opens the assistant checkpoint directory `dir` for `main` (which must outlive the drafter):
   // its config (gemma4_assistant), the text stack's weights and the two projections; refuses a
   // drafter whose widths or attention geometry do not match the main model, naming the field.
-  static StatusOr<std::unique_ptr<Drafter>> Load(const std::string& dir, const GemmaModel& main);
+  // options.rewrite_matrix (quantize on load), when set, also rewrites the projections and centroids
+  // after they are read as f32; the other options are not used.
+  static StatusOr<std::unique_ptr<Drafter>> Load(const std::string& dir, const GemmaModel& main,
+                                                 const WeightLoadOptions& options = {});
 
   // Scratch for steps against `cache` (the main model's cache; its capacity sizes the attention arena).
   StatusOr<std::unique_ptr<DrafterScratch>> NewScratch(const kv::KvCache& cache, ThreadPool* pool) const;
@@ -53,11 +57,14 @@ class Drafter {
   const DrafterConfig& config() const { return config_; }
   // The main-model layer whose K/V drafter layer l reads.
   int64_t source_layer(int64_t l) const { return source_[l]; }
+  // The LM head the steps read: under use_ordered_embeddings its clustered copy.
+  const ops::WeightView& head() const { return config_.ordered_embeddings ? clustered_ : weights_.lm_head; }
 
  private:
   Drafter(const GemmaModel& main, DrafterConfig config) : main_(main), config_(std::move(config)) {}
-  Status BindProjections();
+  Status BindProjections(const WeightLoadOptions& options);
   Status BindOrderedHead();
+  Status ClusterHead(const WeightLoadOptions& options);
   void OrderedHead(const float* x, float* logits, DrafterScratch& s, ThreadPool* pool) const;
   Status Attention(int64_t l, const kv::KvCache& cache, int64_t row, int32_t pos, DrafterScratch& s,
                    ThreadPool* pool) const;
@@ -68,11 +75,12 @@ class Drafter {
   std::optional<io::SafetensorsCheckpoint> ckpt_;
   GemmaArch arch_;
   GemmaWeights weights_;
-  ops::WeightView pre_proj_;   // [Ha, 2 * Hm] f32
-  ops::WeightView post_proj_;  // [Hm, Ha] f32
-  ops::WeightView centroids_;  // [num_centroids, Ha] f32 (use_ordered_embeddings)
+  ops::WeightView pre_proj_;   // [Ha, 2 * Hm] f32, or as rewritten at load
+  ops::WeightView post_proj_;  // [Hm, Ha] f32, or as rewritten at load
+  ops::WeightView centroids_;  // [num_centroids, Ha] f32, or as rewritten (use_ordered_embeddings)
   std::vector<int32_t> clusters_;  // [num_centroids, vocab / num_centroids] token ids: token_ordering
-  std::vector<AlignedBuffer> owned_;  // the projections' f32 copies
+  ops::WeightView clustered_;      // [vocab, Ha] the LM head's rows in clusters_' order (use_ordered_embeddings)
+  std::vector<AlignedBuffer> owned_;  // the projections' f32 (or rewritten) copies
   std::vector<int64_t> source_;       // [drafter layers] main-model layer read
 };
 

@@ -122,8 +122,16 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   if (!loaded.ok()) return loaded.status();
   m->loaded_ = std::move(loaded.value());
   m->info_ = Describe(*m->loaded_);
+  if (options.draft_quantize && options.draft.empty())
+    return InvalidArgument("draft quantize (--draft-quantize) needs a drafter (--draft DIR)");
   if (!options.draft.empty()) {
-    StatusOr<std::unique_ptr<model::Drafter>> d = model::Drafter::Load(options.draft, m->loaded_->model());
+    model::WeightLoadOptions dq;
+    if (options.draft_quantize) {
+      auto rewrite = QuantizeDrafterOnLoad(*options.draft_quantize, m->pool_);
+      if (!rewrite.ok()) return rewrite.status();
+      dq.rewrite_matrix = std::move(rewrite.value());
+    }
+    StatusOr<std::unique_ptr<model::Drafter>> d = model::Drafter::Load(options.draft, m->loaded_->model(), dq);
     if (!d.ok()) return Status(d.status().code(), "draft (--draft): " + d.status().message());
     m->drafter_ = std::move(d.value());
     m->info_.draft = true;

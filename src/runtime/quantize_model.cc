@@ -404,6 +404,20 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
       });
 }
 
+StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeDrafterOnLoad(QuantizeFileType type,
+                                                                                   ThreadPool* pool) {
+  if (type != QuantizeFileType::kQ8_0 && type != QuantizeFileType::kQ4_0)
+    return InvalidArgument(std::string("draft quantize (--draft-quantize) must be q8_0 or q4_0, got ") +
+                           QuantizeFileTypeName(type));
+  const GgufElementType to{type == QuantizeFileType::kQ8_0 ? QuantType::kQ8_0 : QuantType::kQ4_0, DType::kF32};
+  return decltype(model::WeightLoadOptions::rewrite_matrix)(
+      [to, pool](const std::string&, const model::StoredTensor& s,
+                 std::vector<AlignedBuffer>* keep) -> StatusOr<model::StoredTensor> {
+        if (s.quant != QuantType::kNone || s.shape.size() != 2 || s.shape[1] % QuantBlockElems(to.quant) != 0) return s;
+        return StoreAs(s, to, keep, pool);
+      });
+}
+
 StatusOr<QuantizeReport> QuantizeCheckpoint(const std::string& hf_dir, QuantizeFileType type,
                                             const std::string& out_path, ThreadPool* pool) {
   StatusOr<model::ModelConfig> cfg = model::LoadModelConfig(hf_dir);

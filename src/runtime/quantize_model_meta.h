@@ -26,4 +26,10 @@ Status WriteQuantizeMetadata(const std::string& dir, const model::ModelConfig& c
 StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(const std::string& dir,
                                                                             QuantizeFileType type, ThreadPool* pool);
 
+// Quantize-on-load for a speculative drafter (LoadOptions::draft_quantize): every matrix whose rows
+// are a whole number of 32-value blocks stored as `type`'s base block (q8_0: Q8_0, q4_0: Q4_0),
+// the others as they are. Only q8_0 and q4_0 are taken (an error names the others).
+StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeDrafterOnLoad(QuantizeFileType type,
+                                                                                   ThreadPool* pool);
+
 }  // namespace tessera

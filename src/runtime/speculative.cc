@@ -66,11 +66,13 @@ class Run {
     const int64_t left = o_.max_new_tokens - static_cast<int64_t>(row().tokens.size());
     const int64_t k = std::min({o_.draft_tokens, left - 1, room});  // a round emits up to k + 1
     step_[0] = row().tokens.back();
+    const Clock::time_point t0 = Clock::now();
     for (int64_t j = 0; j < k; ++j) {  // state_ carries each step's projected output to the next
       TESSERA_RETURN_IF_ERROR(d_.Step(s_.cache(), 0, step_[j], static_cast<int32_t>(s), state_.data(), logits_.data(),
                                       state_.data(), scratch, s_.pool()));
       step_[j + 1] = Argmax(logits_.data(), V_);
     }
+    out_->stats.draft_seconds += Since(t0);
     TESSERA_RETURN_IF_ERROR(s_.Verify(step_.data(), k + 1, logits_.data(), hidden_.data()));
     ++out_->stats.decode_steps;
     // Drafts accepted (greedy: each is the model's own argmax after the tokens before it; sampling:
