@@ -49,7 +49,8 @@ double BreakEven(double round_ms, double decode_ms, int k) {
 bool PrintGeneration(Session& s, Prompt p, int64_t context) {
   bool ok = true;
   std::printf("\n| k | generated tok/s | / plain | acceptance | tokens per round | draft step (ms) "
-              "| rest of a round / plain step | same tokens as plain |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+              "| rest of a round / plain step | same tokens as plain |\n"
+              "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::vector<int32_t> plain_tokens;
   double plain_tps = 0, plain_step = 0;
   for (int k : {0, 1, 2, 3, 4, 8}) {
@@ -65,7 +66,8 @@ bool PrintGeneration(Session& s, Prompt p, int64_t context) {
     if (k == 0) plain_tokens = out.rows.at(0).tokens, plain_tps = tps, plain_step = st.decode_seconds / rounds;
     const double draft_ms = st.drafted_tokens ? 1e3 * st.draft_seconds / static_cast<double>(st.drafted_tokens) : 0.0;
     const double rest = (st.decode_seconds - st.draft_seconds) / rounds;
-    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", k, tps, plain_tps > 0 ? tps / plain_tps : 0.0,
+    std::printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", k, tps,
+                plain_tps > 0 ? tps / plain_tps : 0.0,
                 st.drafted_tokens ? double(st.accepted_tokens) / st.drafted_tokens : 0.0,
                 rounds > 0 ? double(st.generated_tokens - 1) / rounds : 0.0, draft_ms,
                 plain_step > 0 ? rest / plain_step : 0.0, out.rows.at(0).tokens == plain_tokens ? "yes" : "NO");
@@ -76,8 +78,9 @@ bool PrintGeneration(Session& s, Prompt p, int64_t context) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (const int rc = bench::CheckArgs(argc, argv, " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9] [--precision bf16] "
-                                       "[--quantize TYPE] [--draft-quantize q8_0|q4_0]\n");
+  if (const int rc = bench::CheckArgs(argc, argv,
+                                      " --model DIR [--draft DIR] [--context 512] [--threads N] [--reps 9] "
+                                      "[--precision bf16] [--quantize TYPE] [--draft-quantize q8_0|q4_0]\n");
       rc >= 0)
     return rc;
   std::string dir, draft;
@@ -95,7 +98,8 @@ int main(int argc, char** argv) {
     else if (a == "--precision") bf16 = std::string(argv[i + 1]) == "bf16";
     else if (a == "--quantize" || a == "--draft-quantize") {
       QuantizeFileType q;
-      if (!ParseQuantizeFileType(argv[i + 1], &q)) return std::fprintf(stderr, "%s: unknown type %s\n", a.c_str(), argv[i + 1]), 2;
+      if (!ParseQuantizeFileType(argv[i + 1], &q))
+        return std::fprintf(stderr, "%s: unknown type %s\n", a.c_str(), argv[i + 1]), 2;
       (a == "--quantize" ? quantize : draft_quantize) = q;
     }
   }

@@ -189,7 +189,10 @@ TEST(Elementwise, SoftCapAllImplementationsMatchDouble) {
   const float cap = 30.0f;
   std::vector<float> x(1000);
   for (size_t i = 0; i < x.size(); ++i)
-    x[i] = i % 11 == 1 ? nd(rng) * 1e-5f : i % 11 == 2 ? cap * (0.4f + 1e-3f * nd(rng)) : i % 7 == 3 ? nd(rng) * 400 : nd(rng) * 15;
+    x[i] = i % 11 == 1   ? nd(rng) * 1e-5f                     // tiny: the series
+           : i % 11 == 2 ? cap * (0.4f + 1e-3f * nd(rng))      // at the series/exp switch
+           : i % 7 == 3  ? nd(rng) * 400                       // saturated
+                         : nd(rng) * 15;
   x[5] = 0.0f, x[6] = -0.0f, x[7] = INFINITY, x[8] = -INFINITY, x[9] = NAN, x[10] = 1e-30f;
   for (int k = 0; k < n_impl; ++k) {
     SCOPED_TRACE(impls[k]->name);

@@ -216,8 +216,10 @@ int RunCommand(int argc, char** argv) {
     std::fprintf(stderr,
                  "draft: %lld tokens proposed (%.2f ms each), %lld accepted (%.1f%%) in %lld verification steps; "
                  "%.1f generated tok/s\n",
-                 static_cast<long long>(g.drafted_tokens), g.drafted_tokens ? 1e3 * g.draft_seconds / g.drafted_tokens : 0.0,
-                 static_cast<long long>(g.accepted_tokens), g.drafted_tokens ? 100.0 * g.accepted_tokens / g.drafted_tokens : 0.0,
+                 static_cast<long long>(g.drafted_tokens),
+                 g.drafted_tokens ? 1e3 * g.draft_seconds / g.drafted_tokens : 0.0,
+                 static_cast<long long>(g.accepted_tokens),
+                 g.drafted_tokens ? 100.0 * g.accepted_tokens / g.drafted_tokens : 0.0,
                  static_cast<long long>(g.decode_steps), g.decode_seconds > 0 ? (g.generated_tokens - 1) / g.decode_seconds : 0.0);
   return 0;
 }

@@ -118,11 +118,11 @@ StatusOr<std::unique_ptr<Drafter>> Drafter::Load(const std::string& dir, const G
   try {
     WeightLoadOptions wo;
     wo.rewrite_matrix = options.rewrite_matrix;
-    if (wo.rewrite_matrix && d->config_.ordered_embeddings)  // the head is rewritten once clustered (BindOrderedHead)
+    if (wo.rewrite_matrix && d->config_.ordered_embeddings)  // the head is rewritten once clustered (ClusterHead)
       wo.rewrite_matrix = [rewrite = options.rewrite_matrix](const std::string& name, const StoredTensor& s,
-                                                             std::vector<AlignedBuffer>* keep) -> StatusOr<StoredTensor> {
-        if (name == "embed_tokens.weight" || name == "lm_head.weight") return s;
-        return rewrite(name, s, keep);
+                                                             std::vector<AlignedBuffer>* keep) {
+        return name == "embed_tokens.weight" || name == "lm_head.weight" ? StatusOr<StoredTensor>(s)
+                                                                          : rewrite(name, s, keep);
       };
     StatusOr<GemmaWeights> w = LoadGemmaWeights(*d->ckpt_, d->arch_, wo);
     if (!w.ok()) return Status(w.status().code(), "Drafter::Load: " + w.status().message());

@@ -60,7 +60,10 @@ void GeluTanh(float* x, int64_t n, ThreadPool* pool) { GeGlu(x, nullptr, n, x, p
 void SoftCap(float* x, int64_t n, float cap, ThreadPool* pool) {
   const SimdKernels& simd = Simd();
   // Chunks split the work only: an element's result does not depend on where its call starts or ends.
-  auto run = [&](int64_t item, int) { simd.soft_cap(x + item * kElementwiseChunk, std::min(kElementwiseChunk, n - item * kElementwiseChunk), cap); };
+  auto run = [&](int64_t item, int) {
+    const int64_t i0 = item * kElementwiseChunk;
+    simd.soft_cap(x + i0, std::min(kElementwiseChunk, n - i0), cap);
+  };
   const int64_t items = (n + kElementwiseChunk - 1) / kElementwiseChunk;
   if (pool && items > 1) {
     pool->ParallelFor(items, run);
