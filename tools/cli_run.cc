@@ -39,16 +39,14 @@ Status ParseOptions(const Args& a, SessionOptions* opt, LoadOptions* load, Gener
   if (draft_tokens.value() < 0 || draft_tokens.value() > 64)
     return InvalidArgument("--draft-tokens " + std::to_string(draft_tokens.value()) + " outside [0, 64]");
   if (draft_tokens.value() > 0 && !a.Has("draft")) return InvalidArgument("--draft-tokens needs --draft DIR");
-  if (a.Has("draft-quantize") && !a.Has("draft")) return InvalidArgument("--draft-quantize needs --draft DIR");
   if (a.Has("draft")) {
     load->draft = a.Get("draft");
     gen->draft_tokens = draft_tokens.value();
     opt->verify_tokens = std::min(draft_tokens.value() + 1, opt->max_chunk);
   }
-  if (a.Has("draft-quantize")) {
+  if (a.Has("draft-quantize")) {  // the type, and that there is a drafter, are checked by Model::Load
     QuantizeFileType q;
-    if (!ParseQuantizeFileType(a.Get("draft-quantize"), &q) ||
-        (q != QuantizeFileType::kQ8_0 && q != QuantizeFileType::kQ4_0))
+    if (!ParseQuantizeFileType(a.Get("draft-quantize"), &q))
       return InvalidArgument("--draft-quantize must be q8_0 or q4_0, got '" + a.Get("draft-quantize") + "'");
     load->draft_quantize = q;
   }

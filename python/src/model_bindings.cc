@@ -80,9 +80,9 @@ std::unique_ptr<PyModel> MakeModel(const std::string& path, const std::string& d
   auto pm = std::make_unique<PyModel>();
   LoadOptions lo;
   lo.draft = draft;
-  if (!draft_quantize.empty()) {
+  if (!draft_quantize.empty()) {  // the type, and that there is a drafter, are checked by Model::Load
     QuantizeFileType q;
-    if (!ParseQuantizeFileType(draft_quantize, &q) || (q != QuantizeFileType::kQ8_0 && q != QuantizeFileType::kQ4_0))
+    if (!ParseQuantizeFileType(draft_quantize, &q))
       throw py::value_error("draft_quantize must be 'q8_0' or 'q4_0', got '" + draft_quantize + "'");
     lo.draft_quantize = q;
   }

@@ -49,11 +49,7 @@ inline __m256i Dot4ScaledPair(__m256i u, __m256i s, const int8_t*, __m256i sc16,
 // the first two vectors (the last dwords of a run).
 template <int kBytes = 16, typename Rows>
 [[gnu::always_inline]] inline void Transpose8Rows(const Rows& p, int64_t at, __m256i* v) {
-  static_assert(kBytes == 16 || kBytes == 8);
-  auto row = [&](int r) {
-    const auto* a = reinterpret_cast<const __m128i*>(p(r) + at);
-    return kBytes == 16 ? _mm_loadu_si128(a) : _mm_loadl_epi64(a);
-  };
+  auto row = [&](int r) { return RowBytes<kBytes>(p(r) + at); };
   __m256i z[4];
   for (int a = 0; a < 4; ++a) z[a] = _mm256_set_m128i(row(a + 4), row(a));  // 128-bit lane L: row a + 4L
   const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t2 = _mm256_unpacklo_epi32(z[2], z[3]);

@@ -210,11 +210,7 @@ struct RowQ6KTokens {
 // [off, off + 8) as the first two vectors (the last dwords of a run).
 template <int kBytes = 16, typename Rows>
 [[gnu::always_inline]] inline void Transpose16(const Rows& p, int64_t off, __m512i* v) {
-  static_assert(kBytes == 16 || kBytes == 8);
-  auto row = [&](int r) {
-    const auto* a = reinterpret_cast<const __m128i*>(p(r) + off);
-    return kBytes == 16 ? _mm_loadu_si128(a) : _mm_loadl_epi64(a);
-  };
+  auto row = [&](int r) { return RowBytes<kBytes>(p(r) + off); };
   __m512i z[4];
   for (int a = 0; a < 4; ++a) {  // z[a] 128-bit lane L: row a + 4L
     const __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(a + 4), 1);

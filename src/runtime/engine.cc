@@ -123,7 +123,7 @@ StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadO
   m->loaded_ = std::move(loaded.value());
   m->info_ = Describe(*m->loaded_);
   if (options.draft_quantize && options.draft.empty())
-    return InvalidArgument("draft quantize (--draft-quantize) needs a drafter (--draft DIR)");
+    return InvalidArgument("draft_quantize (--draft-quantize) needs a drafter (--draft DIR)");
   if (!options.draft.empty()) {
     model::WeightLoadOptions dq;
     if (options.draft_quantize) {

@@ -407,7 +407,7 @@ StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeOnLoad(cons
 StatusOr<decltype(model::WeightLoadOptions::rewrite_matrix)> QuantizeDrafterOnLoad(QuantizeFileType type,
                                                                                    ThreadPool* pool) {
   if (type != QuantizeFileType::kQ8_0 && type != QuantizeFileType::kQ4_0)
-    return InvalidArgument(std::string("draft quantize (--draft-quantize) must be q8_0 or q4_0, got ") +
+    return InvalidArgument(std::string("draft_quantize (--draft-quantize) must be q8_0 or q4_0, got ") +
                            QuantizeFileTypeName(type));
   const GgufElementType to{type == QuantizeFileType::kQ8_0 ? QuantType::kQ8_0 : QuantType::kQ4_0, DType::kF32};
   return decltype(model::WeightLoadOptions::rewrite_matrix)(
