@@ -24,8 +24,8 @@
 // once for all rows stays near 1x while memory-bound.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
-//       [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-prefill|quant-crossover|
-//                  small-batch|amx|amx-quant]
+//       [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-decode|quant-prefill|
+//                  quant-crossover|small-batch|amx|amx-quant]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -184,6 +184,89 @@ void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
       std::printf("%-24s %-5s %-6s %10.2f %12.1f %10.0f\n", "gemma4-12b mlp x 8", QuantTypeName(t),
                   kinds[k] == Pages::kHuge ? "2 MiB" : "4 KiB", med, gbs, bw > 0 ? 100 * gbs / bw : 0.0);
     }
+  }
+}
+
+// The quant-decode section: the matrices of one Gemma-3-1B decode step as a Q4_0 GGUF holds them
+// (26 layers of q, k, v, o, gate, up, down in Q4_0; the tied 262144-row LM head in Q8_0), one token,
+// every weight from memory, against the read bandwidth: one buffer in file order on 2 MiB pages, as
+// the model maps a GGUF. Small matrices (k and v: 256 rows) make the step more than the kernel's
+// streaming rate: each call's dispatch, and each parallel item's start before its prefetch runs
+// ahead. Two ways, alternated token by token: a Linear call per matrix, and q/k/v and gate/up each as
+// one LinearBatch (one dispatch, items over all their rows); the time of each kind of matrix too.
+void RunQuantDecode(ThreadPool& pool, int reps, double bw) {
+  const int64_t layers = 26, hidden = 1152, q_out = 1024, kv_out = 256, inter = 6912, vocab = 262144;
+  const std::pair<int64_t, int64_t> shapes[7] = {{q_out, hidden}, {kv_out, hidden}, {kv_out, hidden}, {hidden, q_out},
+                                                 {inter, hidden}, {inter, hidden}, {hidden, inter}};
+  std::vector<ops::WeightView> mats;  // per layer: q, k, v, o, gate, up, down; then the head
+  int64_t bytes = 0;
+  auto add = [&](QuantType t, int64_t out, int64_t in) {
+    mats.push_back(ops::WeightView{reinterpret_cast<const void*>(bytes), DType::kF32, out, in});
+    mats.back().quant = t;
+    bytes += QuantRowBytes(t, in) * out;
+  };
+  for (int64_t l = 0; l < layers; ++l)
+    for (auto [out, in] : shapes) add(QuantType::kQ4_0, out, in);
+  add(QuantType::kQ8_0, vocab, hidden);
+  AlignedBuffer file(bytes, AlignedBuffer::Pages::kHuge);
+  std::mt19937 rng(6);
+  for (ops::WeightView& m : mats) {
+    const std::vector<uint8_t> w = RandomQuantWeight(rng, m.quant, m.out, m.in);
+    m.data = file.as<uint8_t>() + reinterpret_cast<intptr_t>(m.data);
+    std::memcpy(const_cast<void*>(m.data), w.data(), w.size());
+  }
+  std::vector<float> x(inter), y[7];
+  for (int i = 0; i < 7; ++i) y[i].resize(shapes[i].first);
+  std::vector<float> logits(vocab);
+  for (float& e : x) e = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  // kinds: 0 q/k/v, 1 o, 2 gate/up, 3 down, 4 head; ms per kind accumulated over the step
+  auto token = [&](bool batched, double* kind_ms) {
+    auto timed = [&](int kind, auto&& f) { kind_ms[kind] += bench::TimeMs(f); };
+    for (int64_t l = 0; l < layers; ++l) {
+      const ops::WeightView* m = &mats[7 * l];
+      auto job = [&](int i) { return ops::LinearJob{m[i], x.data(), 1, m[i].in, y[i].data(), m[i].out}; };
+      auto one = [&](int i) { ops::Linear(m[i], x.data(), 1, m[i].in, y[i].data(), m[i].out, &pool); };
+      timed(0, [&] {
+        const ops::LinearJob jobs[3] = {job(0), job(1), job(2)};
+        batched ? ops::LinearBatch(jobs, 3, &pool) : (one(0), one(1), one(2));
+      });
+      timed(1, [&] { one(3); });
+      timed(2, [&] {
+        const ops::LinearJob jobs[2] = {job(4), job(5)};
+        batched ? ops::LinearBatch(jobs, 2, &pool) : (one(4), one(5));
+      });
+      timed(3, [&] { one(6); });
+    }
+    timed(4, [&] { ops::Linear(mats.back(), x.data(), 1, hidden, logits.data(), vocab, &pool); });
+  };
+  std::vector<double> ms[2][5];
+  for (int b = 0; b < 2; ++b) {  // warm-up
+    double k[5] = {};
+    token(b == 1, k);
+  }
+  for (int r = 0; r < reps; ++r)
+    for (int b = 0; b < 2; ++b) {
+      double k[5] = {};
+      token(b == 1, k);
+      for (int i = 0; i < 5; ++i) ms[b][i].push_back(k[i]);
+    }
+  const int kind_of[7] = {0, 0, 0, 1, 2, 2, 3};  // a layer's matrices; the head is kind 4
+  int64_t kind_bytes[5] = {};
+  for (size_t i = 0; i < mats.size(); ++i)
+    kind_bytes[i + 1 == mats.size() ? 4 : kind_of[i % 7]] += QuantRowBytes(mats[i].quant, mats[i].in) * mats[i].out;
+  const char* kinds[5] = {"q/k/v", "o", "gate/up", "down", "head q8_0"};
+  std::printf("\n%-26s %-10s %10s %10s %10s\n", "gemma3-1b q4_0 decode step", "matrices", "ms/token", "W GB/s",
+              "% read bw");
+  for (int b = 0; b < 2; ++b) {
+    double total = 0;
+    for (int i = 0; i < 5; ++i) {
+      const double med = bench::Median(ms[b][i]), gbs = double(kind_bytes[i]) / med / 1e6;
+      total += med;
+      std::printf("%-26s %-10s %10.2f %10.1f %10.0f\n", b ? "q/k/v, gate/up batched" : "a Linear call per matrix",
+                  kinds[i], med, gbs, bw > 0 ? 100 * gbs / bw : 0.0);
+    }
+    const double gbs = double(bytes) / total / 1e6;
+    std::printf("%-26s %-10s %10.2f %10.1f %10.0f\n", "", "all", total, gbs, bw > 0 ? 100 * gbs / bw : 0.0);
   }
 }
 
@@ -465,7 +548,8 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
                                       " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-stream|"
-                                      "quant-pages|quant-prefill|quant-crossover|small-batch|amx|amx-quant]\n");
+                                      "quant-pages|quant-decode|quant-prefill|quant-crossover|small-batch|amx|"
+                                      "amx-quant]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;
@@ -484,6 +568,7 @@ int main(int argc, char** argv) {
   if (section == "quant-compute") return RunQuantCompute(reps, bw1), 0;
   if (section == "quant-stream") return RunQuantStream(pool, reps, bwn, false), 0;
   if (section == "quant-pages") return RunQuantStream(pool, reps, bwn, true), 0;
+  if (section == "quant-decode") return RunQuantDecode(pool, reps, bwn), 0;
   if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;
   struct Shape {

@@ -699,5 +699,31 @@ TEST(LinearBatch, EachJobAsLinearAlone) {
     }
 }
 
+// A job of more tokens than the row dot's stack buffer holds at its width (4 at 65536 features)
+// leaves the batch's loop and runs alone on the scratch; the others stay in the loop. Each still
+// the bits Linear gives it alone.
+TEST(LinearBatch, WideJobOfManyTokensRunsAloneOnTheScratch) {
+  std::mt19937 rng(29);
+  ThreadPool pool(2);
+  const int64_t wide = ops::kMaxQuantRowDotIn;
+  AlignedBuffer x_pairs(ops::GemmScratchWords(5, wide) * sizeof(uint32_t));
+  std::vector<QuantProblem> probs = {MakeQuantProblem(rng, QuantType::kQ4_0, 5, wide, 40),
+                                     MakeQuantProblem(rng, QuantType::kQ8_0, 2, 512, 100),
+                                     MakeQuantProblem(rng, QuantType::kQ4_K, 5, wide, 16)};
+  std::vector<std::vector<float>> ys;
+  std::vector<ops::LinearJob> jobs;
+  for (const QuantProblem& p : probs) {
+    ys.emplace_back(p.n * p.ys, kUnwritten);
+    jobs.push_back({p.View(), p.x.data(), p.n, p.xs, ys.back().data(), p.ys});
+  }
+  ops::LinearBatch(jobs.data(), int64_t(jobs.size()), &pool, MatmulPrecision::kF32, x_pairs.as<uint32_t>(), true);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    std::vector<float> alone(ys[j].size(), kUnwritten);
+    ops::Linear(jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].x_stride, alone.data(), jobs[j].y_stride, &pool,
+                MatmulPrecision::kF32, x_pairs.as<uint32_t>(), true);
+    ASSERT_EQ(std::memcmp(alone.data(), ys[j].data(), alone.size() * sizeof(float)), 0) << "job " << j;
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -278,8 +278,8 @@ Status Drafter::Attention(int64_t l, const kv::KvCache& cache, int64_t row, int3
 void Drafter::Mlp(int64_t l, DrafterScratch& s, ThreadPool* pool) const {
   const LayerWeights& w = weights_.layers[l];
   const int64_t I = arch_.layers[l].intermediate, H = arch_.hidden;
-  ops::Linear(w.gate, F(s.x), 1, H, F(s.gate), I, pool);
-  ops::Linear(w.up, F(s.x), 1, H, F(s.up), I, pool);
+  const ops::LinearJob gate_up[2] = {{w.gate, F(s.x), 1, H, F(s.gate), I}, {w.up, F(s.x), 1, H, F(s.up), I}};
+  ops::LinearBatch(gate_up, 2, pool);  // quantized: one dispatch over both matrices' rows
   ops::GeGlu(F(s.gate), F(s.up), I, F(s.gate), pool);
   ops::Linear(w.down, F(s.gate), 1, I, F(s.x), H, pool);
 }

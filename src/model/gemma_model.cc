@@ -160,18 +160,19 @@ Status GemmaModel::Attention(int64_t l, const ForwardBatch& in, kv::KvCache& cac
   const int64_t B = in.batch, S = in.seq, n = B * S, D = la.head_dim, Hq = arch_.q_heads, Hkv = la.kv_heads;
   float* x = F(act.x);
   float* q = F(act.q);
-  ops::Linear(w.q_proj, x, n, arch_.hidden, q, Hq * D, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
+  float* k = F(act.k);
+  float* v = F(act.v);
+  // q, k and v read the same x: one LinearBatch (in decode one dispatch over all their rows).
+  const int64_t H = arch_.hidden;
+  ops::LinearJob qkv[3] = {{w.q_proj, x, n, H, q, Hq * D}};
+  int64_t jobs = 1;
+  if (!la.shared_kv) qkv[jobs++] = {w.k_proj, x, n, H, k, Hkv * D};
+  if (!la.shared_kv && la.has_v_proj) qkv[jobs++] = {w.v_proj, x, n, H, v, Hkv * D};
+  ops::LinearBatch(qkv, jobs, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   ops::RmsNorm(q, D, w.q_norm, arch_.norm_offset, arch_.rms_eps, n * Hq, D, q, D);
   ops::Rope(q, n, Hq, D, Hq * D, D, in.pos, la.inv_freq.data(), la.rope_attention_scaling);
   if (!la.shared_kv) {
-    float* k = F(act.k);
-    float* v = F(act.v);
-    ops::Linear(w.k_proj, x, n, arch_.hidden, k, Hkv * D, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
-    if (la.has_v_proj) {
-      ops::Linear(w.v_proj, x, n, arch_.hidden, v, Hkv * D, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
-    } else {
-      std::memcpy(v, k, n * Hkv * D * sizeof(float));  // attention_k_eq_v: V is the raw k_proj output
-    }
+    if (!la.has_v_proj) std::memcpy(v, k, n * Hkv * D * sizeof(float));  // attention_k_eq_v: V is the raw k_proj output
     ops::RmsNorm(k, D, w.k_norm, arch_.norm_offset, arch_.rms_eps, n * Hkv, D, k, D);
     ops::Rope(k, n, Hkv, D, Hkv * D, D, in.pos, la.inv_freq.data(), la.rope_attention_scaling);
     if (arch_.v_norm) ops::RmsNorm(v, D, nullptr, 0.0f, arch_.rms_eps, n * Hkv, D, v, D);
@@ -209,8 +210,8 @@ void GemmaModel::Mlp(int64_t l, int64_t n, const ForwardBatch& in, Activations& 
   const int64_t I = arch_.layers[l].intermediate, H = arch_.hidden;
   float* gate = F(act.gate);
   float* up = F(act.up);
-  ops::Linear(w.gate, F(act.x), n, H, gate, I, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
-  ops::Linear(w.up, F(act.x), n, H, up, I, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
+  const ops::LinearJob gate_up[2] = {{w.gate, F(act.x), n, H, gate, I}, {w.up, F(act.x), n, H, up, I}};
+  ops::LinearBatch(gate_up, 2, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
   ops::GeGlu(gate, up, n * I, gate, pool);
   ops::Linear(w.down, gate, n, I, F(act.x), H, pool, in.matmul_precision, XPairs(act), in.rows_as_steps);
 }

@@ -129,7 +129,7 @@ void LinearBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool, MatmulP
   int64_t m = 0;
   for (int64_t j = 0; j < count; ++j)
     if (TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps, precision)) row_dot[m++] = jobs[j];
-  QuantRowDotBatch(row_dot, m, pool);
+  QuantRowDotBatch(row_dot, m, pool, x_pairs);
   for (int64_t j = 0; j < count; ++j)
     if (!TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps, precision))
       Linear(jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].x_stride, jobs[j].y, jobs[j].y_stride, pool, precision, x_pairs,

@@ -21,8 +21,9 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
                  ThreadPool* pool, uint32_t* scratch = nullptr);
 
 // QuantRowDot for each job (count <= kMaxLinearJobs, every weight block-quantized) as one parallel
-// loop over all the jobs' rows: each job's y the bits its own QuantRowDot gives (LinearBatch).
-void QuantRowDotBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool);
+// loop over all the jobs' rows: each job's y the bits its own QuantRowDot gives (LinearBatch). A job
+// of more tokens than QuantRowDot's stack holds runs as QuantRowDot(..., pool, scratch) of its own.
+void QuantRowDotBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool, uint32_t* scratch = nullptr);
 
 // Depth of the GEMM's f32 k blocks for a quantized weight: as the f32 GEMM's (the fewest equal
 // blocks of at most `most`), in whole quant blocks so each k block dequantizes whole blocks.

@@ -15,6 +15,11 @@ namespace {
 
 constexpr int64_t kMinRowsPerItem = 16;  // as the f32 row-dot: few large contiguous ranges per thread
 constexpr int64_t kItemsPerThread = 8;
+// In decode each item starts cold: its first rows come from memory before its kernel's prefetch runs
+// ahead of it, and rows of a few hundred bytes are too short for the hardware prefetcher. A Gemma-3-1B k_proj
+// (256 rows, 166 KiB in Q4_0) in sixteen 16-row items ran at a third of the read bandwidth
+// (bench/results/quant_e2e.md, "Small matrices in decode").
+constexpr int64_t kMinItemBytes = 256 * 1024;
 // Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
 // enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
 constexpr int64_t kChunkBytes = 32 * 1024;
@@ -26,11 +31,16 @@ constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * int64_t(sizeof(ActBlo
 constexpr int64_t kRowGroup = 16;
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Rows per parallel item for `rows` rows in all: whole groups of kRowGroup rows (the AVX-512
-// 32-value formats' kernel width), kItemsPerThread items per thread; without a pool, one item (a
-// kernel's prefetch then runs through all the rows).
-int64_t RowsPerItem(int64_t rows, const ThreadPool* pool) {
-  const int64_t parts = pool ? pool->num_threads() * kItemsPerThread : 1;
+// Rows per parallel item for `rows` rows of row_bytes each: whole groups of kRowGroup rows (the AVX-512
+// 32-value formats' kernel width), kItemsPerThread items per thread (load balance), fewer where an
+// item would hold under min_item_bytes; without a pool, one item (a kernel's prefetch then runs
+// through all the rows).
+int64_t RowsPerItem(int64_t rows, int64_t row_bytes, int64_t min_item_bytes, const ThreadPool* pool) {
+  int64_t parts = 1;
+  if (pool) {
+    const int64_t threads = pool->num_threads();
+    parts = threads * std::clamp<int64_t>(rows * row_bytes / (threads * min_item_bytes), 1, kItemsPerThread);
+  }
   return RoundUp(std::max(kMinRowsPerItem, (rows + parts - 1) / parts), kRowGroup);
 }
 
@@ -54,7 +64,8 @@ void RowDotTokenBlocks(const WeightView& w, const float* x, int64_t n, int64_t x
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / QuantBlockElems(t), row_bytes = QuantRowBytes(t, w.in);
   const QuantDotKernels& k = QuantDot();
   RunParallel(pool, n, [&](int64_t i, int) { k.quantize_act(t, x + i * x_stride, w.in, scratch + i * act_bytes); });
-  const int64_t rows_per_item = RowsPerItem(w.out, pool), items = (w.out + rows_per_item - 1) / rows_per_item;
+  const int64_t rows_per_item = RowsPerItem(w.out, row_bytes, 1, pool);
+  const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
   const char* base = static_cast<const char*>(w.data);
   RunParallel(pool, items, [&](int64_t item, int) {
@@ -86,7 +97,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
     TESSERA_CHECK(act_bytes <= GemmScratchWords(1, w.in) * 4, "QuantRowDot: scratch rows too short");
     return RowDotTokenBlocks(w, x, n, x_stride, y, y_stride, pool, reinterpret_cast<unsigned char*>(scratch));
   }
-  const int64_t rows_per_item = RowsPerItem(w.out, pool);
+  const int64_t rows_per_item = RowsPerItem(w.out, row_bytes, kMinItemBytes, pool);
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
   const char* base = static_cast<const char*>(w.data);
@@ -117,10 +128,21 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   }
 }
 
-void QuantRowDotBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool) {
-  int64_t rows = 0;
-  for (int64_t j = 0; j < count; ++j) rows += jobs[j].w.out;
-  const int64_t item_rows = RowsPerItem(rows, pool);
+void QuantRowDotBatch(const LinearJob* jobs_in, int64_t count_in, ThreadPool* pool, uint32_t* scratch) {
+  // Jobs of more tokens than an item's stack buffer holds run on their own (with the scratch, their
+  // tokens quantized once): in the loop below every item would quantize them again, group by group.
+  LinearJob jobs[kMaxLinearJobs];
+  int64_t count = 0, rows = 0, bytes = 0;
+  for (int64_t j = 0; j < count_in; ++j) {
+    const LinearJob& job = jobs_in[j];
+    if (job.n > kActBytes / ActRowBytes(job.w.quant, job.w.in)) {
+      QuantRowDot(job.w, job.x, job.n, job.x_stride, job.y, job.y_stride, pool, scratch);
+      continue;
+    }
+    jobs[count++] = job;
+    rows += job.w.out, bytes += job.w.out * QuantRowBytes(job.w.quant, job.w.in);
+  }
+  const int64_t item_rows = RowsPerItem(rows, rows > 0 ? bytes / rows : 0, kMinItemBytes, pool);
   int64_t first[kMaxLinearJobs + 1];  // job j's items: [first[j], first[j + 1])
   first[0] = 0;
   for (int64_t j = 0; j < count; ++j) first[j + 1] = first[j] + (jobs[j].w.out + item_rows - 1) / item_rows;
