@@ -15,6 +15,8 @@
 #include <random>
 #include <vector>
 
+#include <unistd.h>
+
 #include "io/safetensors_checkpoint.h"
 #include "io/safetensors_writer.h"
 #include "linear_check.h"
@@ -206,8 +208,12 @@ TEST(LinearPanels, EverySmallBatchMatchesReferenceAndDecode) {
 // directory, removed with the object.
 class Bf16Checkpoint {
  public:
+  // A directory of the test's own: ctest runs tests in parallel processes, and two tests once
+  // shared one (the first to finish removed the other's checkpoint).
   explicit Bf16Checkpoint(const std::string& name)
-      : dir_(fs::path(::testing::TempDir()) / ("tessera_panels_" + name)) {
+      : dir_(fs::path(::testing::TempDir()) /
+             ("tessera_panels_" + name + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() +
+              "_" + std::to_string(getpid()))) {
     const fs::path src = fs::path(TESSERA_TESTDATA_DIR) / "models" / name;
     fs::create_directories(dir_);
     fs::copy_file(src / "config.json", dir_ / "config.json", fs::copy_options::overwrite_existing);
