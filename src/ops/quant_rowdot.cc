@@ -15,10 +15,10 @@ namespace {
 
 constexpr int64_t kMinRowsPerItem = 16;  // as the f32 row-dot: few large contiguous ranges per thread
 constexpr int64_t kItemsPerThread = 8;
-// In decode each item starts cold: its first rows come from memory before its kernel's prefetch runs
-// ahead of it, and rows of a few hundred bytes are too short for the hardware prefetcher. A Gemma-3-1B k_proj
-// (256 rows, 166 KiB in Q4_0) in sixteen 16-row items ran at a third of the read bandwidth
-// (bench/results/quant_e2e.md, "Small matrices in decode").
+// In decode each item starts cold: its first rows come from memory before its kernel's prefetch
+// runs ahead of it, and rows of a few hundred bytes are too short for the hardware prefetcher. A
+// Gemma-3-1B k_proj (256 rows, 166 KiB in Q4_0) in sixteen 16-row items ran at a third of the read
+// bandwidth (bench/results/quant_e2e.md, "Small matrices in decode").
 constexpr int64_t kMinItemBytes = 256 * 1024;
 // Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
 // enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
