@@ -51,6 +51,15 @@ int64_t RowsPerItem(int64_t rows, int64_t row_bytes, int64_t min_item_bytes, con
 // widest input); the tokens' rows come from L2 or L3 (bench/results/quant_prefill.md, "Token blocks").
 constexpr int64_t kTokenBlock = 8 * kQuantDotTokens;
 
+// Whether one call takes all g tokens of a row range: one token, or a table whose dot_rows_tokens
+// unpacks each block once for all of them. Then an item is one call, and a group kernel's prefetch
+// of its next rows runs through the whole item; in 32 KiB chunks the first group of each came cold
+// from memory (at Gemma's widths a chunk is one or two groups). Q6_K's one or two tokens run per
+// token on AVX2's one-row kernel, which needs the chunk in cache for the second token.
+bool OnePass(const QuantDotKernels& k, QuantType t, int64_t g) {
+  return g == 1 || (g <= kQuantDotTokens && UnpacksOnce(k, t) && !(t == QuantType::kQ6_K && g <= 2));
+}
+
 void RunParallel(ThreadPool* pool, int64_t items, ThreadPool::ItemFn run) {
   if (pool) return pool->ParallelFor(items, run);
   for (int64_t i = 0; i < items; ++i) run(i, 0);
@@ -104,10 +113,10 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   for (int64_t t0 = 0; t0 < n; t0 += group) {
     const int64_t g = std::min(group, n - t0);
     for (int64_t i = 0; i < g; ++i) k.quantize_act(t, x + (t0 + i) * x_stride, w.in, xq + i * act_bytes);
-    // Chunks serve tokens that take several passes over the rows; one token walks the item's rows
-    // as one range, so a kernel's prefetch of its next rows runs through the whole item. (Each
-    // output is the same either way: a row's result never depends on its neighbours.)
-    const bool one_pass = g == 1;
+    // Chunks serve tokens that take several passes over the rows; one pass walks the item's rows as
+    // one range, so a kernel's prefetch of its next rows runs through the whole item. (Each output
+    // is the same either way: a row's result never depends on its neighbours.)
+    const bool one_pass = OnePass(k, t, g);
     auto run = [&](int64_t item, int) {
       const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
       const int64_t chunk = one_pass ? rows_per_item : chunk_rows;
