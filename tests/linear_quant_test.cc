@@ -523,7 +523,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot)
       const RowDotRefs refs = MakeRowDotRefs(p);
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
-        const bool once = ops::UnpacksOnce(*kernels[k], t);
+        const bool once = ops::UnpacksOnce(*kernels[k], t, ops::kQuantDotTokens);
         const std::string name = kernels[k]->name;
         if (name == "avx2" || name == "generic") {
           EXPECT_EQ(once, name == "avx2");
@@ -565,7 +565,7 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
       const RowDotRefs refs = MakeRowDotRefs(p);
       AlignedBuffer scratch(ops::GemmScratchWords(c.n, c.in) * sizeof(uint32_t));
       for (int k = 0; k < n_kernels; ++k) {
-        if (!ops::UnpacksOnce(*kernels[k], t)) continue;
+        if (!ops::UnpacksOnce(*kernels[k], t, ops::kQuantDotTokens)) continue;
         SCOPED_TRACE(kernels[k]->name);
         ops::SetQuantDotForTesting(kernels[k]);
         std::vector<float> blocks(c.n * p.ys, kUnwritten), groups(c.n * p.ys, kUnwritten);

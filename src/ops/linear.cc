@@ -37,7 +37,7 @@ constexpr int64_t kGemmMinTokensQuant = 12;
 bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps, MatmulPrecision precision) {
   if (w.quant == QuantType::kNone) return false;
   if (rows_as_steps || n < kGemmMinTokensQuant) return true;
-  return precision == MatmulPrecision::kInt8 && !QuantGemmAvailable(w.quant) && UnpacksOnce(QuantDot(), w.quant);
+  return precision == MatmulPrecision::kInt8 && !QuantGemmAvailable(w.quant) && UnpacksOnce(QuantDot(), w.quant, kQuantDotTokens);
 }
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

@@ -29,13 +29,15 @@ struct QuantDotKernels {
   void (*quantize_act)(QuantType t, const float* x, int64_t in, void* dst);
   // DequantizeRow (tessera/quant.h), the same values bit for bit (the same f32 operations per value).
   void (*dequantize)(QuantType t, const void* src, float* dst, int64_t n);
-  // Whether dot_rows_tokens unpacks type t's blocks once for all its tokens (else it runs dot_rows
-  // per token). Null: for no type.
-  bool (*unpacks_once)(QuantType t);
+  // Whether dot_rows_tokens for `tokens` (1..kQuantDotTokens) tokens of type t unpacks each block
+  // once for all of them (else it runs dot_rows per token). Null: for no type.
+  bool (*unpacks_once)(QuantType t, int tokens);
 };
 
-// Whether k's dot_rows_tokens unpacks type t's blocks once for all its tokens.
-inline bool UnpacksOnce(const QuantDotKernels& k, QuantType t) { return k.unpacks_once && k.unpacks_once(t); }
+// Whether k's dot_rows_tokens unpacks type t's blocks once for `tokens` tokens.
+inline bool UnpacksOnce(const QuantDotKernels& k, QuantType t, int tokens) {
+  return k.unpacks_once && k.unpacks_once(t, tokens);
+}
 
 // The kernels to use: AVX-512 VNNI where the CPU has it, else AVX2, else generic.
 // TESSERA_SIMD=generic|avx2 restricts the choice as for ops/simd.h; SetQuantDotForTesting overrides it.

@@ -641,6 +641,9 @@ bool HasGroup8(QuantType t) {
 void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                        int tokens, int64_t nb, float* out, int64_t out_stride);
 
+// Every type's group unpacks once, but Q6_K's one or two tokens run its one-row kernel per token.
+bool UnpacksOnceAvx2(QuantType t, int tokens) { return HasGroup8(t) && !(t == QuantType::kQ6_K && tokens <= 2); }
+
 // One token: the group (as one token of dot_rows_tokens, so the two agree by construction), except
 // Q6_K's one-row lane kernel (faster there, the same bits).
 void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
@@ -675,7 +678,8 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
     case QuantType::kQ4_K: return GroupTokens<GroupQ4_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ5_K: return GroupTokens<GroupQ5_K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
     case QuantType::kQ6_K:
-      if (tokens > 2) return GroupTokens<GroupQ6_K, 3>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+      if (UnpacksOnceAvx2(t, tokens))
+        return GroupTokens<GroupQ6_K, 3>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
       break;
     default: break;
   }
@@ -687,7 +691,7 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
   static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
-                                 HasGroup8};
+                                 UnpacksOnceAvx2};
   return k;
 }
 

@@ -479,7 +479,7 @@ void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows
 
 const QuantDotKernels& QuantDotAvx512Kernels() {
   static const QuantDotKernels k{"avx512-vnni", DotRows512, DotRowsTokens512, QuantizeAct, Dequantize,
-                                 [](QuantType t) { return t != QuantType::kNone; }};
+                                 [](QuantType t, int) { return t != QuantType::kNone; }};
   return k;
 }
 

@@ -54,11 +54,14 @@ constexpr int64_t kTokenBlock = 8 * kQuantDotTokens;
 // Whether one call takes all g tokens of a row range: one token, or a table whose dot_rows_tokens
 // unpacks each block once for all of them. Then an item is one call, and a group kernel's prefetch
 // of its next rows runs through the whole item; in 32 KiB chunks the first group of each came cold
-// from memory (at Gemma's widths a chunk is one or two groups). Q6_K's one or two tokens run per
-// token on AVX2's one-row kernel, which needs the chunk in cache for the second token.
+// from memory (at Gemma's widths a chunk is one or two groups). A kernel run per token needs the
+// chunks: the second token finds the rows in cache.
 bool OnePass(const QuantDotKernels& k, QuantType t, int64_t g) {
-  return g == 1 || (g <= kQuantDotTokens && UnpacksOnce(k, t) && !(t == QuantType::kQ6_K && g <= 2));
+  return g == 1 || (g <= kQuantDotTokens && UnpacksOnce(k, t, static_cast<int>(g)));
 }
+
+// Tokens whose quantized rows at `in` features fit QuantRowDot's stack buffer.
+int64_t StackTokens(QuantType t, int64_t in) { return kActBytes / ActRowBytes(t, in); }
 
 void RunParallel(ThreadPool* pool, int64_t items, ThreadPool::ItemFn run) {
   if (pool) return pool->ParallelFor(items, run);
@@ -73,7 +76,7 @@ void RowDotTokenBlocks(const WeightView& w, const float* x, int64_t n, int64_t x
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / QuantBlockElems(t), row_bytes = QuantRowBytes(t, w.in);
   const QuantDotKernels& k = QuantDot();
   RunParallel(pool, n, [&](int64_t i, int) { k.quantize_act(t, x + i * x_stride, w.in, scratch + i * act_bytes); });
-  const int64_t rows_per_item = RowsPerItem(w.out, row_bytes, 1, pool);
+  const int64_t rows_per_item = RowsPerItem(w.out, row_bytes, /*min_item_bytes=*/1, pool);  // compute-bound
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
   const char* base = static_cast<const char*>(w.data);
@@ -100,9 +103,9 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   TESSERA_CHECK(w.in <= kMaxQuantRowDotIn, "LinearRowDot: quantized weights need in <= kMaxQuantRowDotIn");
   alignas(64) unsigned char xq[kActBytes];  // [group][ActRowBytes] quantized token rows
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / be, row_bytes = QuantRowBytes(t, w.in);
-  const int64_t group = kActBytes / act_bytes;
+  const int64_t group = StackTokens(t, w.in);
   const QuantDotKernels& k = QuantDot();
-  if (scratch && n > group && UnpacksOnce(k, t)) {
+  if (scratch && n > group && UnpacksOnce(k, t, kQuantDotTokens)) {
     TESSERA_CHECK(act_bytes <= GemmScratchWords(1, w.in) * 4, "QuantRowDot: scratch rows too short");
     return RowDotTokenBlocks(w, x, n, x_stride, y, y_stride, pool, reinterpret_cast<unsigned char*>(scratch));
   }
@@ -144,7 +147,7 @@ void QuantRowDotBatch(const LinearJob* jobs_in, int64_t count_in, ThreadPool* po
   int64_t count = 0, rows = 0, bytes = 0;
   for (int64_t j = 0; j < count_in; ++j) {
     const LinearJob& job = jobs_in[j];
-    if (job.n > kActBytes / ActRowBytes(job.w.quant, job.w.in)) {
+    if (job.n > StackTokens(job.w.quant, job.w.in)) {
       QuantRowDot(job.w, job.x, job.n, job.x_stride, job.y, job.y_stride, pool, scratch);
       continue;
     }
