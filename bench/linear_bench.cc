@@ -10,7 +10,8 @@
 // the read bandwidth, prefill (the GEMM on dequantized panels) as GFLOP/s against the FMA peak.
 // The quant-stream section: one decode token through a stack of such weights far larger than the
 // caches, every row from memory as in a model's decode step, against the read bandwidth; the
-// quant-pages section runs it on 4 KiB and on 2 MiB pages, alternated.
+// quant-pages section runs it on 4 KiB and on 2 MiB pages, alternated; the quant-verify section at
+// n = 1..9 token rows computed as decode steps (a speculative verification), as the cost over one row.
 // TESSERA_SIMD=avx2|generic picks the quantized dot kernels as it does the f32 ones.
 //
 // The amx section: Linear at precision bf16 on pair panels as a model runs it, the AMX tiles
@@ -24,8 +25,8 @@
 // once for all rows stays near 1x while memory-bound.
 //
 //   build/release/tessera_bench_linear [--threads N] [--reps R]
-//       [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-decode|quant-prefill|
-//                  quant-crossover|small-batch|amx|amx-quant]
+//       [--section all|dense|quant|quant-compute|quant-stream|quant-pages|quant-decode|quant-verify|
+//                  quant-prefill|quant-crossover|small-batch|amx|amx-quant]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -140,37 +141,54 @@ void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
 // `layers` times; far larger than the caches), so every row comes from memory as in a real decode
 // step, against the read bandwidth probed with the same threads. With `pages`, the same stack on
 // 4 KiB pages and on 2 MiB transparent huge pages, alternated (the quant-pages section).
+// Eight Gemma-4-12B MLP up/down pairs of type t in buffers of `pages`: far larger than the caches.
+struct QuantStack {
+  static constexpr int64_t kHidden = 3840, kInter = 15360, kLayers = 8;
+  std::vector<AlignedBuffer> mats;  // up, down, up, ...
+  int64_t bytes = 0;
+
+  ops::WeightView View(size_t i, QuantType t) const {
+    const bool up = i % 2 == 0;
+    ops::WeightView wv{mats[i].as<uint8_t>(), DType::kF32, up ? kInter : kHidden, up ? kHidden : kInter};
+    wv.quant = t;
+    return wv;
+  }
+};
+
+// One stack per kind of pages, the same weights in each.
+std::vector<QuantStack> RandomQuantStacks(std::mt19937& rng, QuantType t, const std::vector<AlignedBuffer::Pages>& pages) {
+  std::vector<QuantStack> stacks(pages.size());
+  for (int64_t i = 0; i < 2 * QuantStack::kLayers; ++i) {
+    const bool up = i % 2 == 0;
+    const std::vector<uint8_t> w = RandomQuantWeight(rng, t, up ? QuantStack::kInter : QuantStack::kHidden,
+                                                     up ? QuantStack::kHidden : QuantStack::kInter);
+    for (size_t k = 0; k < pages.size(); ++k) {
+      stacks[k].mats.emplace_back(w.size(), pages[k]);
+      std::memcpy(stacks[k].mats.back().data(), w.data(), w.size());
+      stacks[k].bytes += int64_t(w.size());
+    }
+  }
+  return stacks;
+}
+
 void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
-  const int64_t hidden = 3840, inter = 15360, layers = 8;
   std::printf("\n%-24s %-5s %-6s %10s %12s %10s\n", "decode from memory", "type", "pages", "ms/token", "W GB/s",
               "% read bw");
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(inter), y(inter);
+  std::vector<float> x(QuantStack::kInter), y(QuantStack::kInter);
   for (float& v : x) v = nd(rng);
   using Pages = AlignedBuffer::Pages;
   std::vector<Pages> kinds = {Pages::kSmall};
   if (pages) kinds.push_back(Pages::kHuge);
   for (QuantType t : kQuantTypes) {
-    if (hidden % QuantBlockElems(t) != 0) continue;
-    std::vector<std::vector<AlignedBuffer>> stacks(kinds.size());
-    int64_t bytes = 0;
-    for (int64_t i = 0; i < 2 * layers; ++i) {
-      const bool up = i % 2 == 0;
-      const std::vector<uint8_t> w = RandomQuantWeight(rng, t, up ? inter : hidden, up ? hidden : inter);
-      for (size_t k = 0; k < kinds.size(); ++k) {
-        stacks[k].emplace_back(w.size(), kinds[k]);
-        std::memcpy(stacks[k].back().data(), w.data(), w.size());
-      }
-      bytes += int64_t(w.size());
-    }
+    if (QuantStack::kHidden % QuantBlockElems(t) != 0) continue;
+    const std::vector<QuantStack> stacks = RandomQuantStacks(rng, t, kinds);
     // One token through stack k, timed; the stacks take turns, one token each per rep.
     auto token_ms = [&](size_t k) {
       return bench::TimeMs([&] {
-        for (size_t i = 0; i < stacks[k].size(); ++i) {
-          const bool up = i % 2 == 0;
-          ops::WeightView wv{stacks[k][i].as<uint8_t>(), DType::kF32, up ? inter : hidden, up ? hidden : inter};
-          wv.quant = t;
+        for (size_t i = 0; i < stacks[k].mats.size(); ++i) {
+          const ops::WeightView wv = stacks[k].View(i, t);
           ops::Linear(wv, x.data(), 1, wv.in, y.data(), wv.out, &pool);
         }
       });
@@ -180,10 +198,46 @@ void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
     for (int r = 0; r < reps; ++r)
       for (size_t k = 0; k < kinds.size(); ++k) ms[k].push_back(token_ms(k));
     for (size_t k = 0; k < kinds.size(); ++k) {
-      const double med = bench::Median(ms[k]), gbs = double(bytes) / med / 1e6;
+      const double med = bench::Median(ms[k]), gbs = double(stacks[k].bytes) / med / 1e6;
       std::printf("%-24s %-5s %-6s %10.2f %12.1f %10.0f\n", "gemma4-12b mlp x 8", QuantTypeName(t),
                   kinds[k] == Pages::kHuge ? "2 MiB" : "4 KiB", med, gbs, bw > 0 ? 100 * gbs / bw : 0.0);
     }
+  }
+}
+
+// The quant-verify section: a speculative verification's matrices, n = 1..9 token rows computed as
+// decode steps (rows_as_steps: the row dots at any n), every weight from memory (the quant-stream
+// stack on 2 MiB pages). Memory-bound, n rows cost about one row's time; the cost over n = 1 grows
+// once the per-token integer work outruns the stream, or where the weights are read more than once.
+void RunQuantVerify(ThreadPool& pool, int reps) {
+  constexpr int kMaxN = 9;
+  std::printf("\n%-24s %-5s %9s", "verify from memory", "type", "n=1 ms");
+  for (int n = 2; n <= kMaxN; ++n) std::printf("  x n=%d", n);
+  std::printf("\n");
+  std::mt19937 rng(7);
+  std::vector<float> x(kMaxN * QuantStack::kInter), y(kMaxN * QuantStack::kInter);
+  for (float& v : x) v = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  AlignedBuffer scratch(ops::GemmScratchWords(kMaxN, QuantStack::kInter) * 4);  // as a model's x_pairs
+  for (QuantType t : kQuantTypes) {
+    if (QuantStack::kHidden % QuantBlockElems(t) != 0) continue;
+    const QuantStack stack = std::move(RandomQuantStacks(rng, t, {AlignedBuffer::Pages::kHuge})[0]);
+    auto step_ms = [&](int n) {
+      return bench::TimeMs([&] {
+        for (size_t i = 0; i < stack.mats.size(); ++i) {
+          const ops::WeightView wv = stack.View(i, t);
+          ops::Linear(wv, x.data(), n, wv.in, y.data(), wv.out, &pool, ops::MatmulPrecision::kF32,
+                      scratch.as<uint32_t>(), /*rows_as_steps=*/true);
+        }
+      });
+    };
+    std::vector<double> ms[kMaxN];
+    step_ms(1);  // warm-up
+    for (int r = 0; r < reps; ++r)  // n = 1..9 take turns, one step each per rep
+      for (int n = 1; n <= kMaxN; ++n) ms[n - 1].push_back(step_ms(n));
+    const double one = bench::Median(ms[0]);
+    std::printf("%-24s %-5s %9.2f", "gemma4-12b mlp x 8", QuantTypeName(t), one);
+    for (int n = 2; n <= kMaxN; ++n) std::printf(" %7.2f", bench::Median(ms[n - 1]) / one);
+    std::printf("\n");
   }
 }
 
@@ -548,7 +602,8 @@ void RunAmxQuant(ThreadPool& pool, int reps) {
 int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
                                       " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-stream|"
-                                      "quant-pages|quant-decode|quant-prefill|quant-crossover|small-batch|amx|"
+                                      "quant-pages|quant-decode|quant-verify|quant-prefill|quant-crossover|small-batch|"
+                                      "amx|"
                                       "amx-quant]\n");
       rc >= 0)
     return rc;
@@ -569,6 +624,7 @@ int main(int argc, char** argv) {
   if (section == "quant-stream") return RunQuantStream(pool, reps, bwn, false), 0;
   if (section == "quant-pages") return RunQuantStream(pool, reps, bwn, true), 0;
   if (section == "quant-decode") return RunQuantDecode(pool, reps, bwn), 0;
+  if (section == "quant-verify") return RunQuantVerify(pool, reps), 0;
   if (section == "quant-prefill") return RunQuantPrefill(pool, reps, peak, 512), 0;
   if (section == "quant") return RunQuantCompute(reps, bw1), RunQuant(pool, reps, bwn, peak), 0;
   struct Shape {

@@ -349,6 +349,36 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
   }
 }
 
+// Decode-sized calls over many rows, where the row dots walk chunks: the AVX-512 K-quant kernels'
+// passes of four tokens (5..8 tokens: 32 KiB chunks inside the kernel) and QuantRowDot's calls of
+// more tokens than one kernel call takes (9, 10: 256 KiB chunks of an item). Across every chunk edge
+// each token's row is its decode alone, bit for bit, and within the row-dot's bounds.
+TEST(LinearQuant, RowDotAcrossChunksMatchesDecode) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  std::mt19937 rng(22);
+  ThreadPool pool(2);
+  for (QuantType t : kTypes) {
+    const int64_t in = 5 * 256, out = 2 * 256 * 1024 / QuantRowBytes(t, in) + 37;  // two chunks and a part
+    for (int64_t n : {5, 8, 9, 10}) {
+      SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
+      const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
+      const RowDotRefs refs = MakeRowDotRefs(p);
+      for (int k = 0; k < n_kernels; ++k) {
+        SCOPED_TRACE(kernels[k]->name);
+        ops::SetQuantDotForTesting(kernels[k]);
+        const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kF32, Path::kRowDot);
+        EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
+        for (int64_t i = 0; i < n; ++i) {
+          const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
+          for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
+        }
+      }
+      ops::SetQuantDotForTesting(nullptr);
+    }
+  }
+}
+
 // A serving batch of up to 11 streams: Linear keeps Q4_0 and Q8_0 on the AVX-512 row-dot (passes
 // of 8 tokens), so each token's result equals its decode alone, bit for bit, and is within the
 // row-dot's bounds; from 12 tokens on it is the int8 GEMM's (two-byte activations: prefill accuracy).

@@ -430,27 +430,35 @@ void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, cons
   }
 }
 
-// K::kMaxTokens at a time: the Q4_K/Q5_K kernel takes 4 (at 8, its 24 vectors of per-token state
-// spill and it ran slower than 4 + 4); the rest go on in a second pass over the rows (in L1/L2).
+// K::Row<T> for `tokens` tokens (at most K::kMaxTokens) over the rows.
+template <typename K>
+void RowsUpTo(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
+              int64_t nb, float* out, int64_t out_stride) {
+  static_assert(K::kMaxTokens == 4 && kQuantDotTokens == 8);
+  switch (tokens) {
+    case 1: return RowsT<K, 1>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    case 2: return RowsT<K, 2>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    case 3: return RowsT<K, 3>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    default: return RowsT<K, 4>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+  }
+}
+
+// K::kMaxTokens at a time: the K-quant kernels take 4 (at 8, the Q4_K/Q5_K kernel's 24 vectors of
+// per-token state spill and it ran slower than 4 + 4). More tokens go over the rows in chunks of
+// about kChunkBytes, every group of tokens walking a chunk before the next, so that the weights
+// come from memory once per call (the second group finds them in L1/L2) and a caller may hand one
+// call a whole item of rows.
 template <typename K>
 void RowsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                 int64_t nb, float* out, int64_t out_stride) {
-  static_assert(K::kMaxTokens == 4 || K::kMaxTokens == 8);
-  static_assert(kQuantDotTokens == 8);
-  for (int t0 = 0; t0 < tokens; t0 += K::kMaxTokens) {
-    const void* x = static_cast<const char*>(xq) + t0 * xq_stride;
-    float* o = out + t0 * out_stride;
-    switch (std::min(tokens - t0, K::kMaxTokens)) {
-      case 1: RowsT<K, 1>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-      case 2: RowsT<K, 2>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-      case 3: RowsT<K, 3>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-      case 4: RowsT<K, 4>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-      case 5: RowsT<K, K::kMaxTokens < 5 ? 1 : 5>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-      case 6: RowsT<K, K::kMaxTokens < 6 ? 1 : 6>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-      case 7: RowsT<K, K::kMaxTokens < 7 ? 1 : 7>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-      default: RowsT<K, K::kMaxTokens < 8 ? 1 : 8>(w, w_stride, rows, x, xq_stride, nb, o, out_stride); break;
-    }
-  }
+  constexpr int64_t kChunkBytes = 32 * 1024;
+  if (tokens <= K::kMaxTokens) return RowsUpTo<K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / w_stride);
+  for (int64_t r = 0; r < rows; r += chunk)
+    for (int t0 = 0; t0 < tokens; t0 += K::kMaxTokens)
+      RowsUpTo<K>(static_cast<const char*>(w) + r * w_stride, w_stride, std::min(chunk, rows - r),
+                  static_cast<const char*>(xq) + t0 * xq_stride, xq_stride, std::min(tokens - t0, K::kMaxTokens), nb,
+                  out + t0 * out_stride + r, out_stride);
 }
 
 // Each weight block unpacked once for all tokens (the other types have no row-dot kernel here:

@@ -23,6 +23,11 @@ constexpr int64_t kMinItemBytes = 256 * 1024;
 // Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
 // enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
 constexpr int64_t kChunkBytes = 32 * 1024;
+// The same for decode-sized calls of more tokens than one kernel call takes (9 or more; AVX2 Q6_K's
+// one or two, run per token): a kernel prefetches only within its call, so each chunk's first rows
+// come cold from memory; at 32 KiB that was every group, and 9 tokens cost about twice 8
+// (bench/results/small_batch.md, "Nine tokens and more"). At most half a core's L2 on the CPUs measured.
+constexpr int64_t kStepChunkBytes = 256 * 1024;
 // Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
 // decode-sized row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls without a
@@ -111,7 +116,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   }
   const int64_t rows_per_item = RowsPerItem(w.out, row_bytes, kMinItemBytes, pool);
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
-  const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
+  const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kStepChunkBytes / row_bytes), kRowGroup);
   const char* base = static_cast<const char*>(w.data);
   for (int64_t t0 = 0; t0 < n; t0 += group) {
     const int64_t g = std::min(group, n - t0);
