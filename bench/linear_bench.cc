@@ -458,8 +458,9 @@ void RunQuantPrefill(ThreadPool& pool, int reps, double peak, int64_t n) {
 }
 
 // Where quantized Linear should switch from the row dots to the int8 GEMM (kGemmMinTokensQuant):
-// both paths at n = 4..32 tokens, timed alternately call by call; medians and row-dot / GEMM (above
-// 1: the GEMM is the faster). Only on CPUs where the int8 GEMM runs.
+// both paths at n = 4..64 tokens, the GEMM with two activation bytes (default precision) and one
+// (precision int8), timed alternately call by call; medians and row-dot / GEMM (above 1: the GEMM
+// is the faster). Only on CPUs where the int8 GEMM runs.
 void RunQuantCrossover(ThreadPool& pool, int reps) {
   struct Shape {
     const char* name;
@@ -468,30 +469,41 @@ void RunQuantCrossover(ThreadPool& pool, int reps) {
   const Shape shapes[] = {{"gemma4-12b mlp up", 15360, 3840}, {"gemma4-12b mlp down", 3840, 15360},
                           {"gemma3-1b mlp up", 6912, 1152}, {"gemma3-1b mlp down", 1152, 6912}};
   const QuantType types[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ6_K};
-  std::printf("\nrow-dot vs int8 GEMM\n%-24s %-5s %4s %12s %12s %10s\n", "quantized weight", "type", "n", "row-dot ms",
-              "int8 gemm ms", "row/gemm");
+  std::printf("\nrow-dot vs int8 GEMM (activations in two bytes, or one as at precision int8)\n"
+              "%-24s %-5s %4s %12s %12s %12s %10s %10s\n",
+              "quantized weight", "type", "n", "row-dot ms", "gemm 2B ms", "gemm 1B ms", "row/2B", "row/1B");
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<int64_t> ns;
+  for (int64_t n = 4; n <= 32; ++n) ns.push_back(n);
+  for (int64_t n : {40, 48, 56, 64}) ns.push_back(n);
   for (const Shape& s : shapes)
     for (QuantType t : types) {
       if (s.in % QuantBlockElems(t) != 0) continue;
       const std::vector<uint8_t> w = RandomQuantWeight(rng, t, s.out, s.in);
       ops::WeightView wv{w.data(), DType::kF32, s.out, s.in};
       wv.quant = t;
-      for (int64_t n = 4; n <= 32; ++n) {
+      for (int64_t n : ns) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
         AlignedBuffer scratch(ops::GemmScratchWords(n, s.in) * 4);
-        std::vector<double> row_ms, gemm_ms;
-        auto row = [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); };
-        auto gemm = [&] { ops::LinearQuantGemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, scratch.as<uint32_t>()); };
-        if (!ops::LinearQuantGemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, scratch.as<uint32_t>())) {
+        uint32_t* sc = scratch.as<uint32_t>();
+        std::vector<double> ms[3];
+        // The row dots as a model calls them (with the scratch: the weights read once for all n).
+        auto row = [&] { ops::Linear(wv, x.data(), n, s.in, y.data(), s.out, &pool, ops::MatmulPrecision::kF32, sc, true); };
+        auto gemm = [&](ops::MatmulPrecision p) { ops::LinearQuantGemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, sc, p); };
+        if (!ops::LinearQuantGemm(wv, x.data(), n, s.in, y.data(), s.out, &pool, sc)) {
           std::printf("no int8 GEMM on this CPU\n");
           return;
         }
-        for (int r = 0; r < reps; ++r) row_ms.push_back(bench::MedianMs(1, row)), gemm_ms.push_back(bench::MedianMs(1, gemm));
-        const double a = bench::Median(row_ms), b = bench::Median(gemm_ms);
-        std::printf("%-24s %-5s %4lld %12.3f %12.3f %10.2f\n", s.name, QuantTypeName(t), (long long)n, a, b, a / b);
+        for (int r = 0; r < reps; ++r) {
+          ms[0].push_back(bench::MedianMs(1, row));
+          ms[1].push_back(bench::MedianMs(1, [&] { gemm(ops::MatmulPrecision::kF32); }));
+          ms[2].push_back(bench::MedianMs(1, [&] { gemm(ops::MatmulPrecision::kInt8); }));
+        }
+        const double a = bench::Median(ms[0]), b = bench::Median(ms[1]), c = bench::Median(ms[2]);
+        std::printf("%-24s %-5s %4lld %12.3f %12.3f %12.3f %10.2f %10.2f\n", s.name, QuantTypeName(t), (long long)n, a, b,
+                    c, a / b, a / c);
       }
     }
 }

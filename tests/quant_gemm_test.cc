@@ -201,25 +201,33 @@ TEST(QuantGemm, FastPackingMatchesPlainUnpack) {
   }
 }
 
-// UnpackScalesK45Avx512 gives each live row's UnpackQuantCodes a and b in the panel layout, bit
-// for bit (zero and subnormal scales included), and +0 in the lanes past the live rows.
+// UnpackScalesAvx512 gives each live row's UnpackQuantCodes a and b in the panel layout, bit for
+// bit (zero, subnormal and extreme f16 scales and minimums included), and +0 in the lanes past the
+// live rows, for every type.
 TEST(QuantGemm, PanelScalesMatchPlainUnpack) {
   if (!ops::QuantGemmAvailable(QuantType::kQ4_K)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(16);
-  const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff};
-  for (QuantType t : {QuantType::kQ4_K, QuantType::kQ5_K}) {
+  const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0xfbff};
+  for (QuantType t : kTypes) {
+    const int64_t be = QuantBlockElems(t), bb = QuantBlockBytes(t), sub = ops::QuantGemmSubBlock(t);
+    // Where a block's f16 values are: d (and dmin or m) first, Q6_K's d last.
+    const int64_t f16_at = t == QuantType::kQ6_K ? 208 : 0;
+    const int f16_count = t == QuantType::kQ4_K || t == QuantType::kQ5_K || t == QuantType::kQ4_1 ||
+                                  t == QuantType::kQ5_1
+                              ? 2
+                              : 1;
     for (int trial = 0; trial < 40; ++trial) {
-      const int64_t blocks = 1 + rng() % 6, in = blocks * 256, bb = QuantBlockBytes(t);
-      const int64_t b0 = rng() % blocks, k0 = b0 * 256, kc = (1 + rng() % (blocks - b0)) * 256;
-      const int live = static_cast<int>(rng() % 17), groups = static_cast<int>(kc / 32);
+      const int64_t blocks = 1 + rng() % (be == 32 ? 24 : 6), in = blocks * be;
+      const int64_t b0 = rng() % blocks, k0 = b0 * be, kc = (1 + rng() % (blocks - b0)) * be;
+      const int live = static_cast<int>(rng() % 17), groups = static_cast<int>(kc / sub);
       std::vector<uint8_t> w = RandomBlocks(rng, t, std::max(live, 1), in);
-      for (int64_t i = 0; i < static_cast<int64_t>(w.size()) / bb; i += 3)  // d or dmin special
-        std::memcpy(w.data() + i * bb + 2 * (rng() % 2), &specials[rng() % 5], 2);
+      for (int64_t i = 0; i < static_cast<int64_t>(w.size()) / bb; i += 3)
+        std::memcpy(w.data() + i * bb + f16_at + 2 * (rng() % f16_count), &specials[rng() % 6], 2);
       AlignedBuffer a(groups * 16 * 4), b(groups * 16 * 4);
-      ops::UnpackScalesK45Avx512(t, w.data(), in / 256 * bb, live, k0, kc, a.as<float>(), b.as<float>());
+      ops::UnpackScalesAvx512(t, w.data(), in / be * bb, live, k0, kc, a.as<float>(), b.as<float>());
       std::vector<float> ra(groups), rb(groups);
       for (int r = 0; r < 16; ++r) {
-        if (r < live) ops::UnpackQuantCodes(t, w.data() + r * (in / 256 * bb), k0, kc, nullptr, ra.data(), rb.data());
+        if (r < live) ops::UnpackQuantCodes(t, w.data() + r * (in / be * bb), k0, kc, nullptr, ra.data(), rb.data());
         for (int g = 0; g < groups; ++g) {
           const float wa = r < live ? ra[g] : 0.0f, wb = r < live ? rb[g] : 0.0f;
           ASSERT_EQ(0, std::memcmp(&a.as<float>()[g * 16 + r], &wa, 4)) << QuantTypeName(t) << " r=" << r << " g=" << g;

@@ -95,9 +95,10 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
 
 // The quantized int8 GEMM alone, at any n (Linear runs it from its crossover token count on):
 // false, computing nothing, where it does not run (weights not block-quantized, a CPU without
-// AVX-512 VNNI). x_pairs: GemmScratchWords(n, w.in) words. For the crossover benchmark.
+// AVX-512 VNNI). x_pairs: GemmScratchWords(n, w.in) words. Activations in two bytes, or in one at
+// precision kInt8, as Linear quantizes them. For the crossover benchmark.
 bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                     ThreadPool* pool, uint32_t* x_pairs);
+                     ThreadPool* pool, uint32_t* x_pairs, MatmulPrecision precision = MatmulPrecision::kF32);
 
 // Plain loops with double accumulation: the reference the tests compare Linear against (at kBf16
 // over x rounded by F32ToBf16). Quantized weights are dequantized by DequantizeRow (tessera/quant.h):

@@ -28,6 +28,11 @@ constexpr int64_t kGemmMinTokensBf16 = 4;
 // "Row dots or the int8 GEMM"; for Q4_0/Q8_0 too, though their AVX-512 row-dot is faster through
 // 16 tokens: a 16-token prefill through it fails the q8_0 GGUF prefill bound, bench/results/serve.md).
 constexpr int64_t kGemmMinTokensQuant = 12;
+// The int8 GEMM's activation bytes: one at precision int8 (the row dots' numerics), else two.
+QuantActBytes QuantActBytesFor(MatmulPrecision precision) {
+  return precision == MatmulPrecision::kInt8 ? QuantActBytes::kOne : QuantActBytes::kTwo;
+}
+
 // Linear's choice for block-quantized weights: the int8 row-dot below the GEMM crossover, or for
 // rows that must equal one-token steps. At precision int8 (one-byte activations, as the row-dot
 // rounds them) on CPUs without the int8 GEMM, a type whose row-dot kernel unpacks each block once
@@ -106,8 +111,7 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
         Bf16AmxActive())
       return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
     if (n >= kGemmMinTokensQuant && x_pairs && QuantGemmAvailable(w.quant))
-      return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs,
-                       precision == MatmulPrecision::kInt8 ? QuantActBytes::kOne : QuantActBytes::kTwo);
+      return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs, QuantActBytesFor(precision));
     return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   }
   precision = ForFloatWeights(precision);
@@ -154,9 +158,9 @@ void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stri
 }
 
 bool LinearQuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-                     ThreadPool* pool, uint32_t* x_pairs) {
+                     ThreadPool* pool, uint32_t* x_pairs, MatmulPrecision precision) {
   if (w.quant == QuantType::kNone || !QuantGemmAvailable(w.quant)) return false;
-  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs);
+  QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs, QuantActBytesFor(precision));
   return true;
 }
 

@@ -205,23 +205,13 @@ struct RowQ6KTokens {
 // Where the sixteen rows are: FullRows, all stride bytes apart (the addresses then come from two
 // registers), or SomeRows, the last rows of a call, fewer than sixteen (lanes past them repeat row 0).
 
-// Bytes [off, off + 16) of the sixteen rows as four vectors, vector m holding bytes 4m .. 4m + 3 of
-// row r in lane r (four rows per vector, then a 4 x 4 dword transpose per 128 bits). kBytes 8: bytes
+#include "ops/transpose16_avx512.inc"
+
+// Bytes [off, off + 16) of the sixteen rows as TransposeRows16 lays them out; kBytes 8: bytes
 // [off, off + 8) as the first two vectors (the last dwords of a run).
 template <int kBytes = 16, typename Rows>
 [[gnu::always_inline]] inline void Transpose16(const Rows& p, int64_t off, __m512i* v) {
-  auto row = [&](int r) { return RowBytes<kBytes>(p(r) + off); };
-  __m512i z[4];
-  for (int a = 0; a < 4; ++a) {  // z[a] 128-bit lane L: row a + 4L
-    const __m512i t = _mm512_inserti32x4(_mm512_castsi128_si512(row(a)), row(a + 4), 1);
-    z[a] = _mm512_inserti32x4(_mm512_inserti32x4(t, row(a + 8), 2), row(a + 12), 3);
-  }
-  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t2 = _mm512_unpacklo_epi32(z[2], z[3]);
-  v[0] = _mm512_unpacklo_epi64(t0, t2), v[1] = _mm512_unpackhi_epi64(t0, t2);
-  if constexpr (kBytes == 16) {
-    const __m512i t1 = _mm512_unpackhi_epi32(z[0], z[1]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    v[2] = _mm512_unpacklo_epi64(t1, t3), v[3] = _mm512_unpackhi_epi64(t1, t3);
-  }
+  TransposeRows16<kBytes == 8>([&](int r) { return RowBytes<kBytes>(p(r) + off); }, v);
 }
 
 // The nibble codes of four dwords (transposed): c[m] the low nibbles of v[m], c[m + 4] the high ones.

@@ -177,39 +177,18 @@ struct Item {
   int64_t o0, nc, t_begin, t_end;
 };
 
-// a and b of a panel's rows r < live (row r at first + r * row_bytes) in the panel layout
-// [kc / sub][16], one row at a time in plain code; lanes past live 0.
-void PanelScalesPlain(QuantType t, const char* first, int64_t row_bytes, int live, int64_t k0, int64_t kc,
-                      int64_t sub, float* a, float* b) {
-  float ra[kMaxSub], rb[kMaxSub];
-  const int64_t groups = kc / sub;
-  for (int r = 0; r < 16; ++r) {
-    if (r < live) {
-      UnpackQuantCodes(t, first + r * row_bytes, k0, kc, nullptr, ra, rb);
-    } else {
-      std::fill(ra, ra + groups, 0.0f), std::fill(rb, rb + groups, 0.0f);
-    }
-    for (int64_t g = 0; g < groups; ++g) a[g * 16 + r] = ra[g], b[g * 16 + r] = rb[g];
-  }
-}
-
 // Packs rows [o0, o0 + nc) of k block [k0, k0 + kc) into panels: codes [P][kc / 4][16][4], a and b
 // [P][kc / sub][16], P = nc rounded up to 32, / 16 (rows past nc are zero).
 void PackPanels(const WeightView& w, int64_t o0, int64_t nc, int64_t k0, int64_t kc, int64_t sub, uint8_t* codes,
                 float* a, float* b) {
   alignas(64) uint8_t rows[16][kKcQ];  // a panel's codes row by row, then transposed into place
   const int64_t panels = (nc + 31) / 32 * 2, groups = kc / sub, row_bytes = QuantRowBytes(w.quant, w.in);
-  const bool k45 = w.quant == QuantType::kQ4_K || w.quant == QuantType::kQ5_K;  // scales in vector registers
   for (int64_t p = 0; p < panels; ++p) {
     const int live = static_cast<int>(std::clamp<int64_t>(nc - p * 16, 0, 16));
     const char* first = static_cast<const char*>(w.data) + (live ? (o0 + p * 16) * row_bytes : 0);
     float* pa = a + p * groups * 16;
     float* pb = b + p * groups * 16;
-    if (k45) {
-      UnpackScalesK45Avx512(w.quant, first, row_bytes, live, k0, kc, pa, pb);
-    } else {
-      PanelScalesPlain(w.quant, first, row_bytes, live, k0, kc, sub, pa, pb);
-    }
+    UnpackScalesAvx512(w.quant, first, row_bytes, live, k0, kc, pa, pb);
     for (int r = 0; r < 16; ++r) {
       if (r < live) {
         UnpackCodesAvx512(w.quant, first + r * row_bytes, k0, kc, rows[r]);

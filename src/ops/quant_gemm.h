@@ -41,13 +41,18 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
 // CPUs where QuantGemm runs): packing the panels is the GEMM's per-call cost before any token.
 void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes);
 
-// UnpackQuantCodes' a and b for rows r < rows of type t (Q4_K or Q5_K) of a panel (row r at row0 + r *
-// row_bytes; rows <= 16, lanes past rows 0), in the panel layout a[g][16], b[g][16], g < kc / 32.
+// UnpackQuantCodes' a and b for rows r < rows of type t of a panel (row r at row0 + r * row_bytes;
+// rows <= 16, lanes past rows 0), in the panel layout a[g][16], b[g][16], g < kc / sub, bit for bit:
+// with the codes, packing the panels is the GEMM's per-call cost before any token (done one row
+// and block at a time, the scales took longer than the tiles' work at 4-16 tokens).
+void UnpackScalesAvx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,
+                        float* b);
+// The same for Q4_K and Q5_K alone.
 void UnpackScalesK45Avx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc,
                            float* a, float* b);
 
 // panel[k4][r][0..3] = rows[r * stride + 4 k4 .. 4 k4 + 3] for r < 16, k4 < kc / 4: sixteen rows of
-// codes into the panel layout the micro-tile reads (kc a multiple of 4).
+// codes into the panel layout the micro-tile reads (kc a multiple of 16: whole blocks).
 void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8_t* panel);
 
 // Bytes of one token row of the activations in the scratch: q_hi[in], q_lo[in], xd[in / 32],

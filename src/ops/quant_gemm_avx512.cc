@@ -8,10 +8,13 @@
 #include <cstring>
 
 #include "ops/quant_gemm.h"
+#include "tessera/check.h"
 #include "tessera/quant.h"
 
 namespace tessera::ops {
 namespace {
+
+#include "ops/transpose16_avx512.inc"
 
 inline __m512i Bcast4(const int8_t* p) {
   int32_t v;
@@ -178,11 +181,70 @@ void UnpackScalesK45Avx512(QuantType t, const void* row0, int64_t row_bytes, int
   }
 }
 
+namespace {
+
+// The 32-value formats: per block one a = d and b = the offset times d (Q4_1, Q5_1: b = m), from
+// one 4-byte gather of each lane's block start (d, then m or the first codes).
+void UnpackScales32(QuantType t, const uint8_t* row0, __m512i off, __mmask16 live, int64_t k0, int64_t kc, float* a,
+                    float* b) {
+  const bool has_min = t == QuantType::kQ4_1 || t == QuantType::kQ5_1;
+  const __m512 offset = _mm512_set1_ps(t == QuantType::kQ8_0 ? -128.0f : t == QuantType::kQ5_0 ? -16.0f : -8.0f);
+  const int64_t bb = QuantBlockBytes(t);
+  const uint8_t* blk = row0 + k0 / 32 * bb;
+  for (int64_t i = 0; i < kc / 32; ++i, blk += bb, a += 16, b += 16) {
+    const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, off, blk, 1);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+    const __m512 m = has_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16))) : _mm512_mul_ps(offset, d);
+    _mm512_store_ps(a, _mm512_maskz_mov_ps(live, d));
+    _mm512_store_ps(b, _mm512_maskz_mov_ps(live, m));
+  }
+}
+
+// Q6_K: per 16-value sub-block g, a = d * sc[g] and b = -32 a. d is the block's last two bytes,
+// gathered from two bytes before so that no lane reads past its block.
+void UnpackScalesQ6K(const uint8_t* row0, __m512i off, __mmask16 live, int64_t k0, int64_t kc, float* a, float* b) {
+  const int64_t bb = QuantBlockBytes(QuantType::kQ6_K);
+  const __m512i zero = _mm512_setzero_si512();
+  const __m512 minus32 = _mm512_set1_ps(-32.0f);
+  const uint8_t* blk = row0 + k0 / 256 * bb;
+  for (int64_t i = 0; i < kc / 256; ++i, blk += bb, a += 16 * 16, b += 16 * 16) {
+    const __m512 d = _mm512_cvtph_ps(
+        _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_i32gather_epi32(zero, live, off, blk + 206, 1), 16)));
+    for (int q = 0; q < 4; ++q) {  // scales 4q .. 4q + 3, signed bytes of one dword
+      const __m512i sc4 = _mm512_mask_i32gather_epi32(zero, live, off, blk + 192 + 4 * q, 1);
+      for (int j = 0; j < 4; ++j) {
+        const int g = 4 * q + j;
+        const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sc4, 24 - 8 * j), 24);
+        const __m512 av = _mm512_maskz_mul_ps(live, d, _mm512_cvtepi32_ps(sc));
+        _mm512_store_ps(a + g * 16, av);
+        _mm512_store_ps(b + g * 16, _mm512_maskz_mul_ps(live, minus32, av));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void UnpackScalesAvx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,
+                        float* b) {
+  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) return UnpackScalesK45Avx512(t, row0, row_bytes, rows, k0, kc, a, b);
+  const __mmask16 live = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << rows) - 1);
+  const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(static_cast<int>(row_bytes)));
+  const auto* row = static_cast<const uint8_t*>(row0);
+  if (t == QuantType::kQ6_K) return UnpackScalesQ6K(row, off, live, k0, kc, a, b);
+  TESSERA_CHECK(QuantBlockElems(t) == 32, "UnpackScalesAvx512: not a block-quantized type");
+  UnpackScales32(t, row, off, live, k0, kc, a, b);
+}
+
 void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8_t* panel) {
-  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(static_cast<int>(stride)));
-  for (int64_t k4 = 0; k4 < kc / 4; ++k4)
-    _mm512_store_si512(panel + 64 * k4, _mm512_i32gather_epi32(idx, rows + 4 * k4, 1));
+  TESSERA_CHECK(kc % 16 == 0, "TransposeCodesAvx512: kc must be a multiple of 16");
+  for (int64_t j = 0; j < kc / 16; ++j) {  // codes 16j .. 16j + 15 of the rows: panel steps 4j .. 4j + 3
+    __m512i v[4];
+    TransposeRows16([&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows + r * stride + 16 * j)); },
+                    v);
+    for (int m = 0; m < 4; ++m) _mm512_store_si512(panel + 64 * (4 * j + m), v[m]);
+  }
 }
 
 template <int kPasses>
