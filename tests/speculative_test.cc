@@ -568,7 +568,9 @@ TEST(SpeculativeApi, QuantizedDrafterGreedyEqualsPlain) {
       ASSERT_TRUE(s.value()->Generate({TextPrompt(kGenPrompt)}, g, &spec).ok());
       EXPECT_EQ(spec.rows[0].tokens, plain.rows[0].tokens);
       EXPECT_GT(spec.stats.drafted_tokens, 0);
-      if (std::string(drafter) == "gemma4_assistant_copy") EXPECT_GT(spec.stats.accepted_tokens, 0);
+      if (std::string(drafter) == "gemma4_assistant_copy") {
+        EXPECT_GT(spec.stats.accepted_tokens, 0);
+      }
     }
   }
   LoadOptions bad;
