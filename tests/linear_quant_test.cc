@@ -306,6 +306,17 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   }
 }
 
+// With the kernel table set for testing: the row dot of p's n tokens within its bounds, and each
+// token's row equal to that token decoded alone, bit for bit.
+void ExpectBatchIsDecodeAlone(const QuantProblem& p, int64_t n, const RowDotRefs& refs, ThreadPool* pool) {
+  const std::vector<float> y = RunLinear(p, n, pool, MatmulPrecision::kF32, Path::kRowDot);
+  EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
+    for (int64_t o = 0; o < p.out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
+  }
+}
+
 // The row-dot for every small batch n = 1..17 (tokens go to the kernels kQuantDotTokens at a time,
 // the last group partial): each kernel matches the references, and each token alone gives its
 // result in the batch bit for bit.
@@ -325,12 +336,7 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
         ops::SetQuantDotForTesting(kernels[k]);
-        const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kF32, Path::kRowDot);
-        EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
-        for (int64_t i = 0; i < n; ++i) {
-          const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
-          for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
-        }
+        ExpectBatchIsDecodeAlone(p, n, refs, &pool);
         if (kernels[k]->dot_rows_tokens == nullptr || n > ops::kQuantDotTokens) continue;
         // The multi-token kernel is each token's dot_rows, bit for bit.
         const int64_t ab = ops::ActRowBytes(t, in), nb = in / QuantBlockElems(t);
@@ -367,12 +373,7 @@ TEST(LinearQuant, RowDotAcrossChunksMatchesDecode) {
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
         ops::SetQuantDotForTesting(kernels[k]);
-        const std::vector<float> y = RunLinear(p, n, &pool, MatmulPrecision::kF32, Path::kRowDot);
-        EXPECT_TRUE(WithinRowDotBounds(y, refs, p));
-        for (int64_t i = 0; i < n; ++i) {
-          const std::vector<float> one = RunLinear(p, 1, nullptr, MatmulPrecision::kF32, Path::kRowDot, i);
-          for (int64_t o = 0; o < out; ++o) ASSERT_EQ(one[o], y[i * p.ys + o]) << "token " << i << " o=" << o;
-        }
+        ExpectBatchIsDecodeAlone(p, n, refs, &pool);
       }
       ops::SetQuantDotForTesting(nullptr);
     }

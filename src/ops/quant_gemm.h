@@ -47,9 +47,6 @@ void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uin
 // and block at a time, the scales took longer than the tiles' work at 4-16 tokens).
 void UnpackScalesAvx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,
                         float* b);
-// The same for Q4_K and Q5_K alone.
-void UnpackScalesK45Avx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc,
-                           float* a, float* b);
 
 // panel[k4][r][0..3] = rows[r * stride + 4 k4 .. 4 k4 + 3] for r < 16, k4 < kc / 4: sixteen rows of
 // codes into the panel layout the micro-tile reads (kc a multiple of 16: whole blocks).

@@ -144,8 +144,12 @@ void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uin
   }
 }
 
-void UnpackScalesK45Avx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc,
-                           float* a, float* b) {
+namespace {
+
+// Q4_K and Q5_K: per 32-value sub-block j, a = d * sc_j and b = -(dmin * m_j), from the super-block
+// headers (one gather per header word).
+void UnpackScalesK45(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,
+                     float* b) {
   const __mmask16 live = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << rows) - 1);
   const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(static_cast<int>(row_bytes)));
@@ -180,8 +184,6 @@ void UnpackScalesK45Avx512(QuantType t, const void* row0, int64_t row_bytes, int
     }
   }
 }
-
-namespace {
 
 // The 32-value formats: per block one a = d and b = the offset times d (Q4_1, Q5_1: b = m), from
 // one 4-byte gather of each lane's block start (d, then m or the first codes).
@@ -227,7 +229,7 @@ void UnpackScalesQ6K(const uint8_t* row0, __m512i off, __mmask16 live, int64_t k
 
 void UnpackScalesAvx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,
                         float* b) {
-  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) return UnpackScalesK45Avx512(t, row0, row_bytes, rows, k0, kc, a, b);
+  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) return UnpackScalesK45(t, row0, row_bytes, rows, k0, kc, a, b);
   const __mmask16 live = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << rows) - 1);
   const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(static_cast<int>(row_bytes)));
