@@ -730,6 +730,41 @@ TEST(LinearBatch, EachJobAsLinearAlone) {
     }
 }
 
+// Jobs on one x in a row, as q/k/v and gate/up are, take the int8 GEMM quantizing x once where
+// their types quantize it alike (SameQuantizedX): each job still gets the bits Linear gives it
+// alone, at both activation widths, for every order of types that do and do not share the rows
+// (Q4_0 / Q8_0 / Q4_K: 32-value sub-blocks, but 32- and 256-value activation blocks at one byte;
+// Q6_K: 16-value sub-blocks).
+TEST(LinearBatch, JobsOnOneXQuantizeItOnce) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no int8 GEMM on this CPU";
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  const int64_t n = 20, in = 512;
+  const QuantType order[] = {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ4_K,
+                             QuantType::kQ6_K, QuantType::kQ6_K, QuantType::kQ4_0};
+  AlignedBuffer x_pairs(ops::GemmScratchWords(n, in) * sizeof(uint32_t));
+  for (MatmulPrecision prec : {MatmulPrecision::kF32, MatmulPrecision::kInt8}) {
+    std::vector<QuantProblem> probs;
+    std::vector<ops::LinearJob> jobs;
+    std::vector<std::vector<float>> ys;
+    for (QuantType t : order) {
+      probs.push_back(MakeQuantProblem(rng, t, n, in, 40));
+      ys.emplace_back(n * probs.back().ys, kUnwritten);
+    }
+    for (size_t j = 0; j < probs.size(); ++j)  // every job on the first problem's x
+      jobs.push_back({probs[j].View(), probs[0].x.data(), n, probs[0].xs, ys[j].data(), probs[j].ys});
+    ops::LinearBatch(jobs.data(), int64_t(jobs.size()), &pool, prec, x_pairs.as<uint32_t>());
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const ops::LinearJob& job = jobs[j];
+      std::vector<float> alone(ys[j].size(), kUnwritten);
+      AlignedBuffer own(ops::GemmScratchWords(n, in) * sizeof(uint32_t));
+      ops::Linear(job.w, job.x, n, job.x_stride, alone.data(), job.y_stride, &pool, prec, own.as<uint32_t>());
+      ASSERT_EQ(std::memcmp(alone.data(), ys[j].data(), alone.size() * sizeof(float)), 0)
+          << "job " << j << " " << QuantTypeName(job.w.quant) << (prec == MatmulPrecision::kInt8 ? " int8" : " f32");
+    }
+  }
+}
+
 // A job of more tokens than the row dot's stack buffer holds at its width (4 at 65536 features)
 // leaves the batch's loop and runs alone on the scratch; the others stay in the loop. Each still
 // the bits Linear gives it alone.

@@ -45,6 +45,16 @@ bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps, Matmul
   return precision == MatmulPrecision::kInt8 && !QuantGemmAvailable(w.quant) && UnpacksOnce(QuantDot(), w.quant, kQuantDotTokens);
 }
 
+// Prefill of block-quantized weights (past the row dots): the int8 GEMM where the CPU has it (its
+// activations quantized as the row-dot's are, in the x_pairs scratch), else dequantized f32 panels
+// (bench/results/quant_prefill.md). At precision bf16 on AMX CPUs, AMX tiles on dequantized bf16
+// panels instead (Bf16AmxActive).
+bool TakesQuantGemm(const WeightView& w, int64_t n, MatmulPrecision precision, const uint32_t* x_pairs) {
+  if (w.quant == QuantType::kNone || n < kGemmMinTokensQuant || !x_pairs) return false;
+  if (n >= QuantAmxMinTokens() && precision == MatmulPrecision::kBf16 && Bf16AmxActive()) return false;
+  return QuantGemmAvailable(w.quant);
+}
+
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool) {
   // A 262144-row LM head in 16-row items would be 16384 hand-outs per token; a few large
@@ -103,17 +113,9 @@ void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, fl
             ThreadPool* pool, MatmulPrecision precision, uint32_t* x_pairs, bool rows_as_steps) {
   if (TakesQuantRowDot(w, n, rows_as_steps, precision))
     return QuantRowDot(w, x, n, x_stride, y, y_stride, pool, x_pairs);
-  if (w.quant != QuantType::kNone) {
-    // Prefill: the int8 GEMM where the CPU has it (its activations quantized as the row-dot's are,
-    // in the x_pairs scratch), else dequantized f32 panels (bench/results/quant_prefill.md).
-    // At precision bf16 on AMX CPUs, AMX tiles on dequantized bf16 panels instead (Bf16AmxActive).
-    if (n >= std::max(kGemmMinTokensQuant, QuantAmxMinTokens()) && x_pairs && precision == MatmulPrecision::kBf16 &&
-        Bf16AmxActive())
-      return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
-    if (n >= kGemmMinTokensQuant && x_pairs && QuantGemmAvailable(w.quant))
-      return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs, QuantActBytesFor(precision));
-    return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
-  }
+  if (TakesQuantGemm(w, n, precision, x_pairs))
+    return QuantGemm(w, x, n, x_stride, y, y_stride, pool, x_pairs, QuantActBytesFor(precision));
+  if (w.quant != QuantType::kNone) return Gemm(w, x, n, x_stride, y, y_stride, pool, precision, x_pairs);
   precision = ForFloatWeights(precision);
   // Prepacked panels: one kernel for every n, so decode and prefill give each token the same
   // result. A panel streams at least as well as a row (bench/BENCHMARKS.md): bf16 pair panels
@@ -134,10 +136,22 @@ void LinearBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool, MatmulP
   for (int64_t j = 0; j < count; ++j)
     if (TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps, precision)) row_dot[m++] = jobs[j];
   QuantRowDotBatch(row_dot, m, pool, x_pairs);
-  for (int64_t j = 0; j < count; ++j)
-    if (!TakesQuantRowDot(jobs[j].w, jobs[j].n, rows_as_steps, precision))
-      Linear(jobs[j].w, jobs[j].x, jobs[j].n, jobs[j].x_stride, jobs[j].y, jobs[j].y_stride, pool, precision, x_pairs,
-             rows_as_steps);
+  // Jobs on one x (q/k/v, gate/up) in a row on the int8 GEMM quantize it once: the scratch keeps it.
+  const QuantActBytes bytes = QuantActBytesFor(precision);
+  const LinearJob* held = nullptr;  // the job whose x the scratch holds quantized, if any
+  for (int64_t j = 0; j < count; ++j) {
+    const LinearJob& job = jobs[j];
+    if (TakesQuantRowDot(job.w, job.n, rows_as_steps, precision)) continue;
+    if (!TakesQuantGemm(job.w, job.n, precision, x_pairs)) {
+      Linear(job.w, job.x, job.n, job.x_stride, job.y, job.y_stride, pool, precision, x_pairs, rows_as_steps);
+      held = nullptr;
+      continue;
+    }
+    const bool ready = held && held->x == job.x && held->n == job.n && held->x_stride == job.x_stride &&
+                       held->w.in == job.w.in && SameQuantizedX(held->w.quant, job.w.quant, bytes);
+    QuantGemm(job.w, job.x, job.n, job.x_stride, job.y, job.y_stride, pool, x_pairs, bytes, ready);
+    held = &job;
+  }
 }
 
 void LinearRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

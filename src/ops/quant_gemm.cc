@@ -281,8 +281,15 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
   }
 }
 
+bool SameQuantizedX(QuantType a, QuantType b, QuantActBytes bytes) {
+  // Two bytes: the rows depend on the sub-block alone; one byte: also on the activation block the
+  // row dots quantize with (32 or 256 values, QuantizeRowOneByte).
+  return QuantGemmSubBlock(a) == QuantGemmSubBlock(b) &&
+         (bytes == QuantActBytes::kTwo || ActBlockElems(a) == ActBlockElems(b));
+}
+
 void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-               ThreadPool* pool, uint32_t* scratch, QuantActBytes bytes) {
+               ThreadPool* pool, uint32_t* scratch, QuantActBytes bytes, bool x_ready) {
   TESSERA_CHECK(QuantGemmAvailable(w.quant), "QuantGemm: no int8 GEMM kernel for this CPU or type");
   TESSERA_CHECK(w.in % QuantBlockElems(w.quant) == 0, "QuantGemm: quantized weight rows must be whole blocks");
   const int64_t sub = QuantGemmSubBlock(w.quant), stride = QuantGemmRowBytes(w.in);
@@ -308,10 +315,10 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
             Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)}, amx, bytes);
   };
   if (pool) {
-    pool->ParallelFor(n, quantize);
+    if (!x_ready) pool->ParallelFor(n, quantize);
     pool->ParallelFor(col_blocks * row_blocks, run);
   } else {
-    for (int64_t t = 0; t < n; ++t) quantize(t, 0);
+    for (int64_t t = 0; !x_ready && t < n; ++t) quantize(t, 0);
     for (int64_t i = 0; i < col_blocks * row_blocks; ++i) run(i, 0);
   }
 }

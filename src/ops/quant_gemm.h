@@ -62,8 +62,13 @@ enum class QuantActBytes { kTwo, kOne };
 // y[t * y_stride + o] = x[t] . W[o] for t < n, o < w.out, as the header comment describes.
 // scratch: GemmScratchWords(n, w.in) u32 words (the model's x_pairs scratch), 64-byte aligned;
 // w.in whole blocks. Every token's result is the same whatever n and its position.
+// x_ready: the scratch already holds these n rows of x as this call would quantize them (the call
+// before took the same x, n and width, and SameQuantizedX says its weights quantize x alike).
 void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
-               ThreadPool* pool, uint32_t* scratch, QuantActBytes bytes = QuantActBytes::kTwo);
+               ThreadPool* pool, uint32_t* scratch, QuantActBytes bytes = QuantActBytes::kTwo, bool x_ready = false);
+
+// Whether the scratch rows QuantGemm quantizes for weights of type a serve weights of type b too.
+bool SameQuantizedX(QuantType a, QuantType b, QuantActBytes bytes);
 
 // Tokens per micro-tile at most.
 constexpr int kQuantTileTokens = 4;
