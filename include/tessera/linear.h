@@ -84,7 +84,9 @@ inline constexpr int64_t kMaxLinearJobs = 64;
 // Each job's y as Linear(job.w, job.x, ..., precision, x_pairs, rows_as_steps) computes it, bit for
 // bit, with the jobs that take the quantized row-dot path run as one parallel loop over all their
 // rows: many small matrices (a MoE layer's chosen experts in decode) cost one dispatch, not one
-// each. The other jobs run as Linear calls of their own. count <= kMaxLinearJobs (checked).
+// each. The other jobs run as Linear calls of their own, in order; jobs in a row on one x on the
+// int8 GEMM quantize it once. The jobs are independent: no job's y may overlap another's x.
+// count <= kMaxLinearJobs (checked).
 void LinearBatch(const LinearJob* jobs, int64_t count, ThreadPool* pool,
                  MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr,
                  bool rows_as_steps = false);
