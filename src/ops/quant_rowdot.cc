@@ -25,8 +25,8 @@ constexpr int64_t kMinItemBytes = 256 * 1024;
 constexpr int64_t kChunkBytes = 32 * 1024;
 // The same for decode-sized calls of more tokens than one kernel call takes (9 or more; AVX2 Q6_K's
 // one or two, run per token): a kernel prefetches only within its call, so each chunk's first rows
-// come cold from memory; at 32 KiB that was every group, and 9 tokens cost about twice 8
-// (bench/results/small_batch.md, "Nine tokens and more"). At most half a core's L2 on the CPUs measured.
+// come cold from memory, and at 32 KiB that was every row group (bench/results/small_batch.md,
+// "Nine tokens and more"). At most half a core's L2 on the CPUs measured.
 constexpr int64_t kStepChunkBytes = 256 * 1024;
 // Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
