@@ -137,10 +137,6 @@ void RunQuant(ThreadPool& pool, int reps, double bw, double peak) {
     }
 }
 
-// Decode as a model streams it: one token through a stack of Gemma-4-12B MLP weights (up, then down,
-// `layers` times; far larger than the caches), so every row comes from memory as in a real decode
-// step, against the read bandwidth probed with the same threads. With `pages`, the same stack on
-// 4 KiB pages and on 2 MiB transparent huge pages, alternated (the quant-pages section).
 // Eight Gemma-4-12B MLP up/down pairs of type t in buffers of `pages`: far larger than the caches.
 struct QuantStack {
   static constexpr int64_t kHidden = 3840, kInter = 15360, kLayers = 8;
@@ -171,6 +167,11 @@ std::vector<QuantStack> RandomQuantStacks(std::mt19937& rng, QuantType t, const 
   return stacks;
 }
 
+// Decode as a model streams it: one token through a stack of Gemma-4-12B MLP weights (up, then
+// down, QuantStack::kLayers times; far larger than the caches), so every row comes from memory as
+// in a real decode step, against the read bandwidth probed with the same threads. With `pages`, the
+// same stack on 4 KiB pages and on 2 MiB transparent huge pages, alternated (the quant-pages
+// section).
 void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
   std::printf("\n%-24s %-5s %-6s %10s %12s %10s\n", "decode from memory", "type", "pages", "ms/token", "W GB/s",
               "% read bw");
@@ -615,8 +616,7 @@ int main(int argc, char** argv) {
   if (const int rc = bench::CheckArgs(argc, argv,
                                       " [--threads N] [--reps R] [--section all|dense|quant|quant-compute|quant-stream|"
                                       "quant-pages|quant-decode|quant-verify|quant-prefill|quant-crossover|small-batch|"
-                                      "amx|"
-                                      "amx-quant]\n");
+                                      "amx|amx-quant]\n");
       rc >= 0)
     return rc;
   int threads = DefaultThreadCount(), reps = 5;

@@ -306,6 +306,20 @@ TEST(LinearQuant, RowDotMatchesReferencesOnEveryKernel) {
   }
 }
 
+// Runs f(kernels) with each quantized-dot table this CPU has set for testing, then the default again
+// (also after a failed ASSERT inside f, which returns from f alone).
+template <typename F>
+void OnEveryKernel(F&& f) {
+  const ops::QuantDotKernels* kernels[4];
+  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
+  for (int k = 0; k < n_kernels; ++k) {
+    SCOPED_TRACE(kernels[k]->name);
+    ops::SetQuantDotForTesting(kernels[k]);
+    f(*kernels[k]);
+  }
+  ops::SetQuantDotForTesting(nullptr);
+}
+
 // With the kernel table set for testing: the row dot of p's n tokens within its bounds, and each
 // token's row equal to that token decoded alone, bit for bit.
 void ExpectBatchIsDecodeAlone(const QuantProblem& p, int64_t n, const RowDotRefs& refs, ThreadPool* pool) {
@@ -321,8 +335,6 @@ void ExpectBatchIsDecodeAlone(const QuantProblem& p, int64_t n, const RowDotRefs
 // the last group partial): each kernel matches the references, and each token alone gives its
 // result in the batch bit for bit.
 TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
-  const ops::QuantDotKernels* kernels[4];
-  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(12);
   ThreadPool pool(2);
   for (QuantType t : kTypes) {
@@ -333,24 +345,21 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
       const RowDotRefs refs = MakeRowDotRefs(p);
-      for (int k = 0; k < n_kernels; ++k) {
-        SCOPED_TRACE(kernels[k]->name);
-        ops::SetQuantDotForTesting(kernels[k]);
+      OnEveryKernel([&](const ops::QuantDotKernels& k) {
         ExpectBatchIsDecodeAlone(p, n, refs, &pool);
-        if (kernels[k]->dot_rows_tokens == nullptr || n > ops::kQuantDotTokens) continue;
+        if (k.dot_rows_tokens == nullptr || n > ops::kQuantDotTokens) return;
         // The multi-token kernel is each token's dot_rows, bit for bit.
         const int64_t ab = ops::ActRowBytes(t, in), nb = in / QuantBlockElems(t);
         AlignedBuffer xq(n * ab);
-        for (int64_t i = 0; i < n; ++i) kernels[k]->quantize_act(t, p.x.data() + i * p.xs, in, xq.as<uint8_t>() + i * ab);
+        for (int64_t i = 0; i < n; ++i) k.quantize_act(t, p.x.data() + i * p.xs, in, xq.as<uint8_t>() + i * ab);
         std::vector<float> multi(n * out), single(out);
-        kernels[k]->dot_rows_tokens(t, p.w.data(), QuantRowBytes(t, in), out, xq.as<uint8_t>(), ab,
-                                    static_cast<int>(n), nb, multi.data(), out);
+        k.dot_rows_tokens(t, p.w.data(), QuantRowBytes(t, in), out, xq.as<uint8_t>(), ab, static_cast<int>(n), nb,
+                          multi.data(), out);
         for (int64_t i = 0; i < n; ++i) {
-          kernels[k]->dot_rows(t, p.w.data(), QuantRowBytes(t, in), out, xq.as<uint8_t>() + i * ab, nb, single.data());
+          k.dot_rows(t, p.w.data(), QuantRowBytes(t, in), out, xq.as<uint8_t>() + i * ab, nb, single.data());
           for (int64_t o = 0; o < out; ++o) ASSERT_EQ(single[o], multi[i * out + o]) << "token " << i << " o=" << o;
         }
-      }
-      ops::SetQuantDotForTesting(nullptr);
+      });
     }
   }
 }
@@ -360,8 +369,6 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
 // more tokens than one kernel call takes (9, 10: 256 KiB chunks of an item). Across every chunk edge
 // each token's row is its decode alone, bit for bit, and within the row-dot's bounds.
 TEST(LinearQuant, RowDotAcrossChunksMatchesDecode) {
-  const ops::QuantDotKernels* kernels[4];
-  const int n_kernels = ops::AvailableQuantDot(kernels, 4);
   std::mt19937 rng(22);
   ThreadPool pool(2);
   for (QuantType t : kTypes) {
@@ -370,12 +377,7 @@ TEST(LinearQuant, RowDotAcrossChunksMatchesDecode) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
       const RowDotRefs refs = MakeRowDotRefs(p);
-      for (int k = 0; k < n_kernels; ++k) {
-        SCOPED_TRACE(kernels[k]->name);
-        ops::SetQuantDotForTesting(kernels[k]);
-        ExpectBatchIsDecodeAlone(p, n, refs, &pool);
-      }
-      ops::SetQuantDotForTesting(nullptr);
+      OnEveryKernel([&](const ops::QuantDotKernels&) { ExpectBatchIsDecodeAlone(p, n, refs, &pool); });
     }
   }
 }

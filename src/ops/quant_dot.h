@@ -30,7 +30,9 @@ struct QuantDotKernels {
   // DequantizeRow (tessera/quant.h), the same values bit for bit (the same f32 operations per value).
   void (*dequantize)(QuantType t, const void* src, float* dst, int64_t n);
   // Whether dot_rows_tokens for `tokens` (1..kQuantDotTokens) tokens of type t unpacks each block
-  // once for all of them (else it runs dot_rows per token). Null: for no type.
+  // once per pass of its kernel for all of that pass's tokens, reading each weight from memory once
+  // for the whole call (else it runs dot_rows per token). AVX-512's K-quant kernels pass four
+  // tokens at a time and walk the rows in chunks for more. Null: for no type.
   bool (*unpacks_once)(QuantType t, int tokens);
 };
 

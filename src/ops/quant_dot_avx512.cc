@@ -424,7 +424,7 @@ void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, cons
 template <typename K>
 void RowsUpTo(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
               int64_t nb, float* out, int64_t out_stride) {
-  static_assert(K::kMaxTokens == 4 && kQuantDotTokens == 8);
+  static_assert(K::kMaxTokens == 4);
   switch (tokens) {
     case 1: return RowsT<K, 1>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
     case 2: return RowsT<K, 2>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);

@@ -148,15 +148,12 @@ namespace {
 
 // Q4_K and Q5_K: per 32-value sub-block j, a = d * sc_j and b = -(dmin * m_j), from the super-block
 // headers (one gather per header word).
-void UnpackScalesK45(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,
+void UnpackScalesK45(QuantType t, const uint8_t* row0, __m512i off, __mmask16 live, int64_t k0, int64_t kc, float* a,
                      float* b) {
-  const __mmask16 live = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << rows) - 1);
-  const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(static_cast<int>(row_bytes)));
   const __m512i m6 = _mm512_set1_epi32(63), m4 = _mm512_set1_epi32(15), m2 = _mm512_set1_epi32(3);
   const __m512i zero = _mm512_setzero_si512(), sign = _mm512_set1_epi32(static_cast<int>(0x80000000u));
   const int64_t bb = QuantBlockBytes(t);  // Q4_K and Q5_K start with the same 16-byte header
-  const uint8_t* blk = static_cast<const uint8_t*>(row0) + k0 / 256 * bb;
+  const uint8_t* blk = row0 + k0 / 256 * bb;
   for (int64_t i = 0; i < kc / 256; ++i, blk += bb, a += 8 * 16, b += 8 * 16) {
     // One super-block header per lane: d | dmin, then the twelve 6-bit scale / min bytes.
     const __m512i h = _mm512_mask_i32gather_epi32(zero, live, off, blk, 1);
@@ -229,11 +226,11 @@ void UnpackScalesQ6K(const uint8_t* row0, __m512i off, __mmask16 live, int64_t k
 
 void UnpackScalesAvx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,
                         float* b) {
-  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) return UnpackScalesK45(t, row0, row_bytes, rows, k0, kc, a, b);
   const __mmask16 live = static_cast<__mmask16>(rows >= 16 ? 0xffff : (1u << rows) - 1);
   const __m512i off = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                          _mm512_set1_epi32(static_cast<int>(row_bytes)));
   const auto* row = static_cast<const uint8_t*>(row0);
+  if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) return UnpackScalesK45(t, row, off, live, k0, kc, a, b);
   if (t == QuantType::kQ6_K) return UnpackScalesQ6K(row, off, live, k0, kc, a, b);
   TESSERA_CHECK(QuantBlockElems(t) == 32, "UnpackScalesAvx512: not a block-quantized type");
   UnpackScales32(t, row, off, live, k0, kc, a, b);

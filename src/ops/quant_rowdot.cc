@@ -57,7 +57,8 @@ int64_t RowsPerItem(int64_t rows, int64_t row_bytes, int64_t min_item_bytes, con
 constexpr int64_t kTokenBlock = 8 * kQuantDotTokens;
 
 // Whether one call takes all g tokens of a row range: one token, or a table whose dot_rows_tokens
-// unpacks each block once for all of them. Then an item is one call, and a group kernel's prefetch
+// unpacks the blocks for all of them and reads each weight from memory once (unpacks_once). Then
+// an item is one call, and a group kernel's prefetch
 // of its next rows runs through the whole item; in 32 KiB chunks the first group of each came cold
 // from memory (at Gemma's widths a chunk is one or two groups). A kernel run per token needs the
 // chunks: the second token finds the rows in cache.
