@@ -238,6 +238,45 @@ TEST(QuantGemm, PanelScalesMatchPlainUnpack) {
   }
 }
 
+// QuantizeResidualAvx512 gives QuantizeResidual's bytes and floats bit for bit, for both sub-block
+// sizes, on rows from subnormal to huge magnitudes, with all-zero blocks and blocks holding an
+// infinity or a NaN; and the reference's two bytes reproduce each finite x within the bound the
+// header comment states (d / 256, plus the rounding of the residual x - d q_hi).
+TEST(QuantGemm, ResidualMatchesPlainQuantizer) {
+  if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t nb = 1 + rng() % 12, in = 32 * nb;
+    const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 250) - 140);
+    std::vector<float> x(in);
+    for (float& v : x) v = nd(rng) * scale;
+    const int64_t at = rng() % in;
+    if (trial % 5 == 1) std::fill(x.begin() + at / 32 * 32, x.begin() + at / 32 * 32 + 32, 0.0f);
+    if (trial % 5 == 2) x[at] = (rng() % 2 ? 1 : -1) * std::numeric_limits<float>::infinity();
+    if (trial % 5 == 3) x[at] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<ops::ActBlock32> blocks(nb);
+    ops::QuantizeActivations(QuantType::kQ8_0, x.data(), in, blocks.data());
+    for (int64_t sub : {16, 32}) {
+      std::vector<int8_t> hi(in), lo(in), hi2(in), lo2(in);
+      std::vector<float> xd(nb), xd2(nb), xs(in / sub), xs2(in / sub);
+      ops::QuantizeResidual(x.data(), blocks.data(), nb, sub, hi.data(), lo.data(), xd.data(), xs.data());
+      ops::QuantizeResidualAvx512(x.data(), blocks.data(), nb, sub, hi2.data(), lo2.data(), xd2.data(), xs2.data());
+      const std::string where = "trial " + std::to_string(trial) + " sub " + std::to_string(sub);
+      ASSERT_EQ(hi, hi2) << where;
+      ASSERT_EQ(lo, lo2) << where;
+      ASSERT_EQ(0, std::memcmp(xd.data(), xd2.data(), 4 * nb)) << where;
+      ASSERT_EQ(0, std::memcmp(xs.data(), xs2.data(), 4 * (in / sub))) << where;
+      for (int64_t i = 0; i < in; ++i) {
+        const double d = blocks[i / 32].d, dl = xd[i / 32];
+        if (!std::isfinite(d) || !(dl >= std::numeric_limits<float>::min())) continue;  // normal scales
+        const double got = d * hi[i] + dl * lo[i], u = std::ldexp(1.0, -24);
+        ASSERT_LE(std::abs(got - x[i]), dl + 4 * u * (std::abs(x[i]) + std::abs(d * hi[i]))) << where << " i " << i;
+      }
+    }
+  }
+}
+
 TEST(QuantGemm, NonFiniteActivationsGiveNaN) {
   if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(14);

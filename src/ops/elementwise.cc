@@ -9,29 +9,42 @@ namespace tessera::ops {
 
 void RmsNorm(const float* x, int64_t x_stride, const float* w, float offset, float eps, int64_t n, int64_t d, float* y,
              int64_t y_stride) {
+  const SimdKernels& simd = Simd();
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * x_stride;
     float* yr = y + r * y_stride;
-    float ss = 0.0f;  // f32 accumulation, as torch's pow(2).mean() in float32
-    for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+    // f32 accumulation, as torch's pow(2).mean() in float32, in SIMD lanes (torch sums in lanes
+    // too; one chain per element would put four cycles of latency on every value).
+    const float ss = simd.dot_f32(xr, xr, d);
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * (w ? offset + w[i] : 1.0f);
+    if (w) {
+      for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv * (offset + w[i]);
+    } else {
+      for (int64_t i = 0; i < d; ++i) yr[i] = xr[i] * inv;
+    }
   }
 }
 
 void Rope(float* x, int64_t n, int64_t heads, int64_t d, int64_t x_stride, int64_t head_stride, const int32_t* pos,
           const float* inv_freq, float attention_scaling) {
+  constexpr int64_t kStep = 64;  // angles per pass: their cos and sin stay in registers and L1
   const int64_t half = d / 2;
+  float c[kStep], s[kStep];
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      // torch computes freqs = pos * inv_freq in f32, then cos/sin in f32.
-      const float angle = static_cast<float>(pos[t]) * inv_freq[i];
-      const float c = std::cos(angle) * attention_scaling, s = std::sin(angle) * attention_scaling;
-      for (int64_t h = 0; h < heads; ++h) {
-        float* v = x + t * x_stride + h * head_stride;
-        const float a = v[i], b = v[i + half];
-        v[i] = a * c - b * s;
-        v[i + half] = b * c + a * s;
+    for (int64_t i0 = 0; i0 < half; i0 += kStep) {
+      const int64_t m = std::min(kStep, half - i0);
+      for (int64_t i = 0; i < m; ++i) {
+        // torch computes freqs = pos * inv_freq in f32, then cos/sin in f32.
+        const float angle = static_cast<float>(pos[t]) * inv_freq[i0 + i];
+        c[i] = std::cos(angle) * attention_scaling, s[i] = std::sin(angle) * attention_scaling;
+      }
+      for (int64_t h = 0; h < heads; ++h) {  // each head's pairs in vector lanes
+        float* v = x + t * x_stride + h * head_stride + i0;
+        for (int64_t i = 0; i < m; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c[i] - b * s[i];
+          v[i + half] = b * c[i] + a * s[i];
+        }
       }
     }
   }

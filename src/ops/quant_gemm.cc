@@ -103,10 +103,32 @@ void UnpackQ6K(const uint8_t* blk, uint8_t* c, float* a, float* b) {
   for (int g = 0; g < 16; ++g) a[g] = d * static_cast<float>(sc[g]), b[g] = -32.0f * a[g];
 }
 
+}  // namespace
+
+void QuantizeResidual(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi, int8_t* lo,
+                      float* xd, float* xs) {
+  for (int64_t j = 0; j < nb; ++j, x += 32, hi += 32, lo += 32) {
+    const float d = blocks[j].d, dl = d * (1.0f / 256);
+    std::memcpy(hi, blocks[j].q, 32);
+    for (int64_t l = 0; l < 32; ++l) {
+      // Round to nearest even by the 1.5 * 2^23 trick (|v| <= 128.5 here); zero and NaN scales give 0.
+      const float v = dl > 0 ? (x[l] - d * static_cast<float>(blocks[j].q[l])) / dl : 0.0f;
+      const float r = (v + 12582912.0f) - 12582912.0f;
+      lo[l] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, r)));
+    }
+    xd[j] = dl;
+    for (int64_t s0 = 0; s0 < 32; s0 += sub) {
+      int32_t sum = 0;
+      for (int64_t l = s0; l < s0 + sub; ++l) sum += 256 * blocks[j].q[l] + lo[l];
+      xs[(32 * j + s0) / sub] = dl * static_cast<float>(sum);
+    }
+  }
+}
+
+namespace {
+
 // Quantizes token row x into its scratch row (layout in quant_gemm.h): q_hi per 32 values as
-// QuantizeActivations (the decode kernels' bytes, d = amax / 127), then the residual x - d q_hi
-// rounded to q_lo in steps of d / 256 (to nearest, ties to even, clamped to +-127), so that
-// |x - d q_hi - d / 256 q_lo| <= d / 256. xs per sub-block = (d / 256) (256 sum(q_hi) + sum(q_lo)).
+// QuantizeActivations (the decode kernels' bytes), then the residual (QuantizeResidual).
 void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t sub, char* row) {
   constexpr int64_t kChunk = 1024;
   alignas(64) char tmp[kChunk / 32 * sizeof(ActBlock32)];
@@ -115,26 +137,11 @@ void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t 
   float* xd = reinterpret_cast<float*>(row + 2 * in);
   float* xs = xd + in / 32;
   for (int64_t k0 = 0; k0 < in; k0 += kChunk) {
-    const int64_t kc = std::min(kChunk, in - k0), nb = kc / 32;
+    const int64_t kc = std::min(kChunk, in - k0);
     dq.quantize_act(QuantType::kQ8_0, x + k0, kc, tmp);
-    const auto* blocks = reinterpret_cast<const ActBlock32*>(tmp);
-    for (int64_t j = 0; j < nb; ++j) {
-      const int64_t i0 = k0 + 32 * j;
-      const float d = blocks[j].d, dl = d * (1.0f / 256);
-      std::memcpy(hi + i0, blocks[j].q, 32);
-      for (int64_t l = 0; l < 32; ++l) {
-        // Round to nearest even by the 1.5 * 2^23 trick (|v| <= 128.5 here); zero and NaN scales give 0.
-        const float v = dl > 0 ? (x[i0 + l] - d * static_cast<float>(blocks[j].q[l])) / dl : 0.0f;
-        const float r = (v + 12582912.0f) - 12582912.0f;
-        lo[i0 + l] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, r)));
-      }
-      xd[i0 / 32] = dl;
-      for (int64_t s0 = 0; s0 < 32; s0 += sub) {
-        int32_t sum = 0;
-        for (int64_t l = s0; l < s0 + sub; ++l) sum += 256 * blocks[j].q[l] + lo[i0 + l];
-        xs[(i0 + s0) / sub] = dl * static_cast<float>(sum);
-      }
-    }
+    // QuantizeRow runs only where QuantGemm does: on CPUs with the AVX-512 kernels.
+    QuantizeResidualAvx512(x + k0, reinterpret_cast<const ActBlock32*>(tmp), kc / 32, sub, hi + k0, lo + k0,
+                           xd + k0 / 32, xs + k0 / sub);
   }
 }
 

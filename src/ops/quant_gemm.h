@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "ops/quant_act.h"
 #include "tessera/gemm.h"
 #include "tessera/linear.h"
 #include "tessera/quant.h"
@@ -55,6 +56,16 @@ void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8
 // Bytes of one token row of the activations in the scratch: q_hi[in], q_lo[in], xd[in / 32],
 // xs[in / sub] (room for sub = 16), in 64-byte lines. GemmScratchWords(1, in) covers it.
 int64_t QuantGemmRowBytes(int64_t in);
+
+// A token row's two bytes from its q_hi blocks (QuantizeActivations' Q8_0 blocks of x, nb of them):
+// hi = the blocks' q; lo = the residual x - d q_hi in steps of dl = d / 256, rounded to nearest
+// even and clamped to +-127 (0 where dl is not > 0); xd[j] = dl; xs per sub-block of `sub` (16 or
+// 32) values = dl (256 sum(q_hi) + sum(q_lo)). The plain reference of QuantizeResidualAvx512,
+// which gives the same bytes and floats and is what QuantGemm runs.
+void QuantizeResidual(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi, int8_t* lo,
+                      float* xd, float* xs);
+void QuantizeResidualAvx512(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi,
+                            int8_t* lo, float* xd, float* xs);
 
 // Bytes per activation value: two (q_hi, q_lo; near f32) or one (q_hi; the row-dot's numerics).
 enum class QuantActBytes { kTwo, kOne };

@@ -246,6 +246,37 @@ void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8
   }
 }
 
+void QuantizeResidualAvx512(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi,
+                            int8_t* lo, float* xd, float* xs) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f), top = _mm512_set1_ps(127.0f), bottom = _mm512_set1_ps(-127.0f);
+  for (int64_t j = 0; j < nb; ++j, x += 32, hi += 32, lo += 32) {
+    const float d = blocks[j].d, dl = d * (1.0f / 256);
+    std::memcpy(hi, blocks[j].q, 32);
+    const __mmask16 live = dl > 0 ? 0xffff : 0;  // as the reference: no residual where dl is 0 or NaN
+    const __m512 vd = _mm512_set1_ps(d), vdl = _mm512_set1_ps(dl);
+    __m512i sums[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[j].q + 16 * h)));
+      // The product rounded on its own, as the reference rounds it (a plain multiply could be fused
+      // into the subtraction).
+      const __m512 dq = _mm512_mul_round_ps(vd, _mm512_cvtepi32_ps(q), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m512 v = _mm512_maskz_div_ps(live, _mm512_sub_ps(_mm512_loadu_ps(x + 16 * h), dq), vdl);
+      // min(r, 127) keeps 127 for a NaN r, as std::min(127.0f, r) does.
+      const __m512 r = _mm512_max_ps(_mm512_min_ps(_mm512_sub_ps(_mm512_add_ps(v, magic), magic), top), bottom);
+      const __m512i l = _mm512_cvtps_epi32(r);  // whole numbers: exact
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(lo + 16 * h), _mm512_cvtepi32_epi8(l));
+      sums[h] = _mm512_add_epi32(_mm512_slli_epi32(q, 8), l);
+    }
+    xd[j] = dl;
+    if (sub == 32) {
+      xs[j] = dl * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(sums[0], sums[1])));
+    } else {
+      xs[2 * j] = dl * static_cast<float>(_mm512_reduce_add_epi32(sums[0]));
+      xs[2 * j + 1] = dl * static_cast<float>(_mm512_reduce_add_epi32(sums[1]));
+    }
+  }
+}
+
 template <int kPasses>
 void TileFor(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b, int64_t kc,
              int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate) {
