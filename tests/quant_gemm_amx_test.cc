@@ -62,7 +62,8 @@ TEST(QuantGemmAmx, SameBitsAsVnniOnRandomShapes) {
 }
 
 // One tile call on hand-made operands: the scratch rows (q_hi, q_lo, xd, xs), a panel of codes and
-// its a, b, against four 4-token VNNI calls over the same panel (its second panel zero).
+// its a, b, against four 4-token VNNI calls over the same panel (its second panel zero), with the
+// weights' offsets as b and folded into xs (centered).
 TEST(QuantGemmAmx, TileMatchesVnniTileOnExtremes) {
   if (!ops::QuantGemmAmxActive()) GTEST_SKIP() << "no AMX-INT8 on this CPU";
   std::mt19937 rng(22);
@@ -71,7 +72,7 @@ TEST(QuantGemmAmx, TileMatchesVnniTileOnExtremes) {
     for (int trial = 0; trial < 12; ++trial) {
       const int64_t kc = 256 * (1 + trial % 3), in = kc + 256 * (trial % 2), k0 = in - kc;
       const int64_t stride = ops::QuantGemmRowBytes(in), groups = kc / sub;
-      const bool extreme = trial % 4 == 0, accumulate = trial % 3 == 1;
+      const bool extreme = trial % 4 == 0, accumulate = trial % 3 == 1, centered = trial % 2 == 0;
       const int nr = trial % 5 == 2 ? 1 + static_cast<int>(rng() % 15) : 16;
       AlignedBuffer rows(16 * stride), codes(2 * kc * 16), a(2 * groups * 16 * 4), b(2 * groups * 16 * 4);
       for (int64_t r = 0; r < 16; ++r) {
@@ -98,13 +99,14 @@ TEST(QuantGemmAmx, TileMatchesVnniTileOnExtremes) {
           tile.xs[r] = reinterpret_cast<const float*>(row + 2 * in) + in / 32 + k0 / sub;
         }
         ops::QuantGemmTileAvx512(tile, 4, codes.as<uint8_t>(), a.as<float>(), b.as<float>(), kc, sub,
-                                 want.data() + t * ys, ys, nr, accumulate);
+                                 want.data() + t * ys, ys, nr, accumulate, ops::QuantActBytes::kTwo, centered);
       }
       ops::QuantGemmTileAmx(ops::QuantAmxRows{rows.as<char>(), stride, in, k0}, codes.as<uint8_t>(), a.as<float>(),
-                            b.as<float>(), kc, sub, got.data(), ys, nr, accumulate);
+                            b.as<float>(), kc, sub, got.data(), ys, nr, accumulate, centered);
       ops::QuantAmxRelease();
       ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-          << "sub=" << sub << " kc=" << kc << " nr=" << nr << " accumulate=" << accumulate << " extreme=" << extreme;
+          << "sub=" << sub << " kc=" << kc << " nr=" << nr << " accumulate=" << accumulate << " extreme=" << extreme
+          << " centered=" << centered;
     }
   }
 }

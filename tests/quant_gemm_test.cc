@@ -240,8 +240,9 @@ TEST(QuantGemm, PanelScalesMatchPlainUnpack) {
 
 // QuantizeResidualAvx512 gives QuantizeResidual's bytes and floats bit for bit, for both sub-block
 // sizes, on rows from subnormal to huge magnitudes, with all-zero blocks and blocks holding an
-// infinity or a NaN; and the reference's two bytes reproduce each finite x within the bound the
-// header comment states (d / 256, plus the rounding of the residual x - d q_hi).
+// infinity or a NaN, xs scaled by 1, -8 or -128; the reference's two bytes reproduce each finite x
+// within the bound the header comment states (d / 256, plus the rounding of the residual x - d q_hi),
+// and its xs is dl (256 sum(q_hi) + sum(q_lo)) times the scale.
 TEST(QuantGemm, ResidualMatchesPlainQuantizer) {
   if (!ops::QuantGemmAvailable(QuantType::kQ4_0)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   std::mt19937 rng(17);
@@ -258,15 +259,22 @@ TEST(QuantGemm, ResidualMatchesPlainQuantizer) {
     std::vector<ops::ActBlock32> blocks(nb);
     ops::QuantizeActivations(QuantType::kQ8_0, x.data(), in, blocks.data());
     for (int64_t sub : {16, 32}) {
+      const float scale = trial % 3 == 0 ? 1.0f : trial % 3 == 1 ? -8.0f : -128.0f;
       std::vector<int8_t> hi(in), lo(in), hi2(in), lo2(in);
       std::vector<float> xd(nb), xd2(nb), xs(in / sub), xs2(in / sub);
-      ops::QuantizeResidual(x.data(), blocks.data(), nb, sub, hi.data(), lo.data(), xd.data(), xs.data());
-      ops::QuantizeResidualAvx512(x.data(), blocks.data(), nb, sub, hi2.data(), lo2.data(), xd2.data(), xs2.data());
+      ops::QuantizeResidual(x.data(), blocks.data(), nb, sub, hi.data(), lo.data(), xd.data(), xs.data(), scale);
+      ops::QuantizeResidualAvx512(x.data(), blocks.data(), nb, sub, hi2.data(), lo2.data(), xd2.data(), xs2.data(),
+                                  scale);
       const std::string where = "trial " + std::to_string(trial) + " sub " + std::to_string(sub);
       ASSERT_EQ(hi, hi2) << where;
       ASSERT_EQ(lo, lo2) << where;
       ASSERT_EQ(0, std::memcmp(xd.data(), xd2.data(), 4 * nb)) << where;
       ASSERT_EQ(0, std::memcmp(xs.data(), xs2.data(), 4 * (in / sub))) << where;
+      for (int64_t g = 0; g < in / sub && std::isfinite(xd[g * sub / 32]); ++g) {  // xs: dl qs, scaled
+        int32_t qs = 0;
+        for (int64_t i = g * sub; i < (g + 1) * sub; ++i) qs += 256 * hi[i] + lo[i];
+        ASSERT_EQ(xd[g * sub / 32] * static_cast<float>(qs) * scale, xs[g]) << where << " g " << g;
+      }
       for (int64_t i = 0; i < in; ++i) {
         const double d = blocks[i / 32].d, dl = xd[i / 32];
         if (!std::isfinite(d) || !(dl >= std::numeric_limits<float>::min())) continue;  // normal scales

@@ -106,7 +106,7 @@ void UnpackQ6K(const uint8_t* blk, uint8_t* c, float* a, float* b) {
 }  // namespace
 
 void QuantizeResidual(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi, int8_t* lo,
-                      float* xd, float* xs) {
+                      float* xd, float* xs, float xs_scale) {
   for (int64_t j = 0; j < nb; ++j, x += 32, hi += 32, lo += 32) {
     const float d = blocks[j].d, dl = d * (1.0f / 256);
     std::memcpy(hi, blocks[j].q, 32);
@@ -120,7 +120,7 @@ void QuantizeResidual(const float* x, const ActBlock32* blocks, int64_t nb, int6
     for (int64_t s0 = 0; s0 < 32; s0 += sub) {
       int32_t sum = 0;
       for (int64_t l = s0; l < s0 + sub; ++l) sum += 256 * blocks[j].q[l] + lo[l];
-      xs[(32 * j + s0) / sub] = dl * static_cast<float>(sum);
+      xs[(32 * j + s0) / sub] = dl * static_cast<float>(sum) * xs_scale;
     }
   }
 }
@@ -129,7 +129,7 @@ namespace {
 
 // Quantizes token row x into its scratch row (layout in quant_gemm.h): q_hi per 32 values as
 // QuantizeActivations (the decode kernels' bytes), then the residual (QuantizeResidual).
-void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t sub, char* row) {
+void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t sub, float xs_scale, char* row) {
   constexpr int64_t kChunk = 1024;
   alignas(64) char tmp[kChunk / 32 * sizeof(ActBlock32)];
   int8_t* hi = reinterpret_cast<int8_t*>(row);
@@ -141,15 +141,16 @@ void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t 
     dq.quantize_act(QuantType::kQ8_0, x + k0, kc, tmp);
     // QuantizeRow runs only where QuantGemm does: on CPUs with the AVX-512 kernels.
     QuantizeResidualAvx512(x + k0, reinterpret_cast<const ActBlock32*>(tmp), kc / 32, sub, hi + k0, lo + k0,
-                           xd + k0 / 32, xs + k0 / sub);
+                           xd + k0 / 32, xs + k0 / sub, xs_scale);
   }
 }
 
 // One activation byte: the row quantized exactly as QuantizeActivations(t) quantizes it for the
 // decode row-dot (32-value blocks, or 256 for the K-quants), into q_hi, with xd per 32 values =
-// the block's d and xs per sub-block = d sum(q), from the sums the blocks carry (a 32-value block's
+// the block's d and xs per sub-block = d sum(q) times QuantGemmXsScale(t), from the sums the blocks carry (a 32-value block's
 // sum, a 256-value block's per 16). q_lo stays unwritten: the one-byte tile skips it.
 void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, int64_t in, int64_t sub, char* row) {
+  const float scale = QuantGemmXsScale(t);
   constexpr int64_t kChunk = 1024;  // whole blocks of 32 and of 256
   alignas(64) char tmp[kChunk / 32 * sizeof(ActBlock32)];
   static_assert(kChunk / 256 * sizeof(ActBlock256) <= sizeof(tmp));
@@ -165,7 +166,7 @@ void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, 
       if (be == 32) {  // the 32-value formats: sub = 32
         const auto& blk = reinterpret_cast<const ActBlock32*>(tmp)[j];
         std::memcpy(hi + i0, blk.q, 32);
-        xd[i0 / 32] = blk.d, xs[i0 / 32] = blk.d * static_cast<float>(blk.sum);
+        xd[i0 / 32] = blk.d, xs[i0 / 32] = blk.d * static_cast<float>(blk.sum) * scale;
         continue;
       }
       const auto& blk = reinterpret_cast<const ActBlock256*>(tmp)[j];
@@ -174,7 +175,7 @@ void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, 
       for (int64_t s0 = 0; s0 < 256; s0 += sub) {
         int32_t sum = 0;
         for (int64_t g = s0 / 16; g < (s0 + sub) / 16; ++g) sum += blk.bsums[g];
-        xs[(i0 + s0) / sub] = blk.d * static_cast<float>(sum);
+        xs[(i0 + s0) / sub] = blk.d * static_cast<float>(sum) * scale;
       }
     }
   }
@@ -223,7 +224,7 @@ QuantTile TileRows(const char* xq, int64_t stride, int64_t in, int64_t sub, int6
 // Tokens in whole AMX tiles of 16 go to QuantGemmTileAmx, the rest 4 at a time to the VNNI tile:
 // the same bits either way, so a token's result does not depend on which tile took it.
 void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, float* y, int64_t y_stride,
-             const Item& it, bool amx, QuantActBytes bytes) {
+             const Item& it, bool amx, QuantActBytes bytes, bool centered) {
   alignas(64) uint8_t codes[kNcQ * kKcQ];
   alignas(64) float a[kNcQ * kMaxSub], b[kNcQ * kMaxSub];
   const int64_t depth = std::min<int64_t>(QuantBlockDepth(w.quant, w.in, kKcQ), kKcQ);
@@ -235,7 +236,7 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
       const QuantAmxRows rows{xq + t * stride, stride, w.in, k0};
       for (int64_t j = 0; j < it.nc; j += 16)
         QuantGemmTileAmx(rows, codes + j * kc, a + j * groups, b + j * groups, kc, sub, y + t * y_stride + it.o0 + j,
-                         y_stride, static_cast<int>(std::min<int64_t>(16, it.nc - j)), k0 > 0);
+                         y_stride, static_cast<int>(std::min<int64_t>(16, it.nc - j)), k0 > 0, centered);
     }
     for (; t < it.t_end; t += kMr) {
       const int mr = static_cast<int>(std::min(kMr, it.t_end - t));
@@ -244,7 +245,7 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
         const int64_t p = j / 16;
         QuantGemmTileAvx512(tile, mr, codes + p * kc * 16, a + p * groups * 16, b + p * groups * 16, kc, sub,
                             y + t * y_stride + it.o0 + j, y_stride, static_cast<int>(std::min<int64_t>(32, it.nc - j)),
-                            k0 > 0, bytes);
+                            k0 > 0, bytes, centered);
       }
     }
   }
@@ -254,6 +255,20 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
 }  // namespace
 
 int64_t QuantGemmSubBlock(QuantType t) { return t == QuantType::kQ6_K ? 16 : 32; }
+
+int QuantGemmCenter(QuantType t) {
+  switch (t) {
+    case QuantType::kQ4_0: return 3;  // b = -8 a
+    case QuantType::kQ5_0: return 4;  // b = -16 a
+    case QuantType::kQ8_0: return 7;  // b = -128 a (its codes' top bit flipped)
+    default: return -1;
+  }
+}
+
+float QuantGemmXsScale(QuantType t) {
+  const int c = QuantGemmCenter(t);
+  return c >= 0 ? -static_cast<float>(1 << c) : 1.0f;
+}
 
 int64_t QuantGemmRowBytes(int64_t in) { return (2 * in + 4 * (in / 32) + 4 * (in / 16) + 63) / 64 * 64; }
 
@@ -289,9 +304,9 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
 }
 
 bool SameQuantizedX(QuantType a, QuantType b, QuantActBytes bytes) {
-  // Two bytes: the rows depend on the sub-block alone; one byte: also on the activation block the
-  // row dots quantize with (32 or 256 values, QuantizeRowOneByte).
-  return QuantGemmSubBlock(a) == QuantGemmSubBlock(b) &&
+  // The rows depend on the sub-block and the scale of xs; with one byte also on the activation
+  // block the row dots quantize with (32 or 256 values, QuantizeRowOneByte).
+  return QuantGemmSubBlock(a) == QuantGemmSubBlock(b) && QuantGemmXsScale(a) == QuantGemmXsScale(b) &&
          (bytes == QuantActBytes::kTwo || ActBlockElems(a) == ActBlockElems(b));
 }
 
@@ -305,7 +320,7 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
   const bool one = bytes == QuantActBytes::kOne;
   auto quantize = [&](int64_t t, int) {
     if (one) return QuantizeRowOneByte(dq, w.quant, x + t * x_stride, w.in, sub, xq + t * stride);
-    QuantizeRow(dq, x + t * x_stride, w.in, sub, xq + t * stride);
+    QuantizeRow(dq, x + t * x_stride, w.in, sub, QuantGemmXsScale(w.quant), xq + t * stride);
   };
   const int threads = pool ? pool->num_threads() : 1;
   // Q6_K's 16-value sub-blocks fill a quarter of a tile product's depth and double the f32 steps per
@@ -319,7 +334,8 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * kNcQ, t_begin = rb * tiles_per_block * kMr;
     RunItem(w, xq, stride, sub, y, y_stride,
-            Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)}, amx, bytes);
+            Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)}, amx, bytes,
+            QuantGemmCenter(w.quant) >= 0);
   };
   if (pool) {
     if (!x_ready) pool->ParallelFor(n, quantize);

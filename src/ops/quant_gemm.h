@@ -9,7 +9,11 @@
 // scales them in f32:
 //   y[t][o] = sum over sub-blocks g of (a[o][g] * xd[t][g]) * isum[t][o][g] + b[o][g] * xs[t][g]
 // where xd = d / 256 and xs = xd * (256 sum(q_hi) + sum(q_lo)) over the sub-block. Sub-blocks are
-// 32 values (16 for Q6_K, whose scales are per 16).
+// 32 values (16 for Q6_K, whose scales are per 16). Where b = -2^c a (Q4_0, Q5_0, Q8_0: the codes'
+// offset times the scale; QuantGemmCenter) the scratch holds xs scaled by -2^c and each term is
+//   a[o][g] * (xd[t][g] * isum[t][o][g] + xs[t][g]),
+// one f32 product per term fewer: the micro-tile's f32 steps compete with vpdpbusd for the same
+// execution units (bench/results/quant_prefill.md, "Offsets folded for Q4_0, Q5_0 and Q8_0").
 // With one activation byte (precision int8, llama.cpp's numerics) each row is quantized exactly as
 // the decode row-dot quantizes it (QuantizeActivations: per 32 values, per 256 for the K-quants),
 // q_lo is not read, isum = codes.q_hi, xd = d and xs = d sum(q_hi): half the vpdpbusd of two bytes.
@@ -60,12 +64,19 @@ int64_t QuantGemmRowBytes(int64_t in);
 // A token row's two bytes from its q_hi blocks (QuantizeActivations' Q8_0 blocks of x, nb of them):
 // hi = the blocks' q; lo = the residual x - d q_hi in steps of dl = d / 256, rounded to nearest
 // even and clamped to +-127 (0 where dl is not > 0); xd[j] = dl; xs per sub-block of `sub` (16 or
-// 32) values = dl (256 sum(q_hi) + sum(q_lo)). The plain reference of QuantizeResidualAvx512,
-// which gives the same bytes and floats and is what QuantGemm runs.
+// 32) values = dl (256 sum(q_hi) + sum(q_lo)) times xs_scale (1, or -2^c: QuantGemmXsScale). The
+// plain reference of QuantizeResidualAvx512, which gives the same bytes and floats and is what
+// QuantGemm runs.
 void QuantizeResidual(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi, int8_t* lo,
-                      float* xd, float* xs);
+                      float* xd, float* xs, float xs_scale);
 void QuantizeResidualAvx512(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi,
-                            int8_t* lo, float* xd, float* xs);
+                            int8_t* lo, float* xd, float* xs, float xs_scale);
+
+// c where type t's offsets are b = -2^c a (Q4_0 3, Q5_0 4, Q8_0 7), folded into the activations'
+// xs as above; -1 for the types with minimums of their own (Q4_1, Q5_1, the K-quants).
+int QuantGemmCenter(QuantType t);
+// What QuantGemm scales xs by for weights of type t: -2^QuantGemmCenter(t), or 1.
+float QuantGemmXsScale(QuantType t);
 
 // Bytes per activation value: two (q_hi, q_lo; near f32) or one (q_hi; the row-dot's numerics).
 enum class QuantActBytes { kTwo, kOne };
@@ -88,7 +99,7 @@ constexpr int kQuantTileTokens = 4;
 // codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; hi[r], lo[r]: token
 // r's codes at this block (lo unread with one byte), xd[r] its per-32 scales (d / 256, or d with
 // one byte), xs[r] its per-sub-block offset terms; y[r * y_stride + c] for c < nr, added to when
-// accumulate.
+// accumulate. centered: the weights' offsets are folded into xs (QuantGemmCenter >= 0; b unread).
 struct QuantTile {
   const int8_t* hi[kQuantTileTokens];
   const int8_t* lo[kQuantTileTokens];
@@ -97,7 +108,7 @@ struct QuantTile {
 };
 void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
                          int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate,
-                         QuantActBytes bytes = QuantActBytes::kTwo);
+                         QuantActBytes bytes = QuantActBytes::kTwo, bool centered = false);
 
 // Tokens per AMX micro-tile: full tiles of 16 take it, the rest of a token range the VNNI tile.
 // QuantGemmAmxActive / EnableQuantGemmAmx (tessera/gemm.h) say whether whole tiles of this many
@@ -116,7 +127,7 @@ struct QuantAmxRows {
 // c < nr, added to when accumulate. The same bits as QuantGemmTileAvx512 on those tokens and rows.
 // Loads its own tile configuration; QuantAmxRelease() frees the tile state after the last call.
 void QuantGemmTileAmx(const QuantAmxRows& x, const uint8_t* codes, const float* a, const float* b, int64_t kc,
-                      int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate);
+                      int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate, bool centered = false);
 void QuantAmxRelease();
 
 // CPUID AMX-TILE and AMX-INT8, the tile data permission, and TESSERA_AMX not 0 (simd_dispatch.cc,

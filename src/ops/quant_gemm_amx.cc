@@ -64,7 +64,7 @@ inline void IssueBatch(const int8_t* hi, const int8_t* lo, int64_t stride, const
 }  // namespace
 
 void QuantGemmTileAmx(const QuantAmxRows& x, const uint8_t* codes, const float* a, const float* b, int64_t kc,
-                      int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate) {
+                      int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate, bool centered) {
   constexpr int kT = kQuantAmxTokens;
   Configure(sub);
   const __mmask16 m = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1);
@@ -93,8 +93,12 @@ void QuantGemmTileAmx(const QuantAmxRows& x, const uint8_t* codes, const float* 
         const __m512i s = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(ci + 16 * r), 8),
                                            _mm512_load_si512(ci + 256 + 16 * r));
         const __m512 d = _mm512_set1_ps(xd[r * fs + gd]), o = _mm512_set1_ps(xs[r * fs + g]);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(av, d), acc[r]);
-        acc[r] = _mm512_fmadd_ps(bv, o, acc[r]);
+        if (centered) {  // the offsets folded into xs (quant_gemm.h)
+          acc[r] = _mm512_fmadd_ps(av, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, o), acc[r]);
+        } else {
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(av, d), acc[r]);
+          acc[r] = _mm512_fmadd_ps(bv, o, acc[r]);
+        }
       }
     }
   }

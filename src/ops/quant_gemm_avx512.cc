@@ -22,8 +22,9 @@ inline __m512i Bcast4(const int8_t* p) {
   return _mm512_set1_epi32(v);
 }
 
-// kPasses: the activation bytes per value (2: q_hi then q_lo; 1: q_hi alone).
-template <int MR, int kPasses>
+// kPasses: the activation bytes per value (2: q_hi then q_lo; 1: q_hi alone). kCentered: the
+// weights' offsets are in xs, each term a (xd isum + xs) (quant_gemm.h).
+template <int MR, int kPasses, bool kCentered>
 void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const float* b, int64_t kc, int64_t sub,
           float* y, int64_t y_stride, int nr, bool accumulate) {
   const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffff : (1u << nr) - 1);
@@ -58,10 +59,15 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
     const __m512 b0 = _mm512_load_ps(b + g * 16), b1 = _mm512_load_ps(b + groups * 16 + g * 16);
     for (int r = 0; r < MR; ++r) {
       const __m512 xd = _mm512_set1_ps(tile.xd[r][g * sub / 32]), xs = _mm512_set1_ps(tile.xs[r][g]);
-      acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[r]), _mm512_mul_ps(a0, xd), acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[r]), _mm512_mul_ps(a1, xd), acc1[r]);
-      acc0[r] = _mm512_fmadd_ps(b0, xs, acc0[r]);
-      acc1[r] = _mm512_fmadd_ps(b1, xs, acc1[r]);
+      if constexpr (kCentered) {
+        acc0[r] = _mm512_fmadd_ps(a0, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[r]), xd, xs), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(a1, _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[r]), xd, xs), acc1[r]);
+      } else {
+        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[r]), _mm512_mul_ps(a0, xd), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[r]), _mm512_mul_ps(a1, xd), acc1[r]);
+        acc0[r] = _mm512_fmadd_ps(b0, xs, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(b1, xs, acc1[r]);
+      }
     }
   }
   for (int r = 0; r < MR; ++r) {
@@ -247,7 +253,7 @@ void TransposeCodesAvx512(const uint8_t* rows, int64_t stride, int64_t kc, uint8
 }
 
 void QuantizeResidualAvx512(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi,
-                            int8_t* lo, float* xd, float* xs) {
+                            int8_t* lo, float* xd, float* xs, float xs_scale) {
   const __m512 magic = _mm512_set1_ps(12582912.0f), top = _mm512_set1_ps(127.0f), bottom = _mm512_set1_ps(-127.0f);
   for (int64_t j = 0; j < nb; ++j, x += 32, hi += 32, lo += 32) {
     const float d = blocks[j].d, dl = d * (1.0f / 256);
@@ -269,30 +275,35 @@ void QuantizeResidualAvx512(const float* x, const ActBlock32* blocks, int64_t nb
     }
     xd[j] = dl;
     if (sub == 32) {
-      xs[j] = dl * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(sums[0], sums[1])));
+      xs[j] = dl * static_cast<float>(_mm512_reduce_add_epi32(_mm512_add_epi32(sums[0], sums[1]))) * xs_scale;
     } else {
-      xs[2 * j] = dl * static_cast<float>(_mm512_reduce_add_epi32(sums[0]));
-      xs[2 * j + 1] = dl * static_cast<float>(_mm512_reduce_add_epi32(sums[1]));
+      xs[2 * j] = dl * static_cast<float>(_mm512_reduce_add_epi32(sums[0])) * xs_scale;
+      xs[2 * j + 1] = dl * static_cast<float>(_mm512_reduce_add_epi32(sums[1])) * xs_scale;
     }
   }
 }
 
-template <int kPasses>
+template <int kPasses, bool kCentered>
 void TileFor(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b, int64_t kc,
              int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate) {
   switch (mr) {
-    case 1: return Tile<1, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 2: return Tile<2, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    case 3: return Tile<3, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-    default: return Tile<4, kPasses>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    case 1: return Tile<1, kPasses, kCentered>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    case 2: return Tile<2, kPasses, kCentered>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    case 3: return Tile<3, kPasses, kCentered>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+    default: return Tile<4, kPasses, kCentered>(tile, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
   }
 }
 
 void QuantGemmTileAvx512(const QuantTile& tile, int mr, const uint8_t* codes, const float* a, const float* b,
                          int64_t kc, int64_t sub, float* y, int64_t y_stride, int nr, bool accumulate,
-                         QuantActBytes bytes) {
-  if (bytes == QuantActBytes::kOne) return TileFor<1>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
-  TileFor<2>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+                         QuantActBytes bytes, bool centered) {
+  const bool one = bytes == QuantActBytes::kOne;
+  if (centered) {
+    return one ? TileFor<1, true>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate)
+               : TileFor<2, true>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
+  }
+  return one ? TileFor<1, false>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate)
+             : TileFor<2, false>(tile, mr, codes, a, b, kc, sub, y, y_stride, nr, accumulate);
 }
 
 }  // namespace tessera::ops
