@@ -13,7 +13,7 @@
 // offset times the scale; QuantGemmCenter) the scratch holds xs scaled by -2^c and each term is
 //   a[o][g] * (xd[t][g] * isum[t][o][g] + xs[t][g]),
 // one f32 product per term fewer: the micro-tile's f32 steps compete with vpdpbusd for the same
-// execution units (bench/results/quant_prefill.md, "Offsets folded for Q4_0, Q5_0 and Q8_0").
+// execution units (bench/results/quant_prefill_zen4.md, "Offsets folded into xs").
 // With one activation byte (precision int8, llama.cpp's numerics) each row is quantized exactly as
 // the decode row-dot quantizes it (QuantizeActivations: per 32 values, per 256 for the K-quants),
 // q_lo is not read, isum = codes.q_hi, xd = d and xs = d sum(q_hi): half the vpdpbusd of two bytes.
