@@ -261,6 +261,7 @@ int QuantGemmCenter(QuantType t) {
     case QuantType::kQ4_0: return 3;  // b = -8 a
     case QuantType::kQ5_0: return 4;  // b = -16 a
     case QuantType::kQ8_0: return 7;  // b = -128 a (its codes' top bit flipped)
+    case QuantType::kQ6_K: return 5;  // b = -32 a
     default: return -1;
   }
 }
