@@ -147,8 +147,9 @@ void QuantizeRow(const QuantDotKernels& dq, const float* x, int64_t in, int64_t 
 
 // One activation byte: the row quantized exactly as QuantizeActivations(t) quantizes it for the
 // decode row-dot (32-value blocks, or 256 for the K-quants), into q_hi, with xd per 32 values =
-// the block's d and xs per sub-block = d sum(q) times QuantGemmXsScale(t), from the sums the blocks carry (a 32-value block's
-// sum, a 256-value block's per 16). q_lo stays unwritten: the one-byte tile skips it.
+// the block's d and xs per sub-block = d sum(q) times QuantGemmXsScale(t), from the sums the
+// blocks carry (a 32-value block's sum, a 256-value block's per 16). q_lo stays unwritten: the
+// one-byte tile skips it.
 void QuantizeRowOneByte(const QuantDotKernels& dq, QuantType t, const float* x, int64_t in, int64_t sub, char* row) {
   const float scale = QuantGemmXsScale(t);
   constexpr int64_t kChunk = 1024;  // whole blocks of 32 and of 256

@@ -16,7 +16,8 @@
 // execution units (bench/results/quant_prefill_zen4.md, "Offsets folded into xs").
 // With one activation byte (precision int8, llama.cpp's numerics) each row is quantized exactly as
 // the decode row-dot quantizes it (QuantizeActivations: per 32 values, per 256 for the K-quants),
-// q_lo is not read, isum = codes.q_hi, xd = d and xs = d sum(q_hi): half the vpdpbusd of two bytes.
+// q_lo is not read, isum = codes.q_hi, xd = d and xs = d sum(q_hi) (times -2^c where the offsets
+// fold): half the vpdpbusd of two bytes.
 #pragma once
 
 #include <cstdint>
