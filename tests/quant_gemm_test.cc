@@ -10,7 +10,7 @@
 // residual x - d_b q_hi (2 u |x|). Weights: the kernel's decomposition w = a code + b holds with
 // a and b the f32 values DequantizeRow forms. Sums: exact integers per sub-block (|isum| < 2^31,
 // one rounding to f32), then (a xd) isum + b xs, or a (xd isum + xs) where b = -2^c a and xs carries
-// the -2^c (QuantGemmCenter), added into one f32 chain per output: a handful of
+// the -2^c (QuantGemmXsScale), added into one f32 chain per output: a handful of
 // roundings per term, over G = in / sub terms, each bounded by S = sum_i M_i |x^_i| with M_i =
 // |w_i| plus the format's offset counted twice (its part of w = a code + b). So
 //   |y - ref| <= sum_i |w_i| (d_b / 256 + 2 u |x_i|) + (G + 10) u S + u |ref|.

@@ -257,19 +257,14 @@ void RunItem(const WeightView& w, const char* xq, int64_t stride, int64_t sub, f
 
 int64_t QuantGemmSubBlock(QuantType t) { return t == QuantType::kQ6_K ? 16 : 32; }
 
-int QuantGemmCenter(QuantType t) {
-  switch (t) {
-    case QuantType::kQ4_0: return 3;  // b = -8 a
-    case QuantType::kQ5_0: return 4;  // b = -16 a
-    case QuantType::kQ8_0: return 7;  // b = -128 a (its codes' top bit flipped)
-    case QuantType::kQ6_K: return 5;  // b = -32 a
-    default: return -1;
-  }
-}
-
 float QuantGemmXsScale(QuantType t) {
-  const int c = QuantGemmCenter(t);
-  return c >= 0 ? -static_cast<float>(1 << c) : 1.0f;
+  switch (t) {  // b / a, as the unpackers form b
+    case QuantType::kQ4_0: return -8.0f;
+    case QuantType::kQ5_0: return -16.0f;
+    case QuantType::kQ8_0: return -128.0f;  // its codes' top bit flipped
+    case QuantType::kQ6_K: return -32.0f;
+    default: return 1.0f;  // a minimum of its own: b stays in the tile
+  }
 }
 
 int64_t QuantGemmRowBytes(int64_t in) { return (2 * in + 4 * (in / 32) + 4 * (in / 16) + 63) / 64 * 64; }
@@ -337,7 +332,7 @@ void QuantGemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
     const int64_t o0 = cb * kNcQ, t_begin = rb * tiles_per_block * kMr;
     RunItem(w, xq, stride, sub, y, y_stride,
             Item{o0, std::min(kNcQ, w.out - o0), t_begin, std::min(n, t_begin + tiles_per_block * kMr)}, amx, bytes,
-            QuantGemmCenter(w.quant) >= 0);
+            QuantGemmXsScale(w.quant) != 1.0f);
   };
   if (pool) {
     if (!x_ready) pool->ParallelFor(n, quantize);

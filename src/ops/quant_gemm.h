@@ -10,7 +10,7 @@
 //   y[t][o] = sum over sub-blocks g of (a[o][g] * xd[t][g]) * isum[t][o][g] + b[o][g] * xs[t][g]
 // where xd = d / 256 and xs = xd * (256 sum(q_hi) + sum(q_lo)) over the sub-block. Sub-blocks are
 // 32 values (16 for Q6_K, whose scales are per 16). Where b = -2^c a (Q4_0, Q5_0, Q8_0, Q6_K: the
-// codes' offset times the scale; QuantGemmCenter) the scratch holds xs scaled by -2^c and each term is
+// codes' offset times the scale; QuantGemmXsScale) the scratch holds xs scaled by -2^c and each term is
 //   a[o][g] * (xd[t][g] * isum[t][o][g] + xs[t][g]),
 // one f32 product per term fewer: the micro-tile's f32 steps compete with vpdpbusd for the same
 // execution units (bench/results/quant_prefill_zen4.md, "Offsets folded into xs").
@@ -73,10 +73,9 @@ void QuantizeResidual(const float* x, const ActBlock32* blocks, int64_t nb, int6
 void QuantizeResidualAvx512(const float* x, const ActBlock32* blocks, int64_t nb, int64_t sub, int8_t* hi,
                             int8_t* lo, float* xd, float* xs, float xs_scale);
 
-// c where type t's offsets are b = -2^c a (Q4_0 3, Q5_0 4, Q8_0 7, Q6_K 5), folded into the
-// activations' xs as above; -1 for the types with minimums of their own (Q4_1, Q5_1, Q4_K, Q5_K).
-int QuantGemmCenter(QuantType t);
-// What QuantGemm scales xs by for weights of type t: -2^QuantGemmCenter(t), or 1.
+// What QuantGemm scales xs by for weights of type t: -2^c where their offsets are b = -2^c a
+// (Q4_0 -8, Q5_0 -16, Q8_0 -128, Q6_K -32), folded into xs as above; 1 for the types with
+// minimums of their own (Q4_1, Q5_1, Q4_K, Q5_K), whose b stays in the micro-tile.
 float QuantGemmXsScale(QuantType t);
 
 // Bytes per activation value: two (q_hi, q_lo; near f32) or one (q_hi; the row-dot's numerics).
@@ -100,7 +99,7 @@ constexpr int kQuantTileTokens = 4;
 // codes: the two panels, [2][kc / 4][16][4] bytes; a, b: [2][kc / sub][16]; hi[r], lo[r]: token
 // r's codes at this block (lo unread with one byte), xd[r] its per-32 scales (d / 256, or d with
 // one byte), xs[r] its per-sub-block offset terms; y[r * y_stride + c] for c < nr, added to when
-// accumulate. centered: the weights' offsets are folded into xs (QuantGemmCenter >= 0; b unread).
+// accumulate. centered: the weights' offsets are folded into xs (QuantGemmXsScale != 1; b unread).
 struct QuantTile {
   const int8_t* hi[kQuantTileTokens];
   const int8_t* lo[kQuantTileTokens];
