@@ -15,6 +15,9 @@ constexpr int64_t kMaxSplits = 64;
 // adds a partial state to merge, so few splits win; 2 keeps some dynamic balance
 // (bench/results/kernel_choices.md, "Decode splits per thread").
 constexpr int kSplitsPerThread = 2;
+// Partial-state floats below which the merge runs on the calling thread: a one-token step of a
+// few heads merges a few thousand floats, less work than handing it to the pool and waiting.
+constexpr int64_t kParallelMergeFloats = 64 * 1024;
 
 // Splits per (batch row, KV group): kSplitsPerThread items per thread, never more than the key
 // tiles available or kMaxSplits.
@@ -106,10 +109,14 @@ void DecodeAttention(const AttentionParams& p, ThreadPool* pool, Arena& scratch)
 
   if (pool) {
     pool->ParallelFor(items, run_split);
-    pool->ParallelFor(B * Hkv * S_q * group, merge);
   } else {
     for (int64_t i = 0; i < items; ++i) run_split(i, 0);
-    for (int64_t i = 0; i < B * Hkv * S_q * group; ++i) merge(i, 0);
+  }
+  const int64_t rows = B * Hkv * S_q * group;
+  if (pool && rows * splits * Dv >= kParallelMergeFloats) {
+    pool->ParallelFor(rows, merge);
+  } else {
+    for (int64_t i = 0; i < rows; ++i) merge(i, 0);
   }
 }
 

@@ -7,14 +7,13 @@
 #include "ops/quant_dot.h"
 #include "ops/quant_gemm.h"
 #include "ops/quant_linear.h"
+#include "ops/row_ranges.h"
 #include "ops/simd.h"
 #include "tessera/check.h"
 #include "tessera/gemm.h"
 
 namespace tessera::ops {
 namespace {
-constexpr int64_t kMinRowsPerItem = 16;  // output rows per work item, at least
-constexpr int64_t kItemsPerThread = 8;   // enough items to balance, few enough to hand out cheaply
 // From this many tokens on, packing weight blocks for the GEMM micro-tile pays for itself; below it
 // each weight row is streamed once through the row-dot path; the bf16 dot-product GEMM (twice the
 // rate) overtakes it sooner (bench/results/kernel_choices.md, "Row-dot or GEMM").
@@ -57,20 +56,13 @@ bool TakesQuantGemm(const WeightView& w, int64_t n, MatmulPrecision precision, c
 
 void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                ThreadPool* pool) {
-  // A 262144-row LM head in 16-row items would be 16384 hand-outs per token; a few large
-  // contiguous ranges per thread also keep each thread's weight stream sequential.
-  const int threads = pool ? pool->num_threads() : 1;
-  const int64_t rows_per_item =
-      std::max(kMinRowsPerItem, (w.out + threads * kItemsPerThread - 1) / (threads * kItemsPerThread));
-  const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const size_t es = DTypeSize(w.dtype);
   const SimdKernels& simd = Simd();
   const DType dt = w.dtype;
   // Each weight row is read from memory once (bf16/f16 widened in registers) and stays in L1 for
   // the n (< 10 from Linear, < 4 at precision bf16) tokens that use it.
-  auto run = [&](int64_t item, int) {
-    const int64_t o0 = item * rows_per_item, o1 = std::min(w.out, o0 + rows_per_item);
-    // The item's rows are cut into four quarters walked side by side: four weight rows per pass
+  auto run = [&](int64_t o0, int64_t o1) {
+    // The range's rows are cut into four quarters walked side by side: four weight rows per pass
     // share each load of a token row, and each quarter is one long sequential stream. (Four
     // adjacent rows per pass are slower: four short streams jump every row and the hardware
     // prefetcher restarts each time; bench/results/kernel_choices.md, "Row-dot quarters".)
@@ -89,11 +81,9 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
       for (int64_t t = 0; t < n; ++t) y[t * y_stride + o] = simd.Dot(dt, x + t * x_stride, wrow, w.in);
     }
   };
-  if (pool) {
-    pool->ParallelFor(items, run);
-  } else {
-    for (int64_t i = 0; i < items; ++i) run(i, 0);
-  }
+  // A few long contiguous ranges per thread (ops/row_ranges.h): a 262144-row LM head in 16-row
+  // items would be 16384 hand-outs per token, and each range is one sequential stream.
+  ParallelRowRanges(pool, w.out, w.in * static_cast<int64_t>(es), run);
 }
 
 }  // namespace

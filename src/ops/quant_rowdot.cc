@@ -6,6 +6,7 @@
 #include "ops/quant_act.h"
 #include "ops/quant_dot.h"
 #include "ops/quant_linear.h"
+#include "ops/row_ranges.h"
 #include "tessera/check.h"
 #include "tessera/gemm.h"
 #include "tessera/quant.h"
@@ -13,13 +14,7 @@
 namespace tessera::ops {
 namespace {
 
-constexpr int64_t kMinRowsPerItem = 16;  // as the f32 row-dot: few large contiguous ranges per thread
-constexpr int64_t kItemsPerThread = 8;
-// In decode each item starts cold: its first rows come from memory before its kernel's prefetch
-// runs ahead of it, and rows of a few hundred bytes are too short for the hardware prefetcher. A
-// Gemma-3-1B k_proj (256 rows, 166 KiB in Q4_0) in sixteen 16-row items ran at a third of the read
-// bandwidth (bench/results/quant_e2e.md, "Small matrices in decode").
-constexpr int64_t kMinItemBytes = 256 * 1024;
+constexpr int64_t kItemsPerThread = 8;  // prefill's equal items: enough to balance compute-bound work
 // Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
 // enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
 constexpr int64_t kChunkBytes = 32 * 1024;
@@ -33,20 +28,13 @@ constexpr int64_t kStepChunkBytes = 256 * 1024;
 // decode-sized row-dot calls (up to 11 tokens) stream Gemma's weights once; wider calls without a
 // scratch go in groups of tokens, the weights read once per group.
 constexpr int64_t kActBytes = 3 * kMaxQuantRowDotIn / 32 * int64_t(sizeof(ActBlock32));
-constexpr int64_t kRowGroup = 16;
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// Rows per parallel item for `rows` rows of row_bytes each: whole groups of kRowGroup rows (the AVX-512
-// 32-value formats' kernel width), kItemsPerThread items per thread (load balance), fewer where an
-// item would hold under min_item_bytes; without a pool, one item (a kernel's prefetch then runs
-// through all the rows).
-int64_t RowsPerItem(int64_t rows, int64_t row_bytes, int64_t min_item_bytes, const ThreadPool* pool) {
-  int64_t parts = 1;
-  if (pool) {
-    const int64_t threads = pool->num_threads();
-    parts = threads * std::clamp<int64_t>(rows * row_bytes / (threads * min_item_bytes), 1, kItemsPerThread);
-  }
-  return RoundUp(std::max(kMinRowsPerItem, (rows + parts - 1) / parts), kRowGroup);
+// Rows per parallel item of prefill's row dots: whole kRowGroup groups, kItemsPerThread items per
+// thread; without a pool, one item.
+int64_t RowsPerItem(int64_t rows, const ThreadPool* pool) {
+  const int64_t parts = pool ? pool->num_threads() * kItemsPerThread : 1;
+  return RoundUp(std::max(kRowGroup, (rows + parts - 1) / parts), kRowGroup);
 }
 
 // Prefill on the row dots (many tokens, a kernel that unpacks each block once for several): each
@@ -82,7 +70,7 @@ void RowDotTokenBlocks(const WeightView& w, const float* x, int64_t n, int64_t x
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / QuantBlockElems(t), row_bytes = QuantRowBytes(t, w.in);
   const QuantDotKernels& k = QuantDot();
   RunParallel(pool, n, [&](int64_t i, int) { k.quantize_act(t, x + i * x_stride, w.in, scratch + i * act_bytes); });
-  const int64_t rows_per_item = RowsPerItem(w.out, row_bytes, /*min_item_bytes=*/1, pool);  // compute-bound
+  const int64_t rows_per_item = RowsPerItem(w.out, pool);  // compute-bound: equal items
   const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kChunkBytes / row_bytes), kRowGroup);
   const char* base = static_cast<const char*>(w.data);
@@ -115,8 +103,6 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
     TESSERA_CHECK(act_bytes <= GemmScratchWords(1, w.in) * 4, "QuantRowDot: scratch rows too short");
     return RowDotTokenBlocks(w, x, n, x_stride, y, y_stride, pool, reinterpret_cast<unsigned char*>(scratch));
   }
-  const int64_t rows_per_item = RowsPerItem(w.out, row_bytes, kMinItemBytes, pool);
-  const int64_t items = (w.out + rows_per_item - 1) / rows_per_item;
   const int64_t chunk_rows = RoundUp(std::max<int64_t>(1, kStepChunkBytes / row_bytes), kRowGroup);
   const char* base = static_cast<const char*>(w.data);
   for (int64_t t0 = 0; t0 < n; t0 += group) {
@@ -126,10 +112,9 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
     // one range, so a kernel's prefetch of its next rows runs through the whole item. (Each output
     // is the same either way: a row's result never depends on its neighbours.)
     const bool one_pass = OnePass(k, t, g);
-    auto run = [&](int64_t item, int) {
-      const int64_t o1 = std::min(w.out, (item + 1) * rows_per_item);
-      const int64_t chunk = one_pass ? rows_per_item : chunk_rows;
-      for (int64_t o = item * rows_per_item; o < o1; o += chunk) {
+    auto run = [&](int64_t o0, int64_t o1) {
+      const int64_t chunk = one_pass ? o1 - o0 : chunk_rows;
+      for (int64_t o = o0; o < o1; o += chunk) {
         const int64_t rows = std::min(chunk, o1 - o);
         if (k.dot_rows_tokens && g > 1) {  // one token: dot_rows, as decode always ran
           for (int64_t i = 0; i < g; i += kQuantDotTokens)
@@ -142,7 +127,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
           k.dot_rows(t, base + o * row_bytes, row_bytes, rows, xq + i * act_bytes, nb, y + (t0 + i) * y_stride + o);
       }
     };
-    RunParallel(pool, items, run);
+    ParallelRowRanges(pool, w.out, row_bytes, run);
   }
 }
 
@@ -160,25 +145,24 @@ void QuantRowDotBatch(const LinearJob* jobs_in, int64_t count_in, ThreadPool* po
     jobs[count++] = job;
     rows += job.w.out, bytes += job.w.out * QuantRowBytes(job.w.quant, job.w.in);
   }
-  const int64_t item_rows = RowsPerItem(rows, rows > 0 ? bytes / rows : 0, kMinItemBytes, pool);
-  int64_t first[kMaxLinearJobs + 1];  // job j's items: [first[j], first[j + 1])
+  // Items over the jobs' rows end to end; an item that crosses from one job into the next runs its
+  // part of each. A row's result never depends on the rows beside it, so a job split is the job.
+  int64_t first[kMaxLinearJobs + 1];  // job j's rows: [first[j], first[j + 1]) of the whole
   first[0] = 0;
-  for (int64_t j = 0; j < count; ++j) first[j + 1] = first[j] + (jobs[j].w.out + item_rows - 1) / item_rows;
-  // A row's result never depends on the rows beside it, so a job split into items is the job.
-  auto run = [&](int64_t item, int) {
-    const int64_t j = std::upper_bound(first, first + count + 1, item) - first - 1;
-    const LinearJob& job = jobs[j];
-    const int64_t r0 = (item - first[j]) * item_rows;
-    WeightView part = job.w;
-    part.data = static_cast<const char*>(job.w.data) + r0 * QuantRowBytes(job.w.quant, job.w.in);
-    part.out = std::min(item_rows, job.w.out - r0);
-    QuantRowDot(part, job.x, job.n, job.x_stride, job.y + r0, job.y_stride, nullptr);
+  for (int64_t j = 0; j < count; ++j) first[j + 1] = first[j] + jobs[j].w.out;
+  auto run = [&](int64_t r, int64_t r1) {
+    while (r < r1) {
+      const int64_t j = std::upper_bound(first, first + count + 1, r) - first - 1;
+      const LinearJob& job = jobs[j];
+      const int64_t r0 = r - first[j], take = std::min(r1, first[j + 1]) - r;
+      WeightView part = job.w;
+      part.data = static_cast<const char*>(job.w.data) + r0 * QuantRowBytes(job.w.quant, job.w.in);
+      part.out = take;
+      QuantRowDot(part, job.x, job.n, job.x_stride, job.y + r0, job.y_stride, nullptr);
+      r += take;
+    }
   };
-  if (pool) {
-    pool->ParallelFor(first[count], run);
-  } else {
-    for (int64_t i = 0; i < first[count]; ++i) run(i, 0);
-  }
+  ParallelRowRanges(pool, rows, rows > 0 ? bytes / rows : 0, run);
 }
 
 void LinearReferenceInt8(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 #include <string>
 
 namespace tessera {
@@ -73,13 +74,17 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::RunItems(int thread_index) {
   for (;;) {
-    int64_t item;
+    int64_t begin, end;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (next_item_ >= job_size_) return;
-      item = next_item_++;
+      begin = next_item_;
+      const int64_t left = job_size_ - begin;
+      int64_t take = std::max(least_, left / share_);
+      if (left - take < least_) take = left;  // no short remainder of its own
+      end = next_item_ = begin + take;
     }
-    (*job_)(item, thread_index);
+    (*job_)(begin, end, thread_index);
   }
 }
 
@@ -107,11 +112,22 @@ void ThreadPool::WorkerLoop(int thread_index) {
 
 void ThreadPool::ParallelFor(int64_t n, ItemFn fn) {
   if (n <= 0) return;
+  auto items = [&fn](int64_t begin, int64_t end, int thread) {
+    for (int64_t i = begin; i < end; ++i) fn(i, thread);
+  };
+  Run(n, 1, std::numeric_limits<int64_t>::max(), items);  // one item per claim
+}
+
+void ThreadPool::ParallelRanges(int64_t n, int64_t least, RangeFn fn) {
+  if (n <= 0) return;
+  Run(n, std::max<int64_t>(least, 1), 2 * static_cast<int64_t>(num_threads()), fn);
+}
+
+void ThreadPool::Run(int64_t n, int64_t least, int64_t share, RangeFn fn) {
   // Inline: nothing to share, or called from an item of this pool's running job (waiting for
   // the pool there would wait for ourselves).
   if (workers_.empty() || n == 1 || tls_running_pool == this) {
-    const int index = tls_running_pool == this ? tls_thread_index : 0;
-    for (int64_t i = 0; i < n; ++i) fn(i, index);
+    fn(0, n, tls_running_pool == this ? tls_thread_index : 0);
     return;
   }
   std::lock_guard<std::mutex> call(call_mu_);
@@ -121,6 +137,7 @@ void ThreadPool::ParallelFor(int64_t n, ItemFn fn) {
     job_ = &fn;
     job_size_ = n;
     next_item_ = 0;
+    least_ = least, share_ = share;
     ++generation_;
   }
   start_cv_.notify_all();
