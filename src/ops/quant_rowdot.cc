@@ -145,7 +145,7 @@ void QuantRowDotBatch(const LinearJob* jobs_in, int64_t count_in, ThreadPool* po
     jobs[count++] = job;
     rows += job.w.out, bytes += job.w.out * QuantRowBytes(job.w.quant, job.w.in);
   }
-  // Items over the jobs' rows end to end; an item that crosses from one job into the next runs its
+  // Ranges over the jobs' rows end to end; a range that crosses from one job into the next runs its
   // part of each. A row's result never depends on the rows beside it, so a job split is the job.
   int64_t first[kMaxLinearJobs + 1];  // job j's rows: [first[j], first[j + 1]) of the whole
   first[0] = 0;
