@@ -48,7 +48,9 @@ void UnpackQuantCodes(QuantType t, const void* row, int64_t k0, int64_t kc, uint
 void UnpackCodesAvx512(QuantType t, const void* row, int64_t k0, int64_t kc, uint8_t* codes);
 
 // UnpackQuantCodes' a and b for rows r < rows of type t of a panel (row r at row0 + r * row_bytes;
-// rows <= 16, lanes past rows 0), in the panel layout a[g][16], b[g][16], g < kc / sub, bit for bit:
+// rows <= 16, lanes past rows 0), in the panel layout a[g][16], b[g][16], g < kc / sub, bit for bit;
+// b only where the micro-tile reads it (QuantGemmXsScale(t) == 1: Q4_1, Q5_1, Q4_K, Q5_K), the
+// others' b = QuantGemmXsScale(t) a being folded into the activations' xs:
 // with the codes, packing the panels is the GEMM's per-call cost before any token, which short
 // prompts feel (bench/results/quant_prefill.md, "The int8 GEMM's panels on AVX-512").
 void UnpackScalesAvx512(QuantType t, const void* row0, int64_t row_bytes, int rows, int64_t k0, int64_t kc, float* a,

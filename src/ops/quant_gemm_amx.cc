@@ -85,7 +85,8 @@ void QuantGemmTileAmx(const QuantAmxRows& x, const uint8_t* codes, const float* 
     for (int64_t i = 0; i < std::min(kBatch, groups - g0); ++i) {
       const int64_t g = g0 + i, gd = g * sub / 32;
       const int32_t* ci = c[bi] + i * 512;
-      const __m512 av = _mm512_load_ps(a + g * 16), bv = _mm512_load_ps(b + g * 16);
+      const __m512 av = _mm512_load_ps(a + g * 16);
+      const __m512 bv = centered ? _mm512_setzero_ps() : _mm512_load_ps(b + g * 16);  // (b unwritten there)
       // Unrolled so that the 16 accumulators stay in registers.
 #pragma GCC unroll 16
       for (int r = 0; r < kT; ++r) {

@@ -56,7 +56,9 @@ void Tile(const QuantTile& tile, const uint8_t* codes, const float* a, const flo
         for (int r = 0; r < MR; ++r) s0[r] = _mm512_slli_epi32(s0[r], 8), s1[r] = _mm512_slli_epi32(s1[r], 8);
     }
     const __m512 a0 = _mm512_load_ps(a + g * 16), a1 = _mm512_load_ps(a + groups * 16 + g * 16);
-    const __m512 b0 = _mm512_load_ps(b + g * 16), b1 = _mm512_load_ps(b + groups * 16 + g * 16);
+    // b is not read (nor written by the unpackers) where the offsets fold into xs.
+    const __m512 b0 = kCentered ? _mm512_setzero_ps() : _mm512_load_ps(b + g * 16);
+    const __m512 b1 = kCentered ? _mm512_setzero_ps() : _mm512_load_ps(b + groups * 16 + g * 16);
     for (int r = 0; r < MR; ++r) {
       const __m512 xd = _mm512_set1_ps(tile.xd[r][g * sub / 32]), xs = _mm512_set1_ps(tile.xs[r][g]);
       if constexpr (kCentered) {
@@ -188,31 +190,28 @@ void UnpackScalesK45(QuantType t, const uint8_t* row0, __m512i off, __mmask16 li
   }
 }
 
-// The 32-value formats: per block one a = d and b = the offset times d (Q4_1, Q5_1: b = m), from
-// one 4-byte gather of each lane's block start (d, then m or the first codes).
+// The 32-value formats: per block one a = d, and for Q4_1 / Q5_1 b = m, from one 4-byte gather of
+// each lane's block start (d, then m or the first codes). The others' b (the offset times d) is
+// folded into the activations' xs (QuantGemmXsScale) and not written.
 void UnpackScales32(QuantType t, const uint8_t* row0, __m512i off, __mmask16 live, int64_t k0, int64_t kc, float* a,
                     float* b) {
   const bool has_min = t == QuantType::kQ4_1 || t == QuantType::kQ5_1;
-  const __m512 offset = _mm512_set1_ps(t == QuantType::kQ8_0 ? -128.0f : t == QuantType::kQ5_0 ? -16.0f : -8.0f);
   const int64_t bb = QuantBlockBytes(t);
   const uint8_t* blk = row0 + k0 / 32 * bb;
   for (int64_t i = 0; i < kc / 32; ++i, blk += bb, a += 16, b += 16) {
     const __m512i h = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, off, blk, 1);
-    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
-    const __m512 m = has_min ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16))) : _mm512_mul_ps(offset, d);
-    _mm512_store_ps(a, _mm512_maskz_mov_ps(live, d));
-    _mm512_store_ps(b, _mm512_maskz_mov_ps(live, m));
+    _mm512_store_ps(a, _mm512_maskz_mov_ps(live, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h))));
+    if (has_min) _mm512_store_ps(b, _mm512_maskz_mov_ps(live, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)))));
   }
 }
 
-// Q6_K: per 16-value sub-block g, a = d * sc[g] and b = -32 a. d is the block's last two bytes,
-// gathered from two bytes before so that no lane reads past its block.
-void UnpackScalesQ6K(const uint8_t* row0, __m512i off, __mmask16 live, int64_t k0, int64_t kc, float* a, float* b) {
+// Q6_K: per 16-value sub-block g, a = d * sc[g] (b = -32 a is folded into xs). d is the block's
+// last two bytes, gathered from two bytes before so that no lane reads past its block.
+void UnpackScalesQ6K(const uint8_t* row0, __m512i off, __mmask16 live, int64_t k0, int64_t kc, float* a) {
   const int64_t bb = QuantBlockBytes(QuantType::kQ6_K);
   const __m512i zero = _mm512_setzero_si512();
-  const __m512 minus32 = _mm512_set1_ps(-32.0f);
   const uint8_t* blk = row0 + k0 / 256 * bb;
-  for (int64_t i = 0; i < kc / 256; ++i, blk += bb, a += 16 * 16, b += 16 * 16) {
+  for (int64_t i = 0; i < kc / 256; ++i, blk += bb, a += 16 * 16) {
     const __m512 d = _mm512_cvtph_ps(
         _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_i32gather_epi32(zero, live, off, blk + 206, 1), 16)));
     for (int q = 0; q < 4; ++q) {  // scales 4q .. 4q + 3, signed bytes of one dword
@@ -220,9 +219,7 @@ void UnpackScalesQ6K(const uint8_t* row0, __m512i off, __mmask16 live, int64_t k
       for (int j = 0; j < 4; ++j) {
         const int g = 4 * q + j;
         const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(sc4, 24 - 8 * j), 24);
-        const __m512 av = _mm512_maskz_mul_ps(live, d, _mm512_cvtepi32_ps(sc));
-        _mm512_store_ps(a + g * 16, av);
-        _mm512_store_ps(b + g * 16, _mm512_maskz_mul_ps(live, minus32, av));
+        _mm512_store_ps(a + g * 16, _mm512_maskz_mul_ps(live, d, _mm512_cvtepi32_ps(sc)));
       }
     }
   }
@@ -237,7 +234,7 @@ void UnpackScalesAvx512(QuantType t, const void* row0, int64_t row_bytes, int ro
                                          _mm512_set1_epi32(static_cast<int>(row_bytes)));
   const auto* row = static_cast<const uint8_t*>(row0);
   if (t == QuantType::kQ4_K || t == QuantType::kQ5_K) return UnpackScalesK45(t, row, off, live, k0, kc, a, b);
-  if (t == QuantType::kQ6_K) return UnpackScalesQ6K(row, off, live, k0, kc, a, b);
+  if (t == QuantType::kQ6_K) return UnpackScalesQ6K(row, off, live, k0, kc, a);
   TESSERA_CHECK(QuantBlockElems(t) == 32, "UnpackScalesAvx512: not a block-quantized type");
   UnpackScales32(t, row, off, live, k0, kc, a, b);
 }
