@@ -21,8 +21,8 @@ enum class Paging { kHuge, kSmall };
 // median over `reps` freshly allocated buffers (physical placement moves it on a VM).
 double ReadBandwidthGBs(int threads, int64_t bytes = int64_t(1) << 30, int reps = 5, Paging paging = Paging::kHuge);
 
-// f32 GFLOP/s of independent register-only AVX2 FMA chains on `threads` threads (the compute
-// peak; 0 without AVX2+FMA).
+// f32 GFLOP/s of independent register-only FMA chains on `threads` threads, the faster of AVX2's
+// and (where the CPU has it) AVX-512's: the compute peak (0 without AVX2+FMA).
 double FmaPeakGflops(int threads);
 
 // The same for AVX-512-BF16's bf16 dot product (vdpbf16ps, 2 multiply-adds per f32 lane): the

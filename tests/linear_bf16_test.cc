@@ -100,10 +100,10 @@ TEST(LinearBf16, GemmIsBatchInvariant) {
   ops::EnableBf16Dot(true);
 }
 
-// With the rounded-x scratch (x rounded to pairs once per call) the GEMM gives the same bits as
-// without it (each column block rounding its tiles), on both paths, over odd feature counts and
-// several k blocks (in > 512), with and without threads; nothing is written past the scratch, and
-// the f32 kernels' path does not use it. (AMX is off here: its tiles read x only from the scratch,
+// With the rounded-x scratch (x rounded once per call: to pairs for the dot product, to bf16
+// values for the f32 kernels) the GEMM gives the same bits as without it (each column block
+// rounding its tiles), on both paths, over odd feature counts and several k blocks (in > 512), with
+// and without threads; nothing is written past the scratch, and it holds each row rounded. (AMX is off here: its tiles read x only from the scratch,
 // so with AMX the scratch does choose the kernel; tests/linear_amx_test.cc covers that path.)
 TEST(LinearBf16, GemmScratchChangesNoBit) {
   std::mt19937 rng(14);
@@ -125,8 +125,13 @@ TEST(LinearBf16, GemmScratchChangesNoBit) {
         for (int64_t i = 0; i < p.n * p.out; ++i)
           ASSERT_EQ(scratched[i], plain[i]) << "in " << in << " dot " << dot << " threads " << (tp != nullptr) << " i " << i;
         for (int64_t i = words; i < words + 64; ++i) ASSERT_EQ(xp[i], 0xdeadbeefu) << "wrote past the scratch";
-        if (!ops::Bf16Dot()) {  // the f32 kernels' path rounds its own way and leaves the scratch alone
-          for (int64_t i = 0; i < words; ++i) ASSERT_EQ(xp[i], 0xdeadbeefu) << "f32 path wrote the scratch";
+        if (!ops::Bf16Dot()) {  // the f32 kernels' path: each x row rounded to bf16 once, as values
+          const int64_t stride16 = 2 * (words / p.n);
+          ASSERT_GE(stride16, p.in);
+          const auto* x16 = reinterpret_cast<const uint16_t*>(xp);
+          for (int64_t t = 0; t < p.n; ++t)
+            for (int64_t j = 0; j < p.in; ++j)
+              ASSERT_EQ(x16[t * stride16 + j], F32ToBf16(p.x[t * p.xs + j])) << "row " << t << " value " << j;
         } else {  // the rounded rows: pairs_from_f32 of each x row
           const int64_t stride = words / p.n, pairs = (p.in + 1) / 2;
           ASSERT_GE(stride, pairs);

@@ -231,7 +231,7 @@ TEST(Simd, WideTileMatchesScalarFmaChains) {
     want = c;
     const float* ap[kRows];
     for (int r = 0; r < kRows; ++r) ap[r] = a.data() + (r < mr ? r : 0) * kc;
-    wide(ap, bp, ps, kc, c.data(), kCs, mr, nr, acc);
+    wide(ap, bp, ps, kc, c.data(), kCs, mr, nr, acc, {});
     for (int r = 0; r < kRows; ++r)
       for (int j = 0; j < kCs; ++j) {
         if (r >= mr || j >= nr) {

@@ -27,10 +27,12 @@ namespace tessera::ops {
 // With w.pairs set and x_pairs given (precision bf16, CPUs with the dot product), or w.panels set
 // (the f32 micro-tiles), the micro-tiles read the prepacked panels directly; otherwise weight
 // blocks are packed per call. At precision f32 each token's result is the same whatever n.
-// x_pairs (optional, GemmScratchWords(n, in) words, 64-byte aligned): at precision bf16 on the
-// dot-product path, x is rounded into it as bf16 pairs once per call; without it each block of
-// output columns rounds the x rows of its tiles again (out / 64-128 passes over x; the cost is in
-// bench/results/kernel_choices.md, "Rounding x once"). The results are the same bit for bit either way.
+// x_pairs (optional, GemmScratchWords(n, in) words, 64-byte aligned): at precision bf16, x is
+// rounded into it once per call, as bf16 pairs on the dot-product path and as bf16 values that the
+// f32 tiles widen on CPUs without the dot product; without it each block of output columns rounds
+// the x rows of its tiles again (out / 32-128 passes over x; the cost is in
+// bench/results/kernel_choices.md, "Rounding x once" and "The wide f32 tile in Linear"). The
+// results are the same bit for bit either way.
 void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
           ThreadPool* pool, MatmulPrecision precision = MatmulPrecision::kF32, uint32_t* x_pairs = nullptr);
 

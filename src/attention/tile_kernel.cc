@@ -263,7 +263,7 @@ void GroupTileKernel::WideScores(int64_t n) {
         const float* a[ops::kWideTileRows];
         for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
         wide_(a, kp_ + t * D_ + d0 * 16, 16 * D_, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
-              static_cast<int>(std::min<int64_t>(32, n - t)), d0 > 0);
+              static_cast<int>(std::min<int64_t>(32, n - t)), d0 > 0, {});
       }
     }
   }
@@ -542,7 +542,7 @@ void GroupTileKernel::FullTilePv(int64_t j0, int64_t n, const void* const* v_row
         const float* a[ops::kWideTileRows];
         for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = s_ + (r0 + (r < mr ? r : 0)) * kTileK;
         wide_(a, vp_ + c0 * n, 16 * n, n, o_ + r0 * Dv_ + c0, Dv_, mr, static_cast<int>(std::min<int64_t>(32, Dv_ - c0)),
-              true);
+              true, {});
       }
     }
     return;

@@ -89,15 +89,47 @@ struct Item {
   int64_t o0, nc, t_begin, t_end;
 };
 
+// Tokens per f32 micro-tile: the wide tile's on AVX-512 (RunF32), else gemm_tile's.
+int64_t F32TileRows() {
+  static_assert(kWideTileRows >= kMr, "RunF32's rows hold either tile's");
+  return GemmTileWide() != nullptr ? kWideTileRows : kMr;
+}
+
+// x rounded to bf16 for the f32 tiles (precision bf16 on CPUs without the dot product): x16 rows
+// of x already rounded (x16_stride values apart; Gemm rounds them once per call where it has the
+// x_pairs scratch), else each tile rounds its rows per block of columns.
+struct RoundedX {
+  bool round = false;
+  const uint16_t* x16 = nullptr;
+  int64_t x16_stride = 0;
+};
+
+// x[0 .. n) rounded to bf16 (F32ToBf16), once per Gemm call. Cloned like RoundBf16 (linear.cc).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void RoundRowBf16(const float* x, int64_t n,
+                                                                               uint16_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = F32ToBf16(x[i]);
+}
+// Those values widened back to f32 for a tile: the bits RoundBf16 gives x.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void WidenBf16(const uint16_t* x16, int64_t n,
+                                                                            float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(x16[i]);
+}
+
 // f32 micro-tiles on widened weight panels: the weight's prepacked ones (w.panels) or packed here
-// once per block; round_x: x rounded to bf16 values first (precision bf16 on CPUs without the dot
-// product). The blocks are F32BlockDepth(in) deep either way, so a result does not depend on the
-// panels' source. The item's columns go kNcF32 at a time (items are that wide without panels).
+// once per block; x as given or rounded to bf16 values first (rx). The blocks are
+// F32BlockDepth(in) deep either way, so a result does not depend on the panels' source. The item's
+// columns go kNcF32 at a time (items are that wide without panels).
 void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-            const Item& it, bool round_x) {
+            const Item& it, const RoundedX& rx) {
   alignas(64) float bp[kKcF32 * kNcF32];  // packed f32 weight block, [nc / 16][kc][16] (no w.panels)
-  alignas(64) float xr[kMr][kKcF32];       // the tile's x rows rounded to bf16 (round_x only)
-  const int64_t tiles = std::max<int64_t>(1, (it.t_end - it.t_begin + kMr - 1) / kMr);
+  alignas(64) float xr[kWideTileRows][kKcF32];  // the tile's x rows rounded to bf16 (rx.round only)
+  // On AVX-512 a block's two panels go to the 8 x 32 tile at once: 16 zmm accumulators where
+  // gemm_tile's 6 x 16 keeps 12 ymm ones, which leave half of a CPU's 512-bit FMA rate unused where
+  // it has two such units (bench/results/kernel_choices.md, "The wide f32 tile in Linear"). Each
+  // element is the same FMA chain either way: the tile shape changes no bit.
+  const GemmTileWideFn wide = GemmTileWide();
+  const int64_t tile_rows = F32TileRows();
+  const int64_t tiles = std::max<int64_t>(1, (it.t_end - it.t_begin + tile_rows - 1) / tile_rows);
   // Prepacked panels, 2 tokens or more: each tile call prefetches its share of its panel in the
   // next block (a panel's k step is one 64-byte line), so that block streams in while this one is
   // computed instead of stalling the block's first tile. Not for one token: memory-bound, the
@@ -127,15 +159,28 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
         next_panels = (std::min(kNcF32, it.o0 + it.nc - c0 - kNcF32) + kNr - 1) / kNr;
       }
       const int64_t share = (next_kc + tiles - 1) / tiles;  // lines of a panel's next block per tile call
-      for (int64_t t = it.t_begin; t < it.t_end; t += kMr) {
-        const int mr = static_cast<int>(std::min(kMr, it.t_end - t));
-        const float* rows[kMr];
-        for (int r = 0; r < kMr; ++r) {
+      for (int64_t t = it.t_begin; t < it.t_end; t += tile_rows) {
+        const int mr = static_cast<int>(std::min(tile_rows, it.t_end - t));
+        const float* rows[kWideTileRows];
+        for (int r = 0; r < tile_rows; ++r) {
           const float* row = x + (t + (r < mr ? r : 0)) * x_stride + k0;
-          if (round_x && r < mr) RoundBf16(row, kc, xr[r]);
-          rows[r] = round_x ? xr[r < mr ? r : 0] : row;
+          if (rx.round && r < mr) {
+            if (rx.x16) {
+              WidenBf16(rx.x16 + (t + r) * rx.x16_stride + k0, kc, xr[r]);
+            } else {
+              RoundBf16(row, kc, xr[r]);
+            }
+          }
+          rows[r] = rx.round ? xr[r < mr ? r : 0] : row;
         }
-        const int64_t first = (t - it.t_begin) / kMr * share;  // this tile's share of the next block
+        const int64_t first = (t - it.t_begin) / tile_rows * share;  // this tile's share of the next block
+        if (wide != nullptr) {
+          TilePrefetch pf;
+          if (next != nullptr && first < next_kc)
+            pf = {next + first * kNr, stride, static_cast<int>(next_panels), std::min(share, next_kc - first)};
+          wide(rows, panels, stride, kc, y + t * y_stride + c0, y_stride, mr, static_cast<int>(nc), k0 > 0, pf);
+          continue;
+        }
         for (int64_t j = 0; j < nc; j += kNr) {
           const bool pf = next != nullptr && j / kNr < next_panels && first < next_kc;
           simd.gemm_tile(rows, panels + (j / kNr) * stride, kc, y + t * y_stride + c0 + j, y_stride, mr,
@@ -276,8 +321,8 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   TESSERA_CHECK(!quant || w.in % QuantBlockElems(w.quant) == 0, "Gemm: quantized weight rows must be whole blocks");
   const SimdKernels& simd = Simd();
   // Quantized weights dequantize into f32 panels, or at precision bf16 on CPUs with the dot product
-  // into bf16 pair panels: there x is rounded once per call (x_pairs) instead of per block of
-  // columns, 1.2-1.9x the f32 panels with x rounded per tile (bench/results/quant_kernels.md).
+  // into bf16 pair panels (1.2-1.9x the f32 panels with x rounded per tile, before the f32 tiles
+  // too took x rounded once: bench/results/quant_kernels.md).
   const Bf16DotKernels* dot = bf16 ? Bf16Dot() : nullptr;
   // Precision bf16 with the x pairs scratch runs on AMX tiles where the CPU has them: prepacked
   // panels for every token count (decode included), so a token's bits do not depend on n; bf16
@@ -291,10 +336,30 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
       dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
-  const int64_t mr = amx ? kMrAmx : dot ? kMrDot : kMr;
+  const int64_t mr = amx ? kMrAmx : dot ? kMrDot : F32TileRows();
   const int64_t tiles = (n + mr - 1) / mr;
   const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
+  // x rounded once, a token row per work item: to pairs for the dot product, else (precision bf16
+  // on f32 tiles) to bf16 values that each tile widens, where rounding per tile and block of
+  // columns had cost about as much as the tiles (bench/results/kernel_choices.md, "The wide f32 tile
+  // in Linear").
+  RoundedX rx;
+  rx.round = bf16 && !dot;
+  if (x_pairs && bf16) {
+    const int64_t stride = PairsStride(w.in);
+    auto round_row = [&](int64_t t, int) {
+      if (dot) return dot->pairs_from_f32(x + t * x_stride, w.in, x_pairs + t * stride);
+      RoundRowBf16(x + t * x_stride, w.in, reinterpret_cast<uint16_t*>(x_pairs + t * stride));
+    };
+    if (pool && n * w.in >= kParallelRoundFloats) {
+      pool->ParallelFor(n, round_row);
+    } else {
+      for (int64_t t = 0; t < n; ++t) round_row(t, 0);
+    }
+    if (!dot) rx.x16 = reinterpret_cast<const uint16_t*>(x_pairs), rx.x16_stride = 2 * stride;
+  }
+  if (!dot) x_pairs = nullptr;
   auto run = [&](int64_t item, int) {
     const int64_t cb = item % col_blocks, rb = item / col_blocks;
     const int64_t o0 = cb * block_cols, t_begin = rb * tiles_per_block * mr;
@@ -302,19 +367,9 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     if (amx && w.pairs == nullptr) return RunAmxPacked(*dot, amx, w, x_pairs, y, y_stride, it);
     if (amx) return RunAmx(amx, w, x_pairs, y, y_stride, it);
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
-    RunF32(simd, w, x, x_stride, y, y_stride, it, bf16);
+    RunF32(simd, w, x, x_stride, y, y_stride, it, rx);
   };
   const int64_t items = col_blocks * row_blocks;
-  if (dot && x_pairs) {  // x rounded to pairs once, a token row per work item
-    auto round_row = [&](int64_t t, int) { dot->pairs_from_f32(x + t * x_stride, w.in, x_pairs + t * PairsStride(w.in)); };
-    if (pool && n * w.in >= kParallelRoundFloats) {
-      pool->ParallelFor(n, round_row);
-    } else {
-      for (int64_t t = 0; t < n; ++t) round_row(t, 0);
-    }
-  } else {
-    x_pairs = nullptr;
-  }
   if (pool) {
     pool->ParallelFor(items, run);
   } else {

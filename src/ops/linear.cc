@@ -95,8 +95,11 @@ bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out) {
   return false;
 }
 
-void RoundBf16(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(F32ToBf16(x[i]));  // vectorized at -O3
+// Cloned for AVX-512 and AVX2 (the loop vectorizes; the baseline's SSE2 blends made it most of a
+// bf16 prefill's time on CPUs without the bf16 dot product: bench/results/kernel_choices.md, "The
+// wide f32 tile in Linear"). Integer steps only: every clone gives the same bits.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void RoundBf16(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(F32ToBf16(x[i]));
 }
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

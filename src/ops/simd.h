@@ -97,17 +97,27 @@ struct SimdKernels {
   }
 };
 
-// A wider f32 GEMM micro-tile for compute-bound attention tiles (prefill): for r < mr (<= 8),
-// j < nr (<= 32)
+// What a wide tile fetches while it computes: `lines` 64-byte lines from `next` and from each of
+// the following panels - 1 panels `stride` floats on, spread over its k steps (into L1, or into L2
+// when the call's lines pass half an L1, as gemm_tile's). The default fetches nothing.
+struct TilePrefetch {
+  const float* next = nullptr;
+  int64_t stride = 0;
+  int panels = 0;
+  int64_t lines = 0;
+};
+
+// A wider f32 GEMM micro-tile for compute-bound tiles (attention's prefill, Linear on f32
+// panels): for r < mr (<= 8), j < nr (<= 32)
 //   c[r * c_stride + j] (+)= sum_{k < kc} a[r][k] * bp[(j / 16) * panel_stride + k * 16 + j % 16]
 // i.e. two 64-byte aligned [kc][16] panels side by side (the second is read only when nr > 16).
 // Each c element is the same FMA chain as gemm_tile's, so results equal gemm_tile's bit for bit.
 using GemmTileWideFn = void (*)(const float* const* a, const float* bp, int64_t panel_stride, int64_t kc, float* c,
-                                int64_t c_stride, int mr, int nr, bool accumulate);
+                                int64_t c_stride, int mr, int nr, bool accumulate, const TilePrefetch& prefetch);
 inline constexpr int kWideTileRows = 8;
 
-// The AVX-512 wide tile (16 accumulators: the 6 x 16 tiles leave the CPU's two 512-bit FMA ports
-// waiting on latency) when the CPU has AVX-512 and TESSERA_SIMD does not ask for generic or avx2;
+// The AVX-512 wide tile (16 zmm accumulators: the 6 x 16 tiles' 12 ymm ones leave half the rate of
+// a CPU with two 512-bit FMA units unused) when the CPU has AVX-512 and TESSERA_SIMD does not ask for generic or avx2;
 // else null, and callers use gemm_tile. Chosen apart from Simd(), like Bf16Dot()
 // (bench/results/kernel_choices.md, "The wide f32 tile in prefill").
 GemmTileWideFn GemmTileWide();

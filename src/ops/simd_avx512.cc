@@ -88,23 +88,49 @@ void GemmTile(const float* const* a, const float* bp, int64_t kc, float* c, int6
   }
 }
 
+// A call prefetching more lines than this (16 KiB, half the smallest L1) sends them to L2, as
+// gemm_tile does (bench/results/kernel_choices.md, "L1 or L2 prefetch hint").
+constexpr int64_t kMaxL1PrefetchLines = 256;
+
+// Line `line` of each prefetched panel.
+inline void PrefetchLine(const TilePrefetch& pf, int64_t line, bool to_l2) {
+  for (int p = 0; p < pf.panels; ++p) {
+    const char* at = reinterpret_cast<const char*>(pf.next + p * pf.stride) + line * 64;
+    if (to_l2) {
+      _mm_prefetch(at, _MM_HINT_T1);
+    } else {
+      _mm_prefetch(at, _MM_HINT_T0);
+    }
+  }
+}
+
 // MR (<= 8) rows x 32 columns (two 16-column panels, TWO false: the first only) in 2 MR
 // accumulators: per k, two panel loads and MR broadcasts feed 2 MR independent FMAs, enough to keep
-// both FMA ports busy through their latency.
+// both FMA ports busy through their latency. The prefetches are spread evenly over the k steps.
 template <int MR, bool TWO>
-void Tile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, float* c, int64_t cs, int nr, bool acc) {
+void Tile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, float* c, int64_t cs, int nr, bool acc,
+            const TilePrefetch& pf) {
   __m512 lo[MR], hi[MR];
   _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
   const float* bp1 = bp + ps;
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(bp + k * 16);
-    const __m512 b1 = TWO ? _mm512_load_ps(bp1 + k * 16) : b0;
-    _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {
-      const __m512 x = _mm512_set1_ps(a[r][k]);
-      lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
-      if (TWO) hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+  const int64_t lines = pf.next != nullptr ? pf.lines : 0;
+  const int64_t step = lines <= 0 ? kc : kc > lines ? kc / lines : 1;  // k steps per prefetched line
+  const bool to_l2 = lines * pf.panels > kMaxL1PrefetchLines;
+  int64_t k = 0;
+  for (int64_t line = 0; k < kc; ++line) {
+    if (line < lines) PrefetchLine(pf, line, to_l2);
+    for (const int64_t end = k + step < kc ? k + step : kc; k < end; ++k) {
+      const __m512 b0 = _mm512_load_ps(bp + k * 16);
+      const __m512 b1 = TWO ? _mm512_load_ps(bp1 + k * 16) : b0;
+      _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {
+        const __m512 x = _mm512_set1_ps(a[r][k]);
+        lo[r] = _mm512_fmadd_ps(x, b0, lo[r]);
+        if (TWO) hi[r] = _mm512_fmadd_ps(x, b1, hi[r]);
+      }
     }
   }
+  // More lines than k steps: the rest now (to L2: only a call with more than 256 lines gets here).
+  for (int64_t line = (kc + step - 1) / step; line < lines; ++line) PrefetchLine(pf, line, true);
   const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xffffu : (1u << nr) - 1u);
   const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xffffu : nr > 16 ? (1u << (nr - 16)) - 1u : 0u);
   _Pragma("GCC unroll 8") for (int r = 0; r < MR; ++r) {
@@ -116,23 +142,23 @@ void Tile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, floa
 
 template <bool TWO>
 void Tile32Rows(const float* const* a, const float* bp, int64_t ps, int64_t kc, float* c, int64_t cs, int mr, int nr,
-                bool acc) {
+                bool acc, const TilePrefetch& pf) {
   switch (mr) {
-    case 1: return Tile32<1, TWO>(a, bp, ps, kc, c, cs, nr, acc);
-    case 2: return Tile32<2, TWO>(a, bp, ps, kc, c, cs, nr, acc);
-    case 3: return Tile32<3, TWO>(a, bp, ps, kc, c, cs, nr, acc);
-    case 4: return Tile32<4, TWO>(a, bp, ps, kc, c, cs, nr, acc);
-    case 5: return Tile32<5, TWO>(a, bp, ps, kc, c, cs, nr, acc);
-    case 6: return Tile32<6, TWO>(a, bp, ps, kc, c, cs, nr, acc);
-    case 7: return Tile32<7, TWO>(a, bp, ps, kc, c, cs, nr, acc);
-    default: return Tile32<8, TWO>(a, bp, ps, kc, c, cs, nr, acc);
+    case 1: return Tile32<1, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
+    case 2: return Tile32<2, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
+    case 3: return Tile32<3, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
+    case 4: return Tile32<4, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
+    case 5: return Tile32<5, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
+    case 6: return Tile32<6, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
+    case 7: return Tile32<7, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
+    default: return Tile32<8, TWO>(a, bp, ps, kc, c, cs, nr, acc, pf);
   }
 }
 
 void GemmTile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, float* c, int64_t cs, int mr, int nr,
-                bool acc) {
-  if (nr > 16) return Tile32Rows<true>(a, bp, ps, kc, c, cs, mr, nr, acc);
-  Tile32Rows<false>(a, bp, ps, kc, c, cs, mr, nr, acc);
+                bool acc, const TilePrefetch& pf) {
+  if (nr > 16) return Tile32Rows<true>(a, bp, ps, kc, c, cs, mr, nr, acc, pf);
+  Tile32Rows<false>(a, bp, ps, kc, c, cs, mr, nr, acc, pf);
 }
 
 }  // namespace
