@@ -117,9 +117,9 @@ using GemmTileWideFn = void (*)(const float* const* a, const float* bp, int64_t 
 inline constexpr int kWideTileRows = 8;
 
 // The AVX-512 wide tile (16 zmm accumulators: the 6 x 16 tiles' 12 ymm ones leave half the rate of
-// a CPU with two 512-bit FMA units unused) when the CPU has AVX-512 and TESSERA_SIMD does not ask for generic or avx2;
-// else null, and callers use gemm_tile. Chosen apart from Simd(), like Bf16Dot()
-// (bench/results/kernel_choices.md, "The wide f32 tile in prefill").
+// a CPU with two 512-bit FMA units unused) when the CPU has AVX-512 and TESSERA_SIMD does not ask
+// for generic or avx2; else null, and callers use gemm_tile. Chosen apart from Simd(), like Bf16Dot()
+// (bench/results/kernel_choices.md, "The wide f32 tile in prefill" and "... in Linear").
 GemmTileWideFn GemmTileWide();
 GemmTileWideFn GemmTileWideAvx512();
 
