@@ -123,6 +123,12 @@ inline constexpr int kWideTileRows = 8;
 GemmTileWideFn GemmTileWide();
 GemmTileWideFn GemmTileWideAvx512();
 
+// The softmax numerator (exp_sub_sum) for prefill attention: the AVX-512 table's on AVX-512 CPUs
+// unless TESSERA_SIMD asks for generic or avx2 (a CPU with two 512-bit FMA units runs it at twice
+// the AVX2 rate: bench/results/kernel_choices.md, "AVX2 before AVX-512"), else Simd()'s.
+using ExpSubSumFn = float (*)(float* s, int64_t n, float m);
+ExpSubSumFn ExpSubSumWide();
+
 // The implementation to use: AVX2 when the CPU has it (measured faster than AVX-512 here, see
 // simd_dispatch.cc), else AVX-512, else generic. TESSERA_SIMD=generic|avx2|avx512 overrides it
 // for testing and benchmarking; an unsupported request falls back to the default.

@@ -2,6 +2,7 @@
 // has them. Same rule as simd_avx2.cc: no shared header inline functions or templates here.
 #include <immintrin.h>
 
+#include "ops/exp_poly.h"
 #include "ops/simd.h"
 
 namespace tessera::ops {
@@ -161,10 +162,45 @@ void GemmTile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, 
   Tile32Rows<false>(a, bp, ps, kc, c, cs, mr, nr, acc, pf);
 }
 
+// exp(x) on 16 lanes: the AVX2 table's Exp (exp_poly's steps) with masks for its blends.
+inline __m512 Exp16(__m512 x) {
+  namespace e = exp_poly;
+  const __mmask16 too_small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(e::kMin), _CMP_LT_OQ);
+  // (maxps/minps return their second operand when either is NaN: a NaN x goes through as NaN.)
+  x = _mm512_min_ps(_mm512_set1_ps(e::kMax), _mm512_max_ps(_mm512_set1_ps(e::kMin), x));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(e::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(e::kCoeffs[0]);
+  for (int k = 1; k < 8; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(e::kCoeffs[k]));
+  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~too_small), p, _mm512_castsi512_ps(bits));
+}
+
+// s[i] = exp(s[i] - m) for i < n, returning their sum; the tail loaded and stored masked.
+float ExpSubSum(float* s, int64_t n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), vm));
+    _mm512_storeu_ps(s + i, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (i < n) {
+    const __mmask16 live = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(live, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(live, s + i), vm)));
+    _mm512_mask_storeu_ps(s + i, live, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
 }  // namespace
 
-// Single-row kernels and the micro-tile at 16 lanes; the multi-row, packing and elementwise entries
-// are the AVX2 kernels (every AVX-512 CPU has AVX2, which measured faster here; they keep the table
+// Single-row kernels, the micro-tile and the softmax's exp at 16 lanes; the multi-row, packing and
+// the other elementwise entries are the AVX2 kernels (every AVX-512 CPU has AVX2, which measured faster here; they keep the table
 // full).
 const SimdKernels* SimdAvx512() {
   static const SimdKernels k{"avx512",
@@ -188,7 +224,7 @@ const SimdKernels* SimdAvx512() {
                              SimdAvx2()->gemm_tile_b,
                              SimdAvx2()->pack_rows16,
                              SimdAvx2()->row_max,
-                             SimdAvx2()->exp_sub_sum,
+                             ExpSubSum,
                              SimdAvx2()->gelu_tanh_mul,
                              SimdAvx2()->pack_panel16,
                              SimdAvx2()->soft_cap};

@@ -72,7 +72,18 @@ GemmTileWideFn ChooseGemmTileWide() {
   return HasAvx512() ? GemmTileWideAvx512() : nullptr;
 }
 
+ExpSubSumFn ChooseExpSubSumWide() {
+  const char* want = std::getenv("TESSERA_SIMD");
+  if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return Simd().exp_sub_sum;
+  return HasAvx512() ? SimdAvx512()->exp_sub_sum : Simd().exp_sub_sum;
+}
+
 }  // namespace
+
+ExpSubSumFn ExpSubSumWide() {
+  static const ExpSubSumFn chosen = ChooseExpSubSumWide();
+  return chosen;
+}
 
 const SimdKernels& Simd() {
   static const SimdKernels& chosen = Choose();
