@@ -233,21 +233,7 @@ void PvTile(const uint32_t* const* w, const uint32_t* vp, int64_t pairs, int64_t
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// exp(x) for 16 lanes (ops/exp_poly.h: the same function as the AVX2 table's Exp).
-inline __m512 Exp16(__m512 x) {
-  namespace e = exp_poly;
-  const __mmask16 too_small = _mm512_cmp_ps_mask(x, _mm512_set1_ps(e::kMin), _CMP_LT_OQ);
-  // (maxps/minps return their second operand when either is NaN: a NaN x goes through as NaN.)
-  x = _mm512_min_ps(_mm512_set1_ps(e::kMax), _mm512_max_ps(_mm512_set1_ps(e::kMin), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(e::kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(e::kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(e::kCoeffs[0]);
-  for (int k = 1; k < 8; ++k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(e::kCoeffs[k]));
-  const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(static_cast<__mmask16>(~too_small), p, _mm512_castsi512_ps(bits));
-}
+#include "ops/exp16_avx512.inc"
 
 void SoftmaxPanel16(const float* st, int n, float scale, float* m, float* l, int mr, bool all_visible, float* alpha,
                     uint32_t* w) {
