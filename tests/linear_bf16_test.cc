@@ -103,8 +103,9 @@ TEST(LinearBf16, GemmIsBatchInvariant) {
 // With the rounded-x scratch (x rounded once per call: to pairs for the dot product, to bf16
 // values for the f32 kernels) the GEMM gives the same bits as without it (each column block
 // rounding its tiles), on both paths, over odd feature counts and several k blocks (in > 512), with
-// and without threads; nothing is written past the scratch, and it holds each row rounded. (AMX is off here: its tiles read x only from the scratch,
-// so with AMX the scratch does choose the kernel; tests/linear_amx_test.cc covers that path.)
+// and without threads; nothing is written past the scratch, and it holds each row rounded. (AMX is
+// off here: its tiles read x only from the scratch, so with AMX the scratch does choose the kernel;
+// tests/linear_amx_test.cc covers that path.)
 TEST(LinearBf16, GemmScratchChangesNoBit) {
   std::mt19937 rng(14);
   ThreadPool pool(2);

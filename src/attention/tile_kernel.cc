@@ -494,7 +494,7 @@ bool GroupTileKernel::SoftmaxStep(int64_t r, int64_t n, TileClass cls) {
     m_[r] = m_new;
   }
   // Softmax weights in place (masked keys, -inf, become 0).
-  l_[r] += ops::ExpSubSumWide()(s, n, m_new);
+  l_[r] += exp_sub_sum_(s, n, m_new);
   // The weights P.V multiplies are bf16 (l_ keeps the unrounded sum).
   if (bf16_)
     for (int64_t t = 0; t < n; ++t) s[t] = Bf16ToF32(F32ToBf16(s[t]));

@@ -108,6 +108,7 @@ class GroupTileKernel {
   TilePath path_ = TilePath::kInPlace;      // this block's path (Begin)
   // The wide f32 micro-tile for packed prefill blocks (null: the 6 x 16 gemm_tile).
   ops::GemmTileWideFn wide_ = nullptr;
+  ops::ExpSubSumFn exp_sub_sum_ = ops::ExpSubSumWide();  // the softmax numerator (16 lanes on AVX-512)
   int64_t pairs_ = 0;          // D / 2
   uint32_t* qw_ = nullptr;     // [ceil(max_rows / 16)][pairs][16] bf16 pairs of q (unscaled), 16-row panels
   float* st_ = nullptr;        // [kTileK][16] scores of one panel, key-major

@@ -104,12 +104,13 @@ struct RoundedX {
   int64_t x16_stride = 0;
 };
 
-// x[0 .. n) rounded to bf16 (F32ToBf16), once per Gemm call. Cloned like RoundBf16 (linear.cc).
+// x[0 .. n) rounded to bf16 once per Gemm call, and widened back for a tile (RoundBf16's bits).
+// Not core's EncodeFromF32 / DecodeToF32: through their switch a bf16 vision encode ran slower
+// (bench/results/kernel_choices.md, "The wide f32 tile in Linear").
 __attribute__((target_clones("avx512f", "avx2", "default"))) void RoundRowBf16(const float* x, int64_t n,
                                                                                uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = F32ToBf16(x[i]);
 }
-// Those values widened back to f32 for a tile: the bits RoundBf16 gives x.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void WidenBf16(const uint16_t* x16, int64_t n,
                                                                             float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(x16[i]);

@@ -1,5 +1,6 @@
 // AVX-512 (F + BW + VL) implementation, compiled with those flags and only called when the CPU
-// has them. Same rule as simd_avx2.cc: no shared header inline functions or templates here.
+// has them. Same rule as simd_avx2.cc: no shared header inline functions or templates here (the
+// .inc files are included inside the unnamed namespace: each copy is this file's own).
 #include <immintrin.h>
 
 #include "ops/exp_poly.h"
@@ -186,8 +187,8 @@ float ExpSubSum(float* s, int64_t n, float m) {
 }  // namespace
 
 // Single-row kernels, the micro-tile and the softmax's exp at 16 lanes; the multi-row, packing and
-// the other elementwise entries are the AVX2 kernels (every AVX-512 CPU has AVX2, which measured faster here; they keep the table
-// full).
+// the other elementwise entries are the AVX2 kernels (every AVX-512 CPU has AVX2, which measured
+// faster here; they keep the table full).
 const SimdKernels* SimdAvx512() {
   static const SimdKernels k{"avx512",
                              Dot<float, LoadF32, IdF32>,

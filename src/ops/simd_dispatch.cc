@@ -66,17 +66,17 @@ const SimdKernels& Choose() {
   return SimdGeneric();
 }
 
-GemmTileWideFn ChooseGemmTileWide() {
+// The kernels chosen apart from Simd() at 512 bits: where the CPU has AVX-512 and TESSERA_SIMD
+// does not ask for generic or avx2.
+bool WideWanted() {
   const char* want = std::getenv("TESSERA_SIMD");
-  if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return nullptr;
-  return HasAvx512() ? GemmTileWideAvx512() : nullptr;
+  if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return false;
+  return HasAvx512();
 }
 
-ExpSubSumFn ChooseExpSubSumWide() {
-  const char* want = std::getenv("TESSERA_SIMD");
-  if (want && (std::strcmp(want, "generic") == 0 || std::strcmp(want, "avx2") == 0)) return Simd().exp_sub_sum;
-  return HasAvx512() ? SimdAvx512()->exp_sub_sum : Simd().exp_sub_sum;
-}
+GemmTileWideFn ChooseGemmTileWide() { return WideWanted() ? GemmTileWideAvx512() : nullptr; }
+
+ExpSubSumFn ChooseExpSubSumWide() { return WideWanted() ? SimdAvx512()->exp_sub_sum : Simd().exp_sub_sum; }
 
 }  // namespace
 
