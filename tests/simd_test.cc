@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -309,6 +310,35 @@ TEST(Simd, ExpSubSumMatchesDoubleExp) {
         }
       }
       ASSERT_NEAR(sum, want_sum, 1e-6 * want_sum + 1e-30) << n;
+    }
+  }
+}
+
+// Precision bf16's rounding of x: every table's loops against the scalar conversions, bit for bit,
+// on every tail length, random bit patterns (NaNs, infinities, subnormals) and the ties.
+TEST(Simd, RoundAndWidenBf16AreTheScalarConversions) {
+  const SimdKernels* impls[4];
+  const int n_impl = AvailableSimd(impls, 4);
+  std::mt19937 rng(37);
+  const float specials[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1.00390625f, 1.01171875f, -3.4e38f, 1e-40f};
+  for (int k = 0; k < n_impl; ++k) {
+    const SimdKernels& s = *impls[k];
+    SCOPED_TRACE(s.name);
+    for (int64_t n = 0; n < 300; n += n < 70 ? 1 : 37) {
+      std::vector<float> x(n), back(n);
+      std::vector<uint16_t> bits(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint32_t b = rng();
+        std::memcpy(&x[i], &b, 4);
+        if (i % 5 == 1) x[i] = specials[(i / 5) % 9];
+      }
+      s.round_bf16(x.data(), n, bits.data());
+      s.widen_bf16(bits.data(), n, back.data());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(bits[i], F32ToBf16(x[i])) << "n=" << n << " i=" << i;
+        const float want = Bf16ToF32(bits[i]);
+        ASSERT_EQ(std::memcmp(&back[i], &want, 4), 0) << "n=" << n << " i=" << i;
+      }
     }
   }
 }

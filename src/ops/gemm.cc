@@ -104,18 +104,6 @@ struct RoundedX {
   int64_t x16_stride = 0;
 };
 
-// x[0 .. n) rounded to bf16 once per Gemm call, and widened back for a tile (RoundBf16's bits).
-// Not core's EncodeFromF32 / DecodeToF32: through their switch a bf16 vision encode ran slower
-// (bench/results/kernel_choices.md, "The wide f32 tile in Linear").
-__attribute__((target_clones("avx512f", "avx2", "default"))) void RoundRowBf16(const float* x, int64_t n,
-                                                                               uint16_t* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = F32ToBf16(x[i]);
-}
-__attribute__((target_clones("avx512f", "avx2", "default"))) void WidenBf16(const uint16_t* x16, int64_t n,
-                                                                            float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(x16[i]);
-}
-
 // f32 micro-tiles on widened weight panels: the weight's prepacked ones (w.panels) or packed here
 // once per block; x as given or rounded to bf16 values first (rx). The blocks are
 // F32BlockDepth(in) deep either way, so a result does not depend on the panels' source. The item's
@@ -167,7 +155,7 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
           const float* row = x + (t + (r < mr ? r : 0)) * x_stride + k0;
           if (rx.round && r < mr) {
             if (rx.x16) {
-              WidenBf16(rx.x16 + (t + r) * rx.x16_stride + k0, kc, xr[r]);
+              simd.widen_bf16(rx.x16 + (t + r) * rx.x16_stride + k0, kc, xr[r]);
             } else {
               RoundBf16(row, kc, xr[r]);
             }
@@ -351,7 +339,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     const int64_t stride = PairsStride(w.in);
     auto round_row = [&](int64_t t, int) {
       if (dot) return dot->pairs_from_f32(x + t * x_stride, w.in, x_pairs + t * stride);
-      RoundRowBf16(x + t * x_stride, w.in, reinterpret_cast<uint16_t*>(x_pairs + t * stride));
+      simd.round_bf16(x + t * x_stride, w.in, reinterpret_cast<uint16_t*>(x_pairs + t * stride));
     };
     if (pool && n * w.in >= kParallelRoundFloats) {
       pool->ParallelFor(n, round_row);

@@ -95,11 +95,18 @@ bool ParseMatmulPrecision(std::string_view name, MatmulPrecision* out) {
   return false;
 }
 
-// Cloned for AVX-512 and AVX2 (the loop vectorizes; the baseline's SSE2 blends made it most of a
-// bf16 prefill's time on CPUs without the bf16 dot product: bench/results/kernel_choices.md, "The
-// wide f32 tile in Linear"). Integer steps only: every clone gives the same bits.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void RoundBf16(const float* x, int64_t n, float* out) {
-  for (int64_t i = 0; i < n; ++i) out[i] = Bf16ToF32(F32ToBf16(x[i]));
+// Through the SIMD table's vectorized loops (in the baseline ISA, rounding had been most of a bf16
+// prefill's time on CPUs without the bf16 dot product: bench/results/kernel_choices.md, "The wide
+// f32 tile in Linear"). A chunk at a time via bf16 bits, so out may alias x.
+void RoundBf16(const float* x, int64_t n, float* out) {
+  const SimdKernels& simd = Simd();
+  constexpr int64_t kChunk = 256;
+  alignas(64) uint16_t bits[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    simd.round_bf16(x + i, m, bits);
+    simd.widen_bf16(bits, m, out + i);
+  }
 }
 
 void Linear(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,

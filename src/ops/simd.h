@@ -69,6 +69,10 @@ struct SimdKernels {
   // x[i] = cap tanh(x[i] / cap) in place (the final logit soft cap), within a few f32 ulps of
   // std::tanh for every argument (NaN stays NaN); each element's result does not depend on n.
   void (*soft_cap)(float* x, int64_t n, float cap);
+  // out[i] = F32ToBf16(x[i]) / Bf16ToF32(x[i]): precision bf16's x for the f32 tiles. Integer steps,
+  // so every table gives the same bits; the plain loops compiled for each ISA (bf16_round.inc).
+  void (*round_bf16)(const float* x, int64_t n, uint16_t* out);
+  void (*widen_bf16)(const uint16_t* x, int64_t n, float* out);
 
   // Dispatch on the stored dtype of b / x.
   float Dot(DType dtype, const float* a, const void* b, int64_t n) const {

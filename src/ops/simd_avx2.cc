@@ -461,6 +461,8 @@ void PackPanel16(DType dtype, const void* src, int64_t st, int rows, int64_t kc,
   PackPanel<uint16_t, LoadF16, F16>(static_cast<const uint16_t*>(src), st, rows, kc, dst);
 }
 
+#include "ops/bf16_round.inc"
+
 }  // namespace
 
 const SimdKernels* SimdAvx2() {
@@ -488,7 +490,9 @@ const SimdKernels* SimdAvx2() {
                              ExpSubSum,
                              GeluTanhMul,
                              PackPanel16,
-                             SoftCap};
+                             SoftCap,
+                             RoundBf16Row,
+                             WidenBf16Row};
   return &k;
 }
 

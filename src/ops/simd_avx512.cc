@@ -214,7 +214,9 @@ const SimdKernels* SimdAvx512() {
                              ExpSubSum,
                              SimdAvx2()->gelu_tanh_mul,
                              SimdAvx2()->pack_panel16,
-                             SimdAvx2()->soft_cap};
+                             SimdAvx2()->soft_cap,
+                             SimdAvx2()->round_bf16,
+                             SimdAvx2()->widen_bf16};
   return &k;
 }
 

@@ -137,6 +137,8 @@ void PackPanel16(DType dt, const void* src, int64_t st, int rows, int64_t kc, fl
   }
 }
 
+#include "ops/bf16_round.inc"
+
 }  // namespace
 
 const SimdKernels& SimdGeneric() {
@@ -164,7 +166,9 @@ const SimdKernels& SimdGeneric() {
                              ExpSubSum,
                              GeluTanhMul,
                              PackPanel16,
-                             SoftCap};
+                             SoftCap,
+                             RoundBf16Row,
+                             WidenBf16Row};
   return k;
 }
 
