@@ -121,7 +121,7 @@ TEST(AttentionDecode, LongContextAllFeatures) {
 // Each mask feature alone at a shape with several tiles in both directions.
 TEST(AttentionMasks, EachFeatureAlone) {
   ThreadPool pool(2);
-  for (int feature = 0; feature < 11; ++feature) {
+  for (int feature = 0; feature < 13; ++feature) {
     ProblemConfig c;
     c.batch = 3, c.hq = 4, c.hkv = 2, c.s_q = 150, c.s_kv = 300, c.d = 64, c.dv = 48;
     switch (feature) {
@@ -136,6 +136,10 @@ TEST(AttentionMasks, EachFeatureAlone) {
       case 8: c.dense = 3, c.blocks = true; break;
       case 9: c.random_q_pos = true, c.softcap = 2.0f, c.scale = 1.0f; break;
       case 10: c.blocks = true, c.blocks_ignore_window = true, c.window_left = 20, c.window_right = 0; break;
+      // Bidirectional, no window (the vision towers): at f32 on AVX-512, query blocks of
+      // kWideRowsPerFullBlock rows (300 rows here: a full block and a partial one).
+      case 11: c.causal = false; break;
+      case 12: c.causal = false, c.padding = true; break;
     }
     Problem problem(c, 77 + feature);
     SCOPED_TRACE(c.Describe());

@@ -17,9 +17,13 @@ Plan MakePlan(const AttentionParams& p) {
   Plan plan;
   plan.group = p.q.heads / p.k.heads;
   // With the wide f32 micro-tile, blocks of twice the rows pack each K/V tile half as often (four
-  // times the rows: more partly visible tiles; bench/results/kernel_choices.md).
+  // times the rows: more partly visible tiles). Where no tile is partly visible (no causal order,
+  // window or dense mask: the vision towers), four times the rows pack a quarter as often
+  // (bench/results/kernel_choices.md, "The wide f32 tile in prefill").
   const bool wide = p.precision == AttentionPrecision::kF32 && ops::GemmTileWide() != nullptr;
-  const int64_t rows = wide ? kWideRowsPerBlock : kRowsPerBlock;
+  const MaskSpec& m = p.mask;
+  const bool all_visible = !m.causal && m.window_left < 0 && m.window_right < 0 && !m.dense.present();
+  const int64_t rows = !wide ? kRowsPerBlock : all_visible ? kWideRowsPerFullBlock : kWideRowsPerBlock;
   plan.n_q_block = std::clamp<int64_t>(rows / plan.group, 1, std::max<int64_t>(1, p.q.seq));
   plan.q_blocks = (p.q.seq + plan.n_q_block - 1) / plan.n_q_block;
   plan.k_tiles = (p.k.seq + kTileK - 1) / kTileK;

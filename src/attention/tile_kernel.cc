@@ -19,6 +19,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
 constexpr int64_t kScoreChunk = 64;  // head dims summed per FMA chain in the packed score path
+
+// Head dims in the packed score path's chain from d0: kScoreChunk, with a last piece shorter than 16
+// joined to the chunk before it (D 72: one chain, not 64 + 8, whose second micro-tile call loads and
+// stores the scores around 8 steps of arithmetic).
+int64_t ScoreChunk(int64_t d0, int64_t D) { return D - d0 < kScoreChunk + 16 ? D - d0 : kScoreChunk; }
+int64_t ScoreChunks(int64_t D) { return D < kScoreChunk + 16 ? 1 : (D - 16) / kScoreChunk + 1; }
 // How far ahead the few-row path prefetches: K rows into L1, and K and V rows into L2 (at D 256
 // bf16: 16 KiB and 64 KiB of each stream).
 constexpr int64_t kPrefetchKeys = 32;
@@ -236,15 +242,16 @@ void GroupTileKernel::PackedScores(int64_t j0, int64_t n, const void* const* k_r
   // re-reads each tile from cache.
   if (wide_ != nullptr && n_q_ > 1) return WideScores(n);
   LineFeed feed(RowsAhead(p_.k, j0, 0, n_q_ == 1 ? n : 0));
-  const int64_t calls = (rows_ + 5) / 6 * ((D_ + kScoreChunk - 1) / kScoreChunk) * ((n + 15) / 16);
+  const int64_t calls = (rows_ + 5) / 6 * ScoreChunks(D_) * ((n + 15) / 16);
   const int64_t per_call = (feed.lines() + calls - 1) / calls;
   for (int64_t r0 = 0; r0 < rows_; r0 += 6) {
     const int mr = static_cast<int>(std::min<int64_t>(6, rows_ - r0));
-    for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
+    for (int64_t d0 = 0, kc = 0; d0 < D_; d0 += kc) {
+      kc = ScoreChunk(d0, D_);
       const float* a[6];
       for (int r = 0; r < 6; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
       for (int64_t t = 0; t < n; t += 16, feed.Issue(per_call))
-        simd.gemm_tile(a, kp_ + t * D_ + d0 * 16, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
+        simd.gemm_tile(a, kp_ + t * D_ + d0 * 16, kc, s_ + r0 * kTileK + t, kTileK, mr,
                        static_cast<int>(std::min<int64_t>(16, n - t)), d0 > 0, nullptr, 0);
     }
   }
@@ -256,13 +263,14 @@ void GroupTileKernel::PackedScores(int64_t j0, int64_t n, const void* const* k_r
 // Rows innermost: each call's two K panels (kScoreChunk dims of 32 keys) stay in L1 for every
 // row group, rather than the whole packed tile streaming from L2 once per row group.
 void GroupTileKernel::WideScores(int64_t n) {
-  for (int64_t d0 = 0; d0 < D_; d0 += kScoreChunk) {
+  for (int64_t d0 = 0, kc = 0; d0 < D_; d0 += kc) {
+    kc = ScoreChunk(d0, D_);
     for (int64_t t = 0; t < n; t += 32) {
       for (int64_t r0 = 0; r0 < rows_; r0 += ops::kWideTileRows) {
         const int mr = static_cast<int>(std::min<int64_t>(ops::kWideTileRows, rows_ - r0));
         const float* a[ops::kWideTileRows];
         for (int r = 0; r < ops::kWideTileRows; ++r) a[r] = q_ + (r0 + (r < mr ? r : 0)) * D_ + d0;
-        wide_(a, kp_ + t * D_ + d0 * 16, 16 * D_, std::min(kScoreChunk, D_ - d0), s_ + r0 * kTileK + t, kTileK, mr,
+        wide_(a, kp_ + t * D_ + d0 * 16, 16 * D_, kc, s_ + r0 * kTileK + t, kTileK, mr,
               static_cast<int>(std::min<int64_t>(32, n - t)), d0 > 0, {});
       }
     }
