@@ -343,5 +343,36 @@ TEST(Simd, RoundAndWidenBf16AreTheScalarConversions) {
   }
 }
 
+// The several-token row dot against the table's dot_rows4 for each token alone: the same bits, on
+// every tail length (the 8-lane tail and the scalar one), 1-12 tokens, f32 and bf16 rows.
+TEST(Simd, DotRows4TokensIsDotRows4PerToken) {
+  const DotRows4TokensFn tokens = DotRows4Tokens();
+  if (tokens == nullptr) GTEST_SKIP() << "no AVX-512, or TESSERA_SIMD asks for another table";
+  const SimdKernels& s = Simd();
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int64_t n = trial < 40 ? trial : 16 * (trial % 7) + trial % 16 + 40;
+    const int count = 1 + trial % 12;  // (10-12: two passes)
+    const int64_t a_stride = n + trial % 3, b_stride = n + 5;
+    std::vector<float> a(count * a_stride), bf(4 * b_stride);
+    std::vector<uint16_t> bh(4 * b_stride);
+    for (float& v : a) v = trial % 5 == 0 && rng() % 7 == 0 ? -0.0f : nd(rng);
+    for (size_t i = 0; i < bf.size(); ++i) bf[i] = nd(rng), bh[i] = F32ToBf16(bf[i]);
+    for (const DType dt : {DType::kF32, DType::kBF16}) {
+      const void* b = dt == DType::kF32 ? static_cast<const void*>(bf.data()) : bh.data();
+      std::vector<float> got(4 * count);
+      tokens(dt, a.data(), a_stride, count, b, b_stride, n, got.data());
+      for (int t = 0; t < count; ++t) {
+        float want[4];
+        s.DotRows4(dt, a.data() + t * a_stride, b, b_stride, n, want);
+        for (int r = 0; r < 4; ++r)
+          ASSERT_EQ(std::memcmp(&got[4 * t + r], &want[r], 4), 0)
+              << DTypeName(dt) << " n=" << n << " tokens=" << count << " t=" << t << " r=" << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::ops

@@ -13,10 +13,10 @@
 namespace tessera::ops {
 
 // The most x elements (tokens x in) one row-dot call at precision bf16 rounds at once, on the
-// calling thread's stack (192 KiB: the 3 tokens Linear sends it at up to 16384 features); larger
-// calls are rounded in groups of tokens, each group streaming the weights once, so only
-// in <= this is required.
-constexpr int64_t kMaxRoundedRowDotFloats = 3 * 16384;
+// calling thread's stack (576 KiB reserved, the rows written touched: the 9 tokens of a
+// verification step with 8 drafts at up to 16384 features); larger calls are rounded in groups of
+// tokens, each group streaming the weights once, so only in <= this is required.
+constexpr int64_t kMaxRoundedRowDotFloats = 9 * 16384;
 
 // The most features (in) of a block-quantized weight on the row-dot path: each token's x is
 // quantized to int8 blocks on the calling thread's stack once per call (Gemma's widest

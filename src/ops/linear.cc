@@ -19,6 +19,7 @@ namespace {
 // rate) overtakes it sooner (bench/results/kernel_choices.md, "Row-dot or GEMM").
 constexpr int64_t kGemmMinTokens = 10;
 constexpr int64_t kGemmMinTokensBf16 = 4;
+constexpr int64_t kRowDotTokens = 16;  // tokens per call of the several-token row dot
 // Quantized weights: below this many tokens the int8 row-dot (the blocks streamed once, the integer
 // work redone per token) beats dequantizing them into GEMM panels; the two cross between 8 and 16
 // tokens on the Gemma-4 MLP shapes (bench/results/quant_kernels.md). Against the int8 GEMM the row
@@ -59,8 +60,11 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
   const size_t es = DTypeSize(w.dtype);
   const SimdKernels& simd = Simd();
   const DType dt = w.dtype;
+  // Several tokens (verification steps) on the AVX-512 form where it gives dot_rows4's bits: each
+  // weight element widened once for them all, at twice the FMA width (ops/simd.h).
+  const DotRows4TokensFn tokens = n > 1 && dt != DType::kF16 ? DotRows4Tokens() : nullptr;
   // Each weight row is read from memory once (bf16/f16 widened in registers) and stays in L1 for
-  // the n (< 10 from Linear, < 4 at precision bf16) tokens that use it.
+  // the n (< 10 from Linear, < 4 at precision bf16, any as steps) tokens that use it.
   auto run = [&](int64_t o0, int64_t o1) {
     // The range's rows are cut into four quarters walked side by side: four weight rows per pass
     // share each load of a token row, and each quarter is one long sequential stream. (Four
@@ -70,10 +74,16 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
     const char* base = static_cast<const char*>(w.data);
     for (int64_t j = 0; j < quarter; ++j) {
       const char* wrows = base + (o0 + j) * w.in * es;
-      for (int64_t t = 0; t < n; ++t) {
-        float out[4];
-        simd.DotRows4(dt, x + t * x_stride, wrows, quarter * w.in, w.in, out);
-        for (int u = 0; u < 4; ++u) y[t * y_stride + o0 + u * quarter + j] = out[u];
+      for (int64_t t0 = 0; t0 < n; t0 += kRowDotTokens) {
+        const int64_t g = std::min(kRowDotTokens, n - t0);
+        float out[kRowDotTokens * 4];  // [token][row of the four]
+        if (tokens) {
+          tokens(dt, x + t0 * x_stride, x_stride, static_cast<int>(g), wrows, quarter * w.in, w.in, out);
+        } else {
+          for (int64_t t = 0; t < g; ++t) simd.DotRows4(dt, x + (t0 + t) * x_stride, wrows, quarter * w.in, w.in, out + 4 * t);
+        }
+        for (int64_t t = 0; t < g; ++t)
+          for (int u = 0; u < 4; ++u) y[(t0 + t) * y_stride + o0 + u * quarter + j] = out[4 * t + u];
       }
     }
     for (int64_t o = o0 + 4 * quarter; o < o1; ++o) {

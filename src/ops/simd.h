@@ -127,6 +127,18 @@ inline constexpr int kWideTileRows = 8;
 GemmTileWideFn GemmTileWide();
 GemmTileWideFn GemmTileWideAvx512();
 
+// dot_rows4 for several tokens' a rows against the same four b rows (f32 or bf16): for t < tokens,
+// r < 4, out[t * 4 + r] = sum_i a[t * a_stride + i] * b[r * b_stride + i], each t's four sums the
+// bits the table's dot_rows4 gives for that row alone, b widened once per four tokens. Set (the
+// AVX-512 form) when the CPU has AVX-512, TESSERA_SIMD does not ask for generic or avx2 and Simd()
+// runs the AVX2 dot_rows4 whose bits it reproduces; else null, and callers loop over dot_rows4.
+// For the row dot of verification steps (several tokens, each with decode's bits), which on the
+// 8-lane kernel token by token became compute-bound from two tokens on (bench/results/speculative.md).
+using DotRows4TokensFn = void (*)(DType dtype, const float* a, int64_t a_stride, int tokens, const void* b,
+                                  int64_t b_stride, int64_t n, float* out);
+DotRows4TokensFn DotRows4Tokens();
+DotRows4TokensFn DotRows4TokensAvx512();
+
 // The softmax numerator (exp_sub_sum) for prefill attention: the AVX-512 table's on AVX-512 CPUs
 // unless TESSERA_SIMD asks for generic or avx2 (a CPU with two 512-bit FMA units runs it at twice
 // the AVX2 rate: bench/results/kernel_choices.md, "AVX2 before AVX-512"), else Simd()'s.

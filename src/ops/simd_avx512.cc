@@ -163,6 +163,90 @@ void GemmTile32(const float* const* a, const float* bp, int64_t ps, int64_t kc, 
   Tile32Rows<false>(a, bp, ps, kc, c, cs, mr, nr, acc, pf);
 }
 
+// Eight b values widened into the low lanes (the upper ones are left undefined: masked off).
+inline __m512 LoadBf16x8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm512_castps256_ps512(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+}
+inline __m512 LoadF32x8(const float* p) { return _mm512_castps256_ps512(_mm256_loadu_ps(p)); }
+
+// The AVX2 table's HSum, step for step.
+inline float HSum8(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+}
+
+// The AVX2 DotRows4 for TOKENS a rows at once. Its two 8-lane chains per b row (elements 0-7 and 8-15 of each 16) are the low and high halves of
+// one 16-lane accumulator here, its 8-element tail a masked FMA into the low half, its reduction
+// and scalar tail the same steps: the same bits, with each b element loaded and widened once for
+// all the tokens, at twice the FMA width.
+template <int TOKENS, typename T, __m512 (*Load)(const T*), __m512 (*Load8)(const T*), float (*Scalar)(T)>
+void DotRows4Tokens(const float* a, int64_t a_stride, const T* b, int64_t st, int64_t n, float* out) {
+  constexpr int kRows = 4;
+  __m512 acc[TOKENS][kRows];
+  for (int t = 0; t < TOKENS; ++t)
+    for (int r = 0; r < kRows; ++r) acc[t][r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512 w[kRows];
+    for (int r = 0; r < kRows; ++r) w[r] = Load(b + r * st + i);
+    for (int t = 0; t < TOKENS; ++t) {
+      const __m512 x = _mm512_loadu_ps(a + t * a_stride + i);
+      for (int r = 0; r < kRows; ++r) acc[t][r] = _mm512_fmadd_ps(x, w[r], acc[t][r]);
+    }
+  }
+  if (i + 8 <= n) {
+    __m512 w[kRows];
+    for (int r = 0; r < kRows; ++r) w[r] = Load8(b + r * st + i);
+    for (int t = 0; t < TOKENS; ++t) {
+      const __m512 x = LoadF32x8(a + t * a_stride + i);
+      for (int r = 0; r < kRows; ++r) acc[t][r] = _mm512_mask3_fmadd_ps(x, w[r], acc[t][r], 0x00ff);
+    }
+    i += 8;
+  }
+  for (int t = 0; t < TOKENS; ++t) {
+    const float* at = a + t * a_stride;
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 v = acc[t][r];
+      float o = HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+      for (int64_t k = i; k < n; ++k) o = __builtin_fmaf(at[k], Scalar(b[r * st + k]), o);
+      out[t * 4 + r] = o;
+    }
+  }
+}
+
+// Passes of at most nine tokens over the four rows, as even as they come (10 tokens go 5 + 5). Nine
+// (a verification step with eight drafts) keep 36 accumulators, more than the 32 registers: the
+// spills cost less than a second pass over the weights, which had made 7-9 tokens 1.5-1.8x a decode
+// step against 1.3-1.4x (bench/results/speculative.md).
+template <typename T, __m512 (*Load)(const T*), __m512 (*Load8)(const T*), float (*Scalar)(T)>
+void DotRows4TokensOf(const float* a, int64_t a_stride, int tokens, const void* b, int64_t st, int64_t n, float* out) {
+  constexpr int kMaxPass = 9;
+  const T* bt = static_cast<const T*>(b);
+  while (tokens > 0) {
+    const int passes = (tokens + kMaxPass - 1) / kMaxPass, now = (tokens + passes - 1) / passes;
+    switch (now) {
+      case 1: DotRows4Tokens<1, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      case 2: DotRows4Tokens<2, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      case 3: DotRows4Tokens<3, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      case 4: DotRows4Tokens<4, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      case 5: DotRows4Tokens<5, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      case 6: DotRows4Tokens<6, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      case 7: DotRows4Tokens<7, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      case 8: DotRows4Tokens<8, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+      default: DotRows4Tokens<kMaxPass, T, Load, Load8, Scalar>(a, a_stride, bt, st, n, out); break;
+    }
+    tokens -= now, a += now * a_stride, out += 4 * now;
+  }
+}
+
+void DotRows4TokensAny(DType dtype, const float* a, int64_t a_stride, int tokens, const void* b, int64_t st, int64_t n,
+                       float* out) {
+  if (dtype == DType::kBF16) return DotRows4TokensOf<uint16_t, LoadBf16, LoadBf16x8, Bf16>(a, a_stride, tokens, b, st, n, out);
+  DotRows4TokensOf<float, LoadF32, LoadF32x8, IdF32>(a, a_stride, tokens, b, st, n, out);
+}
+
 #include "ops/exp16_avx512.inc"
 
 // s[i] = exp(s[i] - m) for i < n, returning their sum; the tail loaded and stored masked.
@@ -221,5 +305,7 @@ const SimdKernels* SimdAvx512() {
 }
 
 GemmTileWideFn GemmTileWideAvx512() { return GemmTile32; }
+
+DotRows4TokensFn DotRows4TokensAvx512() { return DotRows4TokensAny; }
 
 }  // namespace tessera::ops

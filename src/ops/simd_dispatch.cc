@@ -78,6 +78,12 @@ GemmTileWideFn ChooseGemmTileWide() { return WideWanted() ? GemmTileWideAvx512()
 
 ExpSubSumFn ChooseExpSubSumWide() { return WideWanted() ? SimdAvx512()->exp_sub_sum : Simd().exp_sub_sum; }
 
+DotRows4TokensFn ChooseDotRows4Tokens() {
+  if (!WideWanted()) return nullptr;  // (checked first: SimdAvx2() only on CPUs with AVX2)
+  const bool same_bits = Simd().dot_rows4_f32 == SimdAvx2()->dot_rows4_f32 && Simd().dot_rows4_bf16 == SimdAvx2()->dot_rows4_bf16;
+  return same_bits ? DotRows4TokensAvx512() : nullptr;
+}
+
 }  // namespace
 
 ExpSubSumFn ExpSubSumWide() {
@@ -93,6 +99,11 @@ const SimdKernels& Simd() {
 const Bf16DotKernels* Bf16Dot() {
   static const Bf16DotKernels* const chosen = ChooseBf16Dot();
   return bf16_dot_enabled.load(std::memory_order_relaxed) ? chosen : nullptr;
+}
+
+DotRows4TokensFn DotRows4Tokens() {
+  static const DotRows4TokensFn chosen = ChooseDotRows4Tokens();
+  return chosen;
 }
 
 GemmTileWideFn GemmTileWide() {
