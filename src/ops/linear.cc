@@ -80,7 +80,8 @@ void RowDotF32(const WeightView& w, const float* x, int64_t n, int64_t x_stride,
         if (tokens) {
           tokens(dt, x + t0 * x_stride, x_stride, static_cast<int>(g), wrows, quarter * w.in, w.in, out);
         } else {
-          for (int64_t t = 0; t < g; ++t) simd.DotRows4(dt, x + (t0 + t) * x_stride, wrows, quarter * w.in, w.in, out + 4 * t);
+          for (int64_t t = 0; t < g; ++t)
+            simd.DotRows4(dt, x + (t0 + t) * x_stride, wrows, quarter * w.in, w.in, out + 4 * t);
         }
         for (int64_t t = 0; t < g; ++t)
           for (int u = 0; u < 4; ++u) y[(t0 + t) * y_stride + o0 + u * quarter + j] = out[4 * t + u];

@@ -177,10 +177,10 @@ inline float HSum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-// The AVX2 DotRows4 for TOKENS a rows at once. Its two 8-lane chains per b row (elements 0-7 and 8-15 of each 16) are the low and high halves of
-// one 16-lane accumulator here, its 8-element tail a masked FMA into the low half, its reduction
-// and scalar tail the same steps: the same bits, with each b element loaded and widened once for
-// all the tokens, at twice the FMA width.
+// The AVX2 DotRows4 for TOKENS a rows at once. Its two 8-lane chains per b row (elements 0-7 and
+// 8-15 of each 16) are the low and high halves of one 16-lane accumulator here, its 8-element tail
+// a masked FMA into the low half, its reduction and scalar tail the same steps: the same bits, with
+// each b element loaded and widened once for all the tokens, at twice the FMA width.
 template <int TOKENS, typename T, __m512 (*Load)(const T*), __m512 (*Load8)(const T*), float (*Scalar)(T)>
 void DotRows4Tokens(const float* a, int64_t a_stride, const T* b, int64_t st, int64_t n, float* out) {
   constexpr int kRows = 4;
@@ -209,7 +209,8 @@ void DotRows4Tokens(const float* a, int64_t a_stride, const T* b, int64_t st, in
     const float* at = a + t * a_stride;
     for (int r = 0; r < kRows; ++r) {
       const __m512 v = acc[t][r];
-      float o = HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+      const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+      float o = HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), high));
       for (int64_t k = i; k < n; ++k) o = __builtin_fmaf(at[k], Scalar(b[r * st + k]), o);
       out[t * 4 + r] = o;
     }
@@ -243,7 +244,8 @@ void DotRows4TokensOf(const float* a, int64_t a_stride, int tokens, const void* 
 
 void DotRows4TokensAny(DType dtype, const float* a, int64_t a_stride, int tokens, const void* b, int64_t st, int64_t n,
                        float* out) {
-  if (dtype == DType::kBF16) return DotRows4TokensOf<uint16_t, LoadBf16, LoadBf16x8, Bf16>(a, a_stride, tokens, b, st, n, out);
+  if (dtype == DType::kBF16)
+    return DotRows4TokensOf<uint16_t, LoadBf16, LoadBf16x8, Bf16>(a, a_stride, tokens, b, st, n, out);
   DotRows4TokensOf<float, LoadF32, LoadF32x8, IdF32>(a, a_stride, tokens, b, st, n, out);
 }
 

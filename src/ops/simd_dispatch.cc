@@ -80,7 +80,8 @@ ExpSubSumFn ChooseExpSubSumWide() { return WideWanted() ? SimdAvx512()->exp_sub_
 
 DotRows4TokensFn ChooseDotRows4Tokens() {
   if (!WideWanted()) return nullptr;  // (checked first: SimdAvx2() only on CPUs with AVX2)
-  const bool same_bits = Simd().dot_rows4_f32 == SimdAvx2()->dot_rows4_f32 && Simd().dot_rows4_bf16 == SimdAvx2()->dot_rows4_bf16;
+  const SimdKernels& avx2 = *SimdAvx2();
+  const bool same_bits = Simd().dot_rows4_f32 == avx2.dot_rows4_f32 && Simd().dot_rows4_bf16 == avx2.dot_rows4_bf16;
   return same_bits ? DotRows4TokensAvx512() : nullptr;
 }
 
