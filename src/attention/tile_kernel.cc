@@ -24,7 +24,11 @@ constexpr int64_t kScoreChunk = 64;  // head dims summed per FMA chain in the pa
 // joined to the chunk before it (D 72: one chain, not 64 + 8, whose second micro-tile call loads and
 // stores the scores around 8 steps of arithmetic).
 int64_t ScoreChunk(int64_t d0, int64_t D) { return D - d0 < kScoreChunk + 16 ? D - d0 : kScoreChunk; }
-int64_t ScoreChunks(int64_t D) { return D < kScoreChunk + 16 ? 1 : (D - 16) / kScoreChunk + 1; }
+int64_t ScoreChunks(int64_t D) {
+  int64_t chunks = 0;
+  for (int64_t d0 = 0; d0 < D; d0 += ScoreChunk(d0, D)) ++chunks;
+  return chunks;
+}
 // How far ahead the few-row path prefetches: K rows into L1, and K and V rows into L2 (at D 256
 // bf16: 16 KiB and 64 KiB of each stream).
 constexpr int64_t kPrefetchKeys = 32;

@@ -129,7 +129,7 @@ GemmTileWideFn GemmTileWideAvx512();
 
 // dot_rows4 for several tokens' a rows against the same four b rows (f32 or bf16): for t < tokens,
 // r < 4, out[t * 4 + r] = sum_i a[t * a_stride + i] * b[r * b_stride + i], each t's four sums the
-// bits the table's dot_rows4 gives for that row alone, b widened once per four tokens. Set (the
+// bits the table's dot_rows4 gives for that row alone, b widened once per pass of up to nine. Set (the
 // AVX-512 form) when the CPU has AVX-512, TESSERA_SIMD does not ask for generic or avx2 and Simd()
 // runs the AVX2 dot_rows4 whose bits it reproduces; else null, and callers loop over dot_rows4.
 // For the row dot of verification steps (several tokens, each with decode's bits), which on the

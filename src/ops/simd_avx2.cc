@@ -16,11 +16,7 @@ inline __m256 LoadBf16(const uint16_t* p) {
 inline __m256 LoadF16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 inline __m256 LoadF32(const float* p) { return _mm256_loadu_ps(p); }
 
-inline float HSum(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
+#include "ops/hsum8.inc"
 
 template <typename T, __m256 (*Load)(const T*), float (*Scalar)(T)>
 float Dot(const float* a, const T* b, int64_t n) {

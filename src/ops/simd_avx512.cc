@@ -170,12 +170,7 @@ inline __m512 LoadBf16x8(const uint16_t* p) {
 }
 inline __m512 LoadF32x8(const float* p) { return _mm512_castps256_ps512(_mm256_loadu_ps(p)); }
 
-// The AVX2 table's HSum, step for step.
-inline float HSum8(__m256 v) {
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
-}
+#include "ops/hsum8.inc"
 
 // The AVX2 DotRows4 for TOKENS a rows at once. Its two 8-lane chains per b row (elements 0-7 and
 // 8-15 of each 16) are the low and high halves of one 16-lane accumulator here, its 8-element tail
@@ -210,7 +205,7 @@ void DotRows4Tokens(const float* a, int64_t a_stride, const T* b, int64_t st, in
     for (int r = 0; r < kRows; ++r) {
       const __m512 v = acc[t][r];
       const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-      float o = HSum8(_mm256_add_ps(_mm512_castps512_ps256(v), high));
+      float o = HSum(_mm256_add_ps(_mm512_castps512_ps256(v), high));
       for (int64_t k = i; k < n; ++k) o = __builtin_fmaf(at[k], Scalar(b[r * st + k]), o);
       out[t * 4 + r] = o;
     }
