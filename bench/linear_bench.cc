@@ -1,5 +1,5 @@
 // Linear (y = x W^T) on Gemma-width weights: the row-dot path vs the blocked GEMM for token counts
-// from decode (1) to a prefill chunk (256), beside the machine's roofline measured in the same run
+// from decode (1) to a prefill chunk (256, 1024), beside the machine's roofline measured in the same run
 // (read bandwidth, FMA peak). Picks the crossover `kGemmMinTokens` in ops/linear.cc. Then Linear as
 // a model runs it, on the stored weights (row-dot below the crossover, the GEMM packing per call
 // above) and on the panels a model loaded for that precision packs once: f32 weights at matmul
@@ -670,7 +670,7 @@ int main(int argc, char** argv) {
         packed.pairs = panels.as<uint32_t>();
       }
       const double p_peak = bf16 && dot_peak > 0 ? dot_peak : peak;
-      for (int64_t n : {1, 2, 3, 4, 6, 8, 10, 12, 16, 64, 256}) {
+      for (int64_t n : {1, 2, 3, 4, 6, 8, 10, 12, 16, 64, 256, 1024}) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
         const double row = bench::MedianMs(reps, [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); });

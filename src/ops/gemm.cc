@@ -24,6 +24,7 @@ constexpr int64_t kMrAmx = 32;  // tokens per AMX block (two 16-row A tiles)
 // overhead; bench/results/kernel_choices.md, "f32 block shape").
 constexpr int64_t kKcF32 = 1024;
 constexpr int64_t kNcF32 = 32;
+constexpr int64_t kF32PanelBlockTokens = 256;  // tokens per work item on prepacked f32 panels, at most
 constexpr int64_t kNc = 128;    // output columns per packed bf16 pair block, at most
 // Depth of a packed bf16 pair block (even: pairs never straddle blocks): kKcDot x kNc bf16 is
 // 128 KiB: deeper blocks run faster, and 1024 would need 256 KiB of stack
@@ -327,7 +328,11 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
   const int64_t mr = amx ? kMrAmx : dot ? kMrDot : F32TileRows();
   const int64_t tiles = (n + mr - 1) / mr;
-  const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
+  int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
+  // On prepacked f32 panels, at most kF32PanelBlockTokens tokens per item: each item's columns then
+  // pass over x rows that stay in L2, not over all n rows from L3 (the vision towers' thousands of
+  // patches). Packed per call, a weight block would be packed once per token block: all tokens.
+  if (w.panels && !dot && !amx) row_blocks = std::max(row_blocks, (n + kF32PanelBlockTokens - 1) / kF32PanelBlockTokens);
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
   // x rounded once, a token row per work item: to pairs for the dot product, else (precision bf16
   // on f32 tiles) to bf16 values that each tile widens, where rounding per tile and block of
@@ -358,7 +363,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, rx);
   };
-  const int64_t items = col_blocks * row_blocks;
+  const int64_t items = col_blocks * ((tiles + tiles_per_block - 1) / tiles_per_block);
   if (pool) {
     pool->ParallelFor(items, run);
   } else {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "vision/weight_panels.h"
+
 namespace tessera::vision {
 
 std::string ShapeString(const std::vector<int64_t>& s) {
@@ -49,6 +51,7 @@ Status Gemma4WeightReader::Matrix(const std::string& name, int64_t out, int64_t 
     return Status::Ok();
   }
   *view = {v.data, v.dtype, out, in};
+  PackF32PanelsForEncode(precision_, /*mapped=*/true, view, &owned_);
   return Status::Ok();
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "vision/weight_panels.h"
+
 namespace tessera::vision {
 namespace {
 
@@ -46,6 +48,7 @@ class Binder {
     if (!t.ok()) return t.status();
     *view = {t.value().data, t.value().dtype, out, in};
     ToBf16IfNeeded(view);
+    PackF32PanelsForEncode(precision_, /*mapped=*/true, view, &w_.owned);
     return Status::Ok();
   }
 
@@ -70,6 +73,7 @@ class Binder {
       for (int64_t i = 0; i < in; ++i) std::memcpy(dst + (o * in + i) * es, src + (i * out + o) * es, es);
     *view = {dst, t.value().dtype, out, in};
     ToBf16IfNeeded(view);
+    PackF32PanelsForEncode(precision_, /*mapped=*/false, view, &w_.owned);
     return Status::Ok();
   }
 
