@@ -450,9 +450,9 @@ TEST(LinearF32Panels, TokenAloneOrInABatchIsBitIdentical) {
   }
 }
 
-// Many tokens on f32 panels go through the GEMM in blocks of at most 256 (ops/gemm.cc): every
-// block is computed, the last one partial, and a token's bits do not depend on its block (the GEMM
-// packing the stored matrix per call keeps all tokens in one block).
+// Many tokens on f32 panels go through the GEMM in blocks of at most 256 (ops/gemm.cc), equal whole
+// tiles with the last tile partial: every block is computed, and a token's bits do not depend on
+// its block (the GEMM packing the stored matrix per call splits these tokens in one or two).
 TEST(LinearF32Panels, TokenBlocksChangeNoBit) {
   std::mt19937 rng(35);
   ThreadPool pool(2);

@@ -322,8 +322,8 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // quantized weights below QuantAmxMinTokens). Precision f32 never does: its weights stay exact.
   const Bf16AmxGemmFn amx = dot && x_pairs ? Bf16Amx() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
-  const int64_t block_cols =
-      dot ? BlockColumns(w.out, threads) : w.panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
+  const bool f32_panels = dot == nullptr && w.panels != nullptr;  // RunF32 on the prepacked panels
+  const int64_t block_cols = dot ? BlockColumns(w.out, threads) : f32_panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
   const int64_t mr = amx ? kMrAmx : dot ? kMrDot : F32TileRows();
@@ -332,7 +332,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // On prepacked f32 panels, at most kF32PanelBlockTokens tokens per item: each item's columns then
   // pass over x rows that stay in L2, not over all n rows from L3 (the vision towers' thousands of
   // patches). Packed per call, a weight block would be packed once per token block: all tokens.
-  if (w.panels && !dot && !amx) row_blocks = std::max(row_blocks, (n + kF32PanelBlockTokens - 1) / kF32PanelBlockTokens);
+  if (f32_panels) row_blocks = std::max(row_blocks, (n + kF32PanelBlockTokens - 1) / kF32PanelBlockTokens);
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
   // x rounded once, a token row per work item: to pairs for the dot product, else (precision bf16
   // on f32 tiles) to bf16 values that each tile widens, where rounding per tile and block of
@@ -363,7 +363,7 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
     RunF32(simd, w, x, x_stride, y, y_stride, it, rx);
   };
-  const int64_t items = col_blocks * ((tiles + tiles_per_block - 1) / tiles_per_block);
+  const int64_t items = col_blocks * ((tiles + tiles_per_block - 1) / tiles_per_block);  // (no empty token block)
   if (pool) {
     pool->ParallelFor(items, run);
   } else {
