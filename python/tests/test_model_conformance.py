@@ -153,6 +153,11 @@ def test_bf16_kv_cache_stays_close(case):
 #   gemma4_unified   1.2e-6                     3.1e-2 (tol 0.094)         2.2e-2 | 4.3e-2
 # (mean over positions for (c): 0.6-1.8e-2 vs transformers-bf16 1.3-2.9e-2.) These tiny random models amplify
 # rounding: bf16 weights alone (one 2^-9 rounding per weight) already move the logits by 1.3-4.6e-2.
+# (d) test_bf16_matmuls_*, every Linear at precision bf16 too (2026-12-07, the same transformers), max | mean
+#     vs the f32 golden: gemma3_text 3.8e-2 | 1.4e-2, gemma3 1.7e-2 | 0.8e-2, gemma4_text 4.4-5.1e-2 | 1.9e-2,
+#     gemma4 7.2e-2 | 2.1e-2, gemma4_unified 2.3e-2 | 1.3e-2. gemma4 vs transformers-bf16: 8.9e-2 on the dot
+#     product, 9.8e-2 on AMX tiles (tol 0.094), at the position where transformers-bf16 is itself 8.9e-2 from the
+#     golden.
 # (This test found that conversion on load first left the 1-D tensors -- norm weights, layer_scalar -- in f32;
 # src/model/weight_loader.cc now rounds them through the target dtype like every other weight.)
 # BF16_ULP = 2^-8 (helpers/tolerances.py).
@@ -263,16 +268,23 @@ def test_bf16_attention_within_bf16_tolerance_of_transformers_bf16(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_bf16_matmuls_within_bf16_tolerance_of_transformers_bf16(name):
+def test_bf16_matmuls_within_bf16_tolerance_of_the_float32_golden(name):
     # bf16 weights and cache, attention and every Linear at precision bf16 (each Linear's input
-    # rounded to bf16, as transformers' bf16 run has it): within the bf16 bar of transformers-bf16,
-    # with the matmul rounding really applied (the logits differ from the f32-matmul run's). The same
-    # with the weights read as stored (repack=False: blocks packed per call, not at load), within the
-    # float32 bar of the repacked run (the same bf16 products, summed in other blocks).
+    # rounded to bf16, as transformers' bf16 run has it): within the bf16 bar of the float32 golden at
+    # every position, as transformers-bf16 is (checked: the bar is one a bf16 run meets), and closer to
+    # it on average; the matmul rounding really applied (the logits differ from the f32-matmul run's).
+    # The same with the weights read as stored (repack=False: blocks packed per call, not at load),
+    # within the float32 bar of the repacked run (the same bf16 products, summed in other blocks).
+    # Not held to the bar around transformers-bf16's logits: that run's own error takes 95% of the bar
+    # at one gemma4 position, so two correct runs whose bf16 sums differ only in order (AMX tiles
+    # against the dot product) land either side of it there (see "(d)" in the table above).
     skip_routed(name)
     z = load_golden(name)
     zb = load_golden(name, "golden_bf16.npz")
     mask = z["attention_mask"].astype(bool)
+    tol = bf16_tol(z["row0_layer_out"].shape[0])
+    err_theirs = rel_errors(zb["logits_bf16"], z["logits"], mask)
+    assert err_theirs.max() <= tol, f"{name}: transformers-bf16 itself {float(err_theirs.max()):.3e} from the golden"
     got = {}
     for mp, repack in (("float32", True), ("bfloat16", True), ("bfloat16", False)):
         model = tessera.Model.load(os.path.join(MODELS_DIR, name), dtype="bfloat16", max_batch=2, max_context=64,
@@ -282,8 +294,9 @@ def test_bf16_matmuls_within_bf16_tolerance_of_transformers_bf16(name):
             assert not model.repacked
         got[mp, repack] = model.forward(z["input_ids"], z["attention_mask"], **mm_kwargs(z))
     for repack in (True, False):
-        err_hf = float(rel_errors(got["bfloat16", repack], zb["logits_bf16"], mask).max())
-        assert err_hf <= bf16_tol(z["row0_layer_out"].shape[0]), f"{name}: {err_hf:.3e} from transformers-bf16"
+        err_ours = rel_errors(got["bfloat16", repack], z["logits"], mask)
+        assert err_ours.max() <= tol, f"{name}: {float(err_ours.max()):.3e} from the float32 golden"
+        assert err_ours.mean() < err_theirs.mean(), (name, float(err_ours.mean()), float(err_theirs.mean()))
     with np.errstate(invalid="ignore"):  # padded positions: 0 / 0, dropped by the mask
         moved = float(rel_errors(got["bfloat16", True], got["float32", True], mask).max())
         stored = float(rel_errors(got["bfloat16", False], got["bfloat16", True], mask).max())
