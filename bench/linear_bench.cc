@@ -670,7 +670,7 @@ int main(int argc, char** argv) {
         packed.pairs = panels.as<uint32_t>();
       }
       const double p_peak = bf16 && dot_peak > 0 ? dot_peak : peak;
-      for (int64_t n : {1, 2, 3, 4, 6, 8, 10, 12, 16, 64, 256, 1024}) {
+      for (int64_t n : {1, 2, 3, 4, 6, 8, 10, 12, 16, 64, 128, 256, 1024}) {
         std::vector<float> x(n * s.in), y(n * s.out);
         for (float& v : x) v = nd(rng);
         const double row = bench::MedianMs(reps, [&] { ops::LinearRowDot(wv, x.data(), n, s.in, y.data(), s.out, &pool); });

@@ -450,25 +450,6 @@ TEST(LinearF32Panels, TokenAloneOrInABatchIsBitIdentical) {
   }
 }
 
-// Many tokens on f32 panels go through the GEMM in blocks of at most 256 (ops/gemm.cc), equal whole
-// tiles with the last tile partial: every block is computed, and a token's bits do not depend on
-// its block (the GEMM packing the stored matrix per call splits these tokens in one or two).
-TEST(LinearF32Panels, TokenBlocksChangeNoBit) {
-  std::mt19937 rng(35);
-  ThreadPool pool(2);
-  for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{600, 300, 100}, {257, 40, 33}, {530, 1100, 48}}) {
-    F32Problem p = MakeF32Problem(rng, n, in, out);
-    std::vector<float> ref(n * p.ys), y(n * p.ys, testing::kUnwritten), per_call(n * p.ys, testing::kUnwritten);
-    ops::LinearReference(p.Stored(), p.x.data(), n, p.xs, ref.data(), p.ys, MatmulPrecision::kF32);
-    ops::Linear(p.View(), p.x.data(), n, p.xs, y.data(), p.ys, &pool, MatmulPrecision::kF32);
-    ASSERT_TRUE(testing::LinearRowsMatch(y, ref, n, p.ys, out, Tolerance(in))) << "n=" << n << " in=" << in;
-    ops::Gemm(p.Stored(), p.x.data(), n, p.xs, per_call.data(), p.ys, &pool, MatmulPrecision::kF32);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t o = 0; o < out; ++o)
-        ASSERT_EQ(y[t * p.ys + o], per_call[t * p.ys + o]) << "n=" << n << " token " << t << " column " << o;
-  }
-}
-
 // At precision f32 the loader packs every f32 matrix a Linear reads (the embedding only when tied
 // to the LM head), each view's panels are its own matrix, and the packed model's logits equal the
 // unpacked one's up to f32 summation order (the unpacked model runs its decode and short chunks

@@ -9,6 +9,7 @@
 #include "ops/quant_gemm.h"
 #include "ops/quant_linear.h"
 #include "ops/simd.h"
+#include "tessera/aligned_buffer.h"
 #include "tessera/check.h"
 #include "tessera/dtype.h"
 
@@ -24,7 +25,11 @@ constexpr int64_t kMrAmx = 32;  // tokens per AMX block (two 16-row A tiles)
 // overhead; bench/results/kernel_choices.md, "f32 block shape").
 constexpr int64_t kKcF32 = 1024;
 constexpr int64_t kNcF32 = 32;
-constexpr int64_t kF32PanelBlockTokens = 256;  // tokens per work item on prepacked f32 panels, at most
+constexpr int64_t kNcWide = 128;  // output columns per RunF32Blocks item, at most: 512 KiB of block, in L2
+// Above this many tokens a call on prepacked f32 panels goes to RunF32Blocks, where reusing each
+// x tile across the item's columns beats streaming the panels 32 columns at a time; at or below,
+// RunF32Stream's prefetching items win (bench/results/kernel_choices.md, "Wide items over x tiles").
+constexpr int64_t kF32StreamTokens = 128;
 constexpr int64_t kNc = 128;    // output columns per packed bf16 pair block, at most
 // Depth of a packed bf16 pair block (even: pairs never straddle blocks): kKcDot x kNc bf16 is
 // 128 KiB: deeper blocks run faster, and 1024 would need 256 KiB of stack
@@ -85,33 +90,63 @@ int64_t F32PanelItemColumns(int64_t out, int threads) {
   return best * kNcF32;
 }
 
+// Output columns per RunF32Blocks item: a multiple of kNcF32 up to kNcWide, among those giving
+// every thread two items or more (else kNcF32), the one whose items spread most evenly over the
+// threads, the widest on a tie (fewer passes over x).
+int64_t BlocksItemColumns(int64_t out, int threads) {
+  int64_t best = kNcF32, best_span = INT64_MAX;
+  for (int64_t nc = kNcWide; nc >= kNcF32; nc -= kNcF32) {
+    const int64_t items = (out + nc - 1) / nc;
+    if (items < 2 * threads && nc > kNcF32) continue;
+    const int64_t span = (items + threads - 1) / threads * nc;  // columns on the busiest thread
+    if (span < best_span) best = nc, best_span = span;
+  }
+  return best;
+}
+
 // One work item: output columns [o0, o0 + nc) of tokens [t_begin, t_end).
 struct Item {
   int64_t o0, nc, t_begin, t_end;
 };
 
-// Tokens per f32 micro-tile: the wide tile's on AVX-512 (RunF32), else gemm_tile's.
+// Tokens per f32 micro-tile: the wide tile's on AVX-512, else gemm_tile's.
 int64_t F32TileRows() {
-  static_assert(kWideTileRows >= kMr, "RunF32's rows hold either tile's");
+  static_assert(kWideTileRows >= kMr, "TileRows' rows hold either tile's");
   return GemmTileWide() != nullptr ? kWideTileRows : kMr;
 }
 
 // x rounded to bf16 for the f32 tiles (precision bf16 on CPUs without the dot product): x16 rows
 // of x already rounded (x16_stride values apart; Gemm rounds them once per call where it has the
-// x_pairs scratch), else each tile rounds its rows per block of columns.
+// x_pairs scratch), else each tile rounds its rows per k block.
 struct RoundedX {
   bool round = false;
   const uint16_t* x16 = nullptr;
   int64_t x16_stride = 0;
 };
 
-// f32 micro-tiles on widened weight panels: the weight's prepacked ones (w.panels) or packed here
-// once per block; x as given or rounded to bf16 values first (rx). The blocks are
-// F32BlockDepth(in) deep either way, so a result does not depend on the panels' source. The item's
-// columns go kNcF32 at a time (items are that wide without panels).
-void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-            const Item& it, const RoundedX& rx) {
-  alignas(64) float bp[kKcF32 * kNcF32];  // packed f32 weight block, [nc / 16][kc][16] (no w.panels)
+// The x rows of the tile at token t (mr of them; the rest repeat the first) over k block
+// [k0, k0 + kc): as given, or rounded to bf16 values into xr (rx.round).
+void TileRows(const SimdKernels& simd, const float* x, int64_t x_stride, const RoundedX& rx, int64_t t, int mr,
+              int64_t k0, int64_t kc, float (*xr)[kKcF32], const float** rows) {
+  for (int r = 0; r < F32TileRows(); ++r) {
+    const float* row = x + (t + (r < mr ? r : 0)) * x_stride + k0;
+    if (rx.round && r < mr) {
+      if (rx.x16) {
+        simd.widen_bf16(rx.x16 + (t + r) * rx.x16_stride + k0, kc, xr[r]);
+      } else {
+        RoundBf16(row, kc, xr[r]);
+      }
+    }
+    rows[r] = rx.round ? xr[r < mr ? r : 0] : row;
+  }
+}
+
+// f32 micro-tiles on the weight's prepacked panels (w.panels), for calls of few tokens
+// (kF32StreamTokens): the item's columns go kNcF32 at a time, each block's tiles prefetching the
+// next block, so the panels stream from memory at the rate the tiles take them. The blocks are
+// F32BlockDepth(in) deep as in RunF32Blocks, so a token's result does not depend on n.
+void RunF32Stream(const SimdKernels& simd, const WeightView& w, const float* x, int64_t x_stride, float* y,
+                  int64_t y_stride, const Item& it, const RoundedX& rx) {
   alignas(64) float xr[kWideTileRows][kKcF32];  // the tile's x rows rounded to bf16 (rx.round only)
   // On AVX-512 a block's two panels go to the 8 x 32 tile at once: 16 zmm accumulators where
   // gemm_tile's 6 x 16 keeps 12 ymm ones, which leave half of a CPU's 512-bit FMA rate unused where
@@ -120,26 +155,19 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
   const GemmTileWideFn wide = GemmTileWide();
   const int64_t tile_rows = F32TileRows();
   const int64_t tiles = std::max<int64_t>(1, (it.t_end - it.t_begin + tile_rows - 1) / tile_rows);
-  // Prepacked panels, 2 tokens or more: each tile call prefetches its share of its panel in the
-  // next block (a panel's k step is one 64-byte line), so that block streams in while this one is
-  // computed instead of stalling the block's first tile. Not for one token: memory-bound, the
-  // hardware prefetcher keeps up and the prefetches only cost (bench/results/kernel_choices.md,
-  // "f32 next-block prefetch").
-  const bool prefetch = w.panels != nullptr && it.t_end - it.t_begin > 1;
-  const int64_t depth = w.quant != QuantType::kNone ? QuantBlockDepth(w.quant, w.in, kKcF32) : F32BlockDepth(w.in);
+  // 2 tokens or more: each tile call prefetches its share of its panel in the next block (a panel's
+  // k step is one 64-byte line), so that block streams in while this one is computed instead of
+  // stalling the block's first tile. Not for one token: memory-bound, the hardware prefetcher keeps
+  // up and the prefetches only cost (bench/results/kernel_choices.md, "f32 next-block prefetch").
+  const bool prefetch = it.t_end - it.t_begin > 1;
+  const int64_t depth = F32BlockDepth(w.in), stride = w.in * kNr;  // (panels `stride` apart)
   for (int64_t c0 = it.o0; c0 < it.o0 + it.nc; c0 += kNcF32) {
     const int64_t nc = std::min(kNcF32, it.o0 + it.nc - c0);
     for (int64_t k0 = 0; k0 < w.in; k0 += depth) {
       const int64_t kc = std::min(depth, w.in - k0);
-      const float* panels = bp;  // these columns' first panel at this block; the next ones `stride` apart
-      int64_t stride = kc * kNr;
-      if (w.panels) {
-        panels = w.panels + (c0 / kNr * w.in + k0) * kNr, stride = w.in * kNr;
-      } else {
-        PackBlock(simd, w, c0, nc, k0, kc, bp);
-      }
+      const float* panels = w.panels + (c0 / kNr * w.in + k0) * kNr;  // these columns' first panel at this block
       // The next block: the next k block of these columns, else the first of the item's next ones
-      // (its first panel, next_kc deep, next_panels of them; panels `stride` apart as here).
+      // (its first panel, next_kc deep, next_panels of them).
       const float* next = nullptr;
       int64_t next_kc = 0, next_panels = 0;
       if (prefetch && k0 + kc < w.in) {
@@ -152,17 +180,7 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
       for (int64_t t = it.t_begin; t < it.t_end; t += tile_rows) {
         const int mr = static_cast<int>(std::min(tile_rows, it.t_end - t));
         const float* rows[kWideTileRows];
-        for (int r = 0; r < tile_rows; ++r) {
-          const float* row = x + (t + (r < mr ? r : 0)) * x_stride + k0;
-          if (rx.round && r < mr) {
-            if (rx.x16) {
-              simd.widen_bf16(rx.x16 + (t + r) * rx.x16_stride + k0, kc, xr[r]);
-            } else {
-              RoundBf16(row, kc, xr[r]);
-            }
-          }
-          rows[r] = rx.round ? xr[r < mr ? r : 0] : row;
-        }
+        TileRows(simd, x, x_stride, rx, t, mr, k0, kc, xr, rows);
         const int64_t first = (t - it.t_begin) / tile_rows * share;  // this tile's share of the next block
         if (wide != nullptr) {
           TilePrefetch pf;
@@ -176,6 +194,49 @@ void RunF32(const SimdKernels& simd, const WeightView& w, const float* x, int64_
           simd.gemm_tile(rows, panels + (j / kNr) * stride, kc, y + t * y_stride + c0 + j, y_stride, mr,
                          static_cast<int>(std::min(kNr, nc - j)), k0 > 0,
                          pf ? next + (j / kNr) * stride + first * kNr : nullptr, pf ? std::min(share, next_kc - first) : 0);
+        }
+      }
+    }
+  }
+}
+
+// f32 micro-tiles over all the item's columns (up to kNcWide) per k block: the prepacked panels,
+// or the weight packed here (widened or dequantized) once per block; then each tile of x rows runs
+// against all those columns while its rows are in L1. Items kNcF32 wide had swept every x row once
+// per 32 columns, and a many-token call's rows stream from L3 (the towers' thousands of patches, a
+// decoder's prefill on bf16 weights at precision f32); now once per item, and the item's columns
+// stay in L2 (bench/results/kernel_choices.md, "Wide items over x tiles"). Each element is the same
+// FMA chain as in RunF32Stream: the order of tiles and columns changes no bit.
+void RunF32Blocks(const SimdKernels& simd, const WeightView& w, const float* x, int64_t x_stride, float* y,
+                  int64_t y_stride, const Item& it, const RoundedX& rx) {
+  // The packed block, [nc / 16][kc][16]: allocated on a thread's first packing call, then kept (a
+  // tower's encode or a prefill would otherwise allocate it per item; 512 KiB is too much stack).
+  thread_local AlignedBuffer packed;
+  alignas(64) float xr[kWideTileRows][kKcF32];  // the tile's x rows rounded to bf16 (rx.round only)
+  const GemmTileWideFn wide = GemmTileWide();
+  const int64_t tile_rows = F32TileRows(), cols = wide != nullptr ? kNcF32 : kNr;  // per tile call
+  const int64_t depth = w.quant != QuantType::kNone ? QuantBlockDepth(w.quant, w.in, kKcF32) : F32BlockDepth(w.in);
+  if (w.panels == nullptr && packed.size() == 0) packed = AlignedBuffer(kNcWide * kKcF32 * sizeof(float));
+  for (int64_t k0 = 0; k0 < w.in; k0 += depth) {
+    const int64_t kc = std::min(depth, w.in - k0);
+    const float* panels = w.panels + (it.o0 / kNr * w.in + k0) * kNr;  // the item's first panel at this block
+    int64_t stride = w.in * kNr;                                      // and the next ones `stride` apart
+    if (w.panels == nullptr) {
+      panels = packed.as<float>(), stride = kc * kNr;
+      for (int64_t j = 0; j < it.nc; j += kNcF32)  // (PackQuantBlock takes at most 64 columns)
+        PackBlock(simd, w, it.o0 + j, std::min(kNcF32, it.nc - j), k0, kc, packed.as<float>() + j / kNr * stride);
+    }
+    for (int64_t t = it.t_begin; t < it.t_end; t += tile_rows) {
+      const int mr = static_cast<int>(std::min(tile_rows, it.t_end - t));
+      const float* rows[kWideTileRows];
+      TileRows(simd, x, x_stride, rx, t, mr, k0, kc, xr, rows);
+      for (int64_t j = 0; j < it.nc; j += cols) {
+        const int nr = static_cast<int>(std::min(cols, it.nc - j));
+        float* c = y + t * y_stride + it.o0 + j;
+        if (wide != nullptr) {
+          wide(rows, panels + j / kNr * stride, stride, kc, c, y_stride, mr, nr, k0 > 0, {});
+        } else {
+          simd.gemm_tile(rows, panels + j / kNr * stride, kc, c, y_stride, mr, nr, k0 > 0, nullptr, 0);
         }
       }
     }
@@ -322,17 +383,15 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
   // quantized weights below QuantAmxMinTokens). Precision f32 never does: its weights stay exact.
   const Bf16AmxGemmFn amx = dot && x_pairs ? Bf16Amx() : nullptr;
   const int threads = pool ? pool->num_threads() : 1;
-  const bool f32_panels = dot == nullptr && w.panels != nullptr;  // RunF32 on the prepacked panels
-  const int64_t block_cols = dot ? BlockColumns(w.out, threads) : f32_panels ? F32PanelItemColumns(w.out, threads) : kNcF32;
+  const bool stream = dot == nullptr && w.panels != nullptr && n <= kF32StreamTokens;  // RunF32Stream, else RunF32Blocks
+  const int64_t block_cols = dot      ? BlockColumns(w.out, threads)
+                             : stream ? F32PanelItemColumns(w.out, threads)
+                                      : BlocksItemColumns(w.out, threads);
   const int64_t col_blocks = (w.out + block_cols - 1) / block_cols;
   // Enough items to keep every thread busy; token ranges are whole micro-tiles.
   const int64_t mr = amx ? kMrAmx : dot ? kMrDot : F32TileRows();
   const int64_t tiles = (n + mr - 1) / mr;
-  int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
-  // On prepacked f32 panels, at most kF32PanelBlockTokens tokens per item: each item's columns then
-  // pass over x rows that stay in L2, not over all n rows from L3 (the vision towers' thousands of
-  // patches). Packed per call, a weight block would be packed once per token block: all tokens.
-  if (f32_panels) row_blocks = std::max(row_blocks, (n + kF32PanelBlockTokens - 1) / kF32PanelBlockTokens);
+  const int64_t row_blocks = std::min<int64_t>(tiles, std::max<int64_t>(1, (2 * threads + col_blocks - 1) / col_blocks));
   const int64_t tiles_per_block = (tiles + row_blocks - 1) / row_blocks;
   // x rounded once, a token row per work item: to pairs for the dot product, else (precision bf16
   // on f32 tiles) to bf16 values that each tile widens, where rounding per tile and block of
@@ -361,7 +420,8 @@ void Gemm(const WeightView& w, const float* x, int64_t n, int64_t x_stride, floa
     if (amx && w.pairs == nullptr) return RunAmxPacked(*dot, amx, w, x_pairs, y, y_stride, it);
     if (amx) return RunAmx(amx, w, x_pairs, y, y_stride, it);
     if (dot) return RunBf16Dot(*dot, w, x, x_stride, x_pairs, y, y_stride, it);
-    RunF32(simd, w, x, x_stride, y, y_stride, it, rx);
+    if (stream) return RunF32Stream(simd, w, x, x_stride, y, y_stride, it, rx);
+    RunF32Blocks(simd, w, x, x_stride, y, y_stride, it, rx);
   };
   const int64_t items = col_blocks * ((tiles + tiles_per_block - 1) / tiles_per_block);  // (no empty token block)
   if (pool) {

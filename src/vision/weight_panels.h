@@ -10,8 +10,7 @@
 namespace tessera::vision {
 
 // At precision f32, an f32 matrix is packed once into the panels Linear's GEMM reads in place
-// (ops::WeightView::panels, kept in `owned`): an encode then packs no weight blocks, and its
-// thousands of patch rows go through the GEMM in L2-sized token blocks (ops/gemm.cc). `mapped`:
+// (ops::WeightView::panels, kept in `owned`): an encode then packs no weight blocks. `mapped`:
 // the view points into a mapped checkpoint, whose pages are dropped once packed (the panels
 // replace them; Linear reads only the panels from then on). Other dtypes and precision bf16 keep
 // the view as it is.
