@@ -219,10 +219,11 @@ void RunF32Blocks(const SimdKernels& simd, const WeightView& w, const float* x, 
   if (w.panels == nullptr && packed.size() == 0) packed = AlignedBuffer(kNcWide * kKcF32 * sizeof(float));
   for (int64_t k0 = 0; k0 < w.in; k0 += depth) {
     const int64_t kc = std::min(depth, w.in - k0);
-    const float* panels = w.panels + (it.o0 / kNr * w.in + k0) * kNr;  // the item's first panel at this block
-    int64_t stride = w.in * kNr;                                      // and the next ones `stride` apart
-    if (w.panels == nullptr) {
-      panels = packed.as<float>(), stride = kc * kNr;
+    const float* panels = packed.as<float>();  // the item's first panel at this block,
+    int64_t stride = kc * kNr;                  // the next ones `stride` apart
+    if (w.panels != nullptr) {
+      panels = w.panels + (it.o0 / kNr * w.in + k0) * kNr, stride = w.in * kNr;
+    } else {
       for (int64_t j = 0; j < it.nc; j += kNcF32)  // (PackQuantBlock takes at most 64 columns)
         PackBlock(simd, w, it.o0 + j, std::min(kNcF32, it.nc - j), k0, kc, packed.as<float>() + j / kNr * stride);
     }
