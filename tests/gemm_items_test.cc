@@ -52,9 +52,9 @@ std::vector<float> AloneOnPanels(const std::vector<float>& w, int64_t out, int64
   return ::testing::AssertionSuccess();
 }
 
-// Calls above the stream's 128 tokens (and one below) with partial tiles; widths giving items of 32 to 128 columns
-// with a partial last panel (300 = 18 x 16 + 12) or a single one; one k block and two unequal ones
-// (1100 = 560 + 540).
+// Calls above the stream's 128 tokens (and one below) with partial tiles; widths giving items of
+// 32 to 128 columns with a partial last panel (300 = 18 x 16 + 12) or a single one; one k block
+// and two unequal ones (1100 = 560 + 540).
 struct Shape {
   int64_t n, in, out;
 };

@@ -128,7 +128,8 @@ struct RoundedX {
 // [k0, k0 + kc): as given, or rounded to bf16 values into xr (rx.round).
 void TileRows(const SimdKernels& simd, const float* x, int64_t x_stride, const RoundedX& rx, int64_t t, int mr,
               int64_t k0, int64_t kc, float (*xr)[kKcF32], const float** rows) {
-  for (int r = 0; r < F32TileRows(); ++r) {
+  const int64_t tile_rows = F32TileRows();
+  for (int r = 0; r < tile_rows; ++r) {
     const float* row = x + (t + (r < mr ? r : 0)) * x_stride + k0;
     if (rx.round && r < mr) {
       if (rx.x16) {
