@@ -3,7 +3,8 @@
 // 16-pair step and a half pair, widths that leave a partial panel and a lone 16-column panel),
 // values over a wide range of magnitudes, against a double reference within the f32 summation
 // bound; the padding of the x pairs scratch never read; a token's bits the same alone or in any
-// batch; and the dot-product kernels' results beside them (they differ in the last bits).
+// batch, and the same on prepacked panels as on weights packed per call; and the dot-product
+// kernels' results beside them (they differ in the last bits).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -155,6 +156,28 @@ TEST(LinearAmx, StoredWeightsMatchTheReference) {
     for (int64_t i = 0; i < n * p.ys; ++i) differ += amx[i] != dot[i];
   }
   EXPECT_GT(differ, 0);
+}
+
+// Depths past one k block of the kernel (2048 pairs; the uneven last block ends in a partial step
+// or a half pair): prepacked panels (the kernel's own blocks) and the same weights read as stored
+// (blocks of kKcDot packed per call, summed through y) give the same bits, within the bound. The
+// vision towers rely on it: at precision bf16 they now read prepacked panels.
+TEST(LinearAmx, DeepPanelsAndStoredWeightsGiveTheSameBits) {
+  if (!HasAmx()) GTEST_SKIP() << "no AMX-BF16 on this CPU (or TESSERA_AMX=0): Linear at bf16 runs the dot product";
+  std::mt19937 rng(35);
+  ThreadPool pool(2);
+  for (auto [n, in, out] : {std::tuple<int64_t, int64_t, int64_t>{40, 4097, 50}, {5, 6001, 33}, {70, 9000, 17}}) {
+    Problem p = MakeProblem(rng, n, in, out, 1);
+    ops::WeightView stored = p.View();
+    stored.pairs = nullptr;
+    std::vector<double> ref, bound;
+    Reference(p, ref, bound);
+    std::vector<float> panels(n * p.ys, testing::kUnwritten), per_call(n * p.ys, testing::kUnwritten);
+    ops::Linear(p.View(), p.x.data(), n, p.xs, panels.data(), p.ys, &pool, MatmulPrecision::kBf16, p.XPairs());
+    ops::Linear(stored, p.x.data(), n, p.xs, per_call.data(), p.ys, nullptr, MatmulPrecision::kBf16, p.XPairs());
+    ASSERT_TRUE(WithinBound(p, panels, ref, bound)) << "n=" << n << " in=" << in << " out=" << out;
+    for (int64_t i = 0; i < n * p.ys; ++i) ASSERT_EQ(panels[i], per_call[i]) << "n=" << n << " in=" << in << " at " << i;
+  }
 }
 
 // A row's chain depends only on `in`: each token gives the same bits alone (decode), at any place

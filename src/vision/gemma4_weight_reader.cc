@@ -51,7 +51,7 @@ Status Gemma4WeightReader::Matrix(const std::string& name, int64_t out, int64_t 
     return Status::Ok();
   }
   *view = {v.data, v.dtype, out, in};
-  PackF32PanelsForEncode(precision_, /*mapped=*/true, view, &owned_);
+  PackPanelsForEncode(precision_, WeightSource::kMapped, view, &owned_);
   return Status::Ok();
 }
 

@@ -47,8 +47,8 @@ class Binder {
     StatusOr<io::SafetensorsTensor> t = Tensor(name, shape);
     if (!t.ok()) return t.status();
     *view = {t.value().data, t.value().dtype, out, in};
-    ToBf16IfNeeded(view);
-    PackF32PanelsForEncode(precision_, /*mapped=*/true, view, &w_.owned);
+    const bool converted = ToBf16IfNeeded(view);
+    PackPanelsForEncode(precision_, converted ? WeightSource::kConverted : WeightSource::kMapped, view, &w_.owned);
     return Status::Ok();
   }
 
@@ -72,21 +72,23 @@ class Binder {
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i) std::memcpy(dst + (o * in + i) * es, src + (i * out + o) * es, es);
     *view = {dst, t.value().dtype, out, in};
-    ToBf16IfNeeded(view);
-    PackF32PanelsForEncode(precision_, /*mapped=*/false, view, &w_.owned);
+    const bool converted = ToBf16IfNeeded(view);
+    PackPanelsForEncode(precision_, converted ? WeightSource::kConverted : WeightSource::kOwned, view, &w_.owned);
     return Status::Ok();
   }
 
  private:
   // Precision bf16 reads bf16 matrices (Linear's requirement); one stored otherwise gets a bf16
-  // copy, the weights a bf16 model of the same checkpoint has (rounded to nearest even).
-  void ToBf16IfNeeded(ops::WeightView* view) {
-    if (precision_ != ops::MatmulPrecision::kBf16 || view->dtype == DType::kBF16) return;
+  // copy, the weights a bf16 model of the same checkpoint has (rounded to nearest even). True when
+  // it made one.
+  bool ToBf16IfNeeded(ops::WeightView* view) {
+    if (precision_ != ops::MatmulPrecision::kBf16 || view->dtype == DType::kBF16) return false;
     const size_t n = static_cast<size_t>(view->out * view->in);
     w_.owned.emplace_back(n * DTypeSize(DType::kBF16));
     ConvertDType(view->dtype, view->data, DType::kBF16, w_.owned.back().data(), n);
     view->data = w_.owned.back().data();
     view->dtype = DType::kBF16;
+    return true;
   }
 
   const io::SafetensorsCheckpoint& ckpt_;
