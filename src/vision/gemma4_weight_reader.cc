@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "io/mapped_file.h"
 #include "vision/weight_panels.h"
 
 namespace tessera::vision {
@@ -48,10 +49,13 @@ Status Gemma4WeightReader::Matrix(const std::string& name, int64_t out, int64_t 
     owned_.emplace_back(static_cast<size_t>(out * in) * 2);
     ConvertDType(v.dtype, v.data, DType::kBF16, owned_.back().data(), static_cast<size_t>(out * in));
     *view = {owned_.back().data(), DType::kBF16, out, in};
-    return Status::Ok();
+  } else {
+    *view = {v.data, v.dtype, out, in};
   }
-  *view = {v.data, v.dtype, out, in};
-  PackPanelsForEncode(precision_, WeightSource::kMapped, view, &owned_);
+  // Once converted or packed, Linear reads the copies: the mapped pages are dropped (they are read
+  // back from the file if anything touches them again).
+  if (PackPanelsForEncode(precision_, view, &owned_) || view->data != v.data)
+    io::MappedFile::Release(v.data, static_cast<size_t>(out * in) * DTypeSize(v.dtype));
   return Status::Ok();
 }
 

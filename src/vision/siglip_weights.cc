@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "io/mapped_file.h"
 #include "vision/weight_panels.h"
 
 namespace tessera::vision {
@@ -47,8 +48,11 @@ class Binder {
     StatusOr<io::SafetensorsTensor> t = Tensor(name, shape);
     if (!t.ok()) return t.status();
     *view = {t.value().data, t.value().dtype, out, in};
+    // Once converted or packed, Linear reads the copies: the mapped pages are dropped (they are
+    // read back from the file if anything touches them again).
     const bool converted = ToBf16IfNeeded(view);
-    PackPanelsForEncode(precision_, converted ? WeightSource::kConverted : WeightSource::kMapped, view, &w_.owned);
+    if (PackPanelsForEncode(precision_, view, &w_.owned) || converted)
+      io::MappedFile::Release(t.value().data, t.value().nbytes);
     return Status::Ok();
   }
 
@@ -72,8 +76,8 @@ class Binder {
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i) std::memcpy(dst + (o * in + i) * es, src + (i * out + o) * es, es);
     *view = {dst, t.value().dtype, out, in};
-    const bool converted = ToBf16IfNeeded(view);
-    PackPanelsForEncode(precision_, converted ? WeightSource::kConverted : WeightSource::kOwned, view, &w_.owned);
+    ToBf16IfNeeded(view);
+    PackPanelsForEncode(precision_, view, &w_.owned);
     return Status::Ok();
   }
 
