@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "ops/elementwise.h"
@@ -156,7 +159,7 @@ TEST(Elementwise, GeluTanhMulAllImplementationsMatchDouble) {
   auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); };
   for (int k = 0; k < n_impl; ++k) {
     SCOPED_TRACE(impls[k]->name);
-    for (int64_t n : {1, 7, 8, 9, 33, 1000}) {
+    for (int64_t n : {1, 7, 8, 9, 16, 17, 33, 1000}) {
       std::vector<float> g(n), u(n), out(n);
       for (int64_t i = 0; i < n; ++i) g[i] = i % 13 == 3 ? nd(rng) * 1e-4f : (i % 17 == 5 ? nd(rng) * 30 : nd(rng)), u[i] = nd(rng);
       impls[k]->gelu_tanh_mul(g.data(), u.data(), n, out.data());
@@ -176,6 +179,40 @@ TEST(Elementwise, GeluTanhMulAllImplementationsMatchDouble) {
   for (size_t i = 0; i < g.size(); ++i) g[i] = nd(rng), u[i] = nd(rng);
   ops::GeGlu(g.data(), u.data(), 50000, out.data(), &pool);
   for (size_t i = 0; i < g.size(); i += 97) ASSERT_NEAR(out[i], gelu(g[i]) * u[i], 1e-5 * (1 + std::fabs(gelu(g[i]) * u[i])));
+}
+
+// GeGlu takes the AVX-512 table's GELU on AVX-512 CPUs (GeluTanhMulWide): it must give the AVX2
+// table's bits for every element, whatever n leaves to its tail, on values across the whole range
+// (tiny, saturating, zero, +-inf, NaN), with and without a multiplier.
+TEST(Elementwise, GeluTanhMulWideIsTheAvx2TablesBits) {
+  const ops::SimdKernels* impls[4];
+  const int n_impl = ops::AvailableSimd(impls, 4);
+  const ops::SimdKernels *avx2 = nullptr, *avx512 = nullptr;
+  for (int k = 0; k < n_impl; ++k) {
+    if (std::string(impls[k]->name) == "avx2") avx2 = impls[k];
+    if (std::string(impls[k]->name) == "avx512") avx512 = impls[k];
+  }
+  if (!avx2 || !avx512) GTEST_SKIP() << "needs both the AVX2 and the AVX-512 tables";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  const float special[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), 1e-30f, -60.0f, 60.0f, 1e30f};
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 23, 24, 31, 33, 1000, 16391}) {
+    std::vector<float> g(n), u(n), a(n), b(n);
+    for (int64_t i = 0; i < n; ++i)
+      g[i] = i % 11 == 4 ? special[(i / 11) % 9] : (i % 13 == 3 ? nd(rng) * 1e-4f : nd(rng) * (i % 7 == 1 ? 30 : 1)),
+      u[i] = nd(rng);
+    for (const float* mul : {static_cast<const float*>(u.data()), static_cast<const float*>(nullptr)}) {
+      avx2->gelu_tanh_mul(g.data(), mul, n, a.data());
+      avx512->gelu_tanh_mul(g.data(), mul, n, b.data());
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(float)), 0) << "n " << n << " i " << i << " g " << g[i] << ": " << a[i]
+                                                                << " vs " << b[i];
+    }
+  }
+  if (std::getenv("TESSERA_SIMD") == nullptr) {
+    EXPECT_EQ(ops::GeluTanhMulWide(), avx512->gelu_tanh_mul);  // what GeGlu runs
+  }
 }
 
 // The final logit soft cap, every SIMD implementation against cap tanh(x / cap) in double: tiny

@@ -55,10 +55,10 @@ constexpr int64_t kElementwiseChunk = 16384;  // elements per work item (GeGlu, 
 }  // namespace
 
 void GeGlu(const float* gate, const float* up, int64_t n, float* out, ThreadPool* pool) {
-  const SimdKernels& simd = Simd();
+  const GeluTanhMulFn gelu_tanh_mul = GeluTanhMulWide();
   auto run = [&](int64_t item, int) {
     const int64_t i0 = item * kElementwiseChunk, m = std::min(kElementwiseChunk, n - i0);
-    simd.gelu_tanh_mul(gate + i0, up ? up + i0 : nullptr, m, out + i0);
+    gelu_tanh_mul(gate + i0, up ? up + i0 : nullptr, m, out + i0);
   };
   const int64_t items = (n + kElementwiseChunk - 1) / kElementwiseChunk;
   if (pool && items > 1) {

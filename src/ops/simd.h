@@ -144,6 +144,9 @@ DotRows4TokensFn DotRows4TokensAvx512();
 // the AVX2 rate: bench/results/kernel_choices.md, "AVX2 before AVX-512"), else Simd()'s.
 using ExpSubSumFn = float (*)(float* s, int64_t n, float m);
 ExpSubSumFn ExpSubSumWide();
+// The GELU of GeGlu, chosen the same way; the AVX-512 table's gives the AVX2 table's bits.
+using GeluTanhMulFn = void (*)(const float* g, const float* u, int64_t n, float* out);
+GeluTanhMulFn GeluTanhMulWide();
 
 // The implementation to use: AVX2 when the CPU has it (measured faster than AVX-512 here, see
 // simd_dispatch.cc), else AVX-512, else generic. TESSERA_SIMD=generic|avx2|avx512 overrides it

@@ -265,6 +265,33 @@ float ExpSubSum(float* s, int64_t n, float m) {
   return _mm512_reduce_add_ps(acc);
 }
 
+// tanh and GELU as the AVX2 table computes them (simd_avx2.cc: Tanh, GeluTanhMul), the same
+// operations lane for lane on 16 lanes, so every element gets the AVX2 table's bits. The last
+// n % 16 elements go to the AVX2 kernel itself, whose own tail (under 8) is scalar.
+// (The sign bit by integer logic: this file is built with AVX-512 F, whose float and/or are DQ's.)
+inline __m512 Tanh16(__m512 z) {
+  const __m512i sign = _mm512_set1_epi32(static_cast<int>(0x80000000u)), zi = _mm512_castps_si512(z);
+  const __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, zi));
+  const __m512 e = Exp16(_mm512_min_ps(_mm512_add_ps(a, a), _mm512_set1_ps(88.0f)));
+  const __m512 t =
+      _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), _mm512_and_si512(sign, zi)));
+}
+
+void GeluTanhMul(const float* g, const float* u, int64_t n, float* out) {
+  const __m512 c = _mm512_set1_ps(0.7978845608028654f), k = _mm512_set1_ps(0.044715f), half = _mm512_set1_ps(0.5f),
+               one = _mm512_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(g + i);
+    const __m512 inner = _mm512_mul_ps(c, _mm512_fmadd_ps(_mm512_mul_ps(k, x), _mm512_mul_ps(x, x), x));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, Tanh16(inner)));
+    if (u) y = _mm512_mul_ps(y, _mm512_loadu_ps(u + i));
+    _mm512_storeu_ps(out + i, y);
+  }
+  if (i < n) SimdAvx2()->gelu_tanh_mul(g + i, u ? u + i : nullptr, n - i, out + i);
+}
+
 }  // namespace
 
 // Single-row kernels, the micro-tile and the softmax's exp at 16 lanes; the multi-row, packing and
@@ -293,7 +320,7 @@ const SimdKernels* SimdAvx512() {
                              SimdAvx2()->pack_rows16,
                              SimdAvx2()->row_max,
                              ExpSubSum,
-                             SimdAvx2()->gelu_tanh_mul,
+                             GeluTanhMul,
                              SimdAvx2()->pack_panel16,
                              SimdAvx2()->soft_cap,
                              SimdAvx2()->round_bf16,

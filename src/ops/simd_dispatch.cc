@@ -78,6 +78,10 @@ GemmTileWideFn ChooseGemmTileWide() { return WideWanted() ? GemmTileWideAvx512()
 
 ExpSubSumFn ChooseExpSubSumWide() { return WideWanted() ? SimdAvx512()->exp_sub_sum : Simd().exp_sub_sum; }
 
+GeluTanhMulFn ChooseGeluTanhMulWide() {
+  return WideWanted() ? SimdAvx512()->gelu_tanh_mul : Simd().gelu_tanh_mul;
+}
+
 DotRows4TokensFn ChooseDotRows4Tokens() {
   if (!WideWanted()) return nullptr;  // (checked first: SimdAvx2() only on CPUs with AVX2)
   const SimdKernels& avx2 = *SimdAvx2();
@@ -89,6 +93,11 @@ DotRows4TokensFn ChooseDotRows4Tokens() {
 
 ExpSubSumFn ExpSubSumWide() {
   static const ExpSubSumFn chosen = ChooseExpSubSumWide();
+  return chosen;
+}
+
+GeluTanhMulFn GeluTanhMulWide() {
+  static const GeluTanhMulFn chosen = ChooseGeluTanhMulWide();
   return chosen;
 }
 
