@@ -314,6 +314,35 @@ TEST(AttentionBf16, AllPathsMatchBf16Reference) {
   }
 }
 
+// The vision towers' case: no causal order, window or dense mask (every tile fully visible), where
+// prefill blocks hold kWideRowsPerFullBlock query rows on AVX-512 CPUs: several blocks per head,
+// a partial last one, key padding (kv_valid) on one config, against the bf16 reference on AMX,
+// the dot products and the f32 kernels.
+TEST(AttentionBf16, FullyVisibleTallBlocksMatchBf16Reference) {
+  ThreadPool pool(2);
+  std::mt19937 rng(22);
+  struct Shape {
+    int64_t hq, hkv, s, d;
+    bool padding;
+  };
+  for (const Shape& s : {Shape{4, 4, 600, 64, false}, Shape{8, 2, 333, 128, false}, Shape{2, 2, 520, 72, true}}) {
+    ProblemConfig cfg;
+    cfg.batch = 1, cfg.hq = s.hq, cfg.hkv = s.hkv, cfg.s_q = s.s, cfg.s_kv = s.s, cfg.d = s.d, cfg.dv = s.d;
+    cfg.kv_dtype = DType::kBF16, cfg.causal = false, cfg.padding = s.padding;
+    Problem problem(cfg, rng());
+    SCOPED_TRACE(cfg.Describe());
+    const std::vector<float> ref = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
+    for (int mode : {0, 1, 2}) {
+      ops::EnableBf16Amx(mode == 0);
+      ops::EnableBf16Dot(mode < 2);
+      const std::vector<float> out = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kPrefill, &pool);
+      ExpectBf16Close(problem, ref, out, ("prefill mode " + std::to_string(mode)).c_str());
+    }
+    ops::EnableBf16Amx(true);
+    ops::EnableBf16Dot(true);
+  }
+}
+
 // Invisible keys poisoned with NaN must stay unread on the bf16 paths too.
 TEST(AttentionBf16, InvisibleKeysAreNeverRead) {
   ThreadPool pool(2);

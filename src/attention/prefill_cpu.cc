@@ -20,10 +20,13 @@ Plan MakePlan(const AttentionParams& p) {
   // times the rows: more partly visible tiles). Where no tile is partly visible (no causal order,
   // window or dense mask: the vision towers), four times the rows pack a quarter as often
   // (bench/results/kernel_choices.md, "The wide f32 tile in prefill").
-  const bool wide = p.precision == AttentionPrecision::kF32 && ops::GemmTileWide() != nullptr;
+  // At precision bf16 the fully visible blocks are as tall on the same CPUs: an AMX block packs
+  // each V tile once for all its panels (bench/results/vision.md, "Taller attention blocks at
+  // bf16"). Only choices fixed for the process: the caller sizes the scratch by this plan.
+  const bool wide_cpu = ops::GemmTileWide() != nullptr, wide = p.precision == AttentionPrecision::kF32 && wide_cpu;
   const MaskSpec& m = p.mask;
   const bool all_visible = !m.causal && m.window_left < 0 && m.window_right < 0 && !m.dense.present();
-  const int64_t rows = !wide ? kRowsPerBlock : all_visible ? kWideRowsPerFullBlock : kWideRowsPerBlock;
+  const int64_t rows = all_visible && wide_cpu ? kWideRowsPerFullBlock : wide ? kWideRowsPerBlock : kRowsPerBlock;
   plan.n_q_block = std::clamp<int64_t>(rows / plan.group, 1, std::max<int64_t>(1, p.q.seq));
   plan.q_blocks = (p.q.seq + plan.n_q_block - 1) / plan.n_q_block;
   plan.k_tiles = (p.k.seq + kTileK - 1) / kTileK;

@@ -27,7 +27,7 @@ namespace tessera::attn {
 inline constexpr int64_t kTileK = 64;         // keys per tile
 inline constexpr int64_t kRowsPerBlock = 64;  // target query rows (heads x positions) per block
 inline constexpr int64_t kWideRowsPerBlock = 128;  // the same at f32 on the wide micro-tile (prefill)
-inline constexpr int64_t kWideRowsPerFullBlock = 256;  // the same where every tile is fully visible
+inline constexpr int64_t kWideRowsPerFullBlock = 256;  // the same where every tile is fully visible (f32, bf16)
 // From this many rows on, the K and V tiles are packed (widened once, laid out for the GEMM
 // micro-tile); fewer rows read them in place, each element once.
 inline constexpr int64_t kPackedRows = 4;
