@@ -1,5 +1,6 @@
 #include "vision/weight_panels.h"
 
+#include "ops/bf16_dot.h"
 #include "tessera/dtype.h"
 #include "tessera/gemm.h"
 
@@ -12,9 +13,11 @@ bool PackPanelsForEncode(ops::MatmulPrecision precision, ops::WeightView* view, 
     view->panels = owned->back().as<float>();
     return true;
   }
-  if (precision != ops::MatmulPrecision::kBf16 || view->dtype != DType::kBF16) return false;
+  // (Pair panels need the bf16 dot product's packer: without it, none.)
+  if (precision != ops::MatmulPrecision::kBf16 || view->dtype != DType::kBF16 || ops::Bf16Dot() == nullptr)
+    return false;
   owned->emplace_back(static_cast<size_t>(ops::PairPanelWords(view->out, view->in)) * sizeof(uint32_t));
-  if (!ops::PackPairPanels(*view, owned->back().as<uint32_t>())) {  // no bf16 dot product: no pair panels
+  if (!ops::PackPairPanels(*view, owned->back().as<uint32_t>())) {  // (cannot fail after the check above)
     owned->pop_back();
     return false;
   }
