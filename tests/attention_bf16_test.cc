@@ -279,6 +279,19 @@ void ExpectBf16Close(const Problem& problem, const std::vector<float>& ref, cons
     }
 }
 
+// Runs run(mode) on each bf16 path: 0 AMX panels (where the CPU has them), 1 the dot products
+// alone, 2 the f32 kernels on rounded operands; then turns both back on.
+template <typename Fn>
+void ForEachBf16Path(Fn run) {
+  for (int mode : {0, 1, 2}) {
+    ops::EnableBf16Amx(mode == 0);
+    ops::EnableBf16Dot(mode < 2);
+    run(mode);
+  }
+  ops::EnableBf16Amx(true);
+  ops::EnableBf16Dot(true);
+}
+
 // Shapes where the dot-product path engages (blocks of >= 4 rows: prefill, decode with groups of
 // 4 and 16; on AMX tiles where head dims are multiples of 32) and where it does not (groups of 1-2,
 // odd head_dim), each on AMX, on the dot products alone and on neither, against the bf16 reference; f32 precision must be unchanged by the option's existence.
@@ -297,19 +310,14 @@ TEST(AttentionBf16, AllPathsMatchBf16Reference) {
       Problem problem(cfg, rng());
       SCOPED_TRACE(cfg.Describe());
       const std::vector<float> ref = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
-      // AMX panels (where the CPU has them), the dot products alone, the f32 kernels.
-      for (int mode : {0, 1, 2}) {
-        ops::EnableBf16Amx(mode == 0);
-        ops::EnableBf16Dot(mode < 2);
+      ForEachBf16Path([&](int mode) {
         for (AttentionKernel k : {AttentionKernel::kPrefill, AttentionKernel::kDecode})
           for (ThreadPool* p : {&pool, static_cast<ThreadPool*>(nullptr)}) {
             const std::vector<float> out = problem.Run(AttentionPrecision::kBf16, k, p);
             const std::string what = AttentionKernelName(k) + std::string(" mode ") + std::to_string(mode);
             ExpectBf16Close(problem, ref, out, what.c_str());
           }
-      }
-      ops::EnableBf16Amx(true);
-      ops::EnableBf16Dot(true);
+      });
     }
   }
 }
@@ -332,14 +340,10 @@ TEST(AttentionBf16, FullyVisibleTallBlocksMatchBf16Reference) {
     Problem problem(cfg, rng());
     SCOPED_TRACE(cfg.Describe());
     const std::vector<float> ref = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kReference, nullptr);
-    for (int mode : {0, 1, 2}) {
-      ops::EnableBf16Amx(mode == 0);
-      ops::EnableBf16Dot(mode < 2);
+    ForEachBf16Path([&](int mode) {
       const std::vector<float> out = problem.Run(AttentionPrecision::kBf16, AttentionKernel::kPrefill, &pool);
       ExpectBf16Close(problem, ref, out, ("prefill mode " + std::to_string(mode)).c_str());
-    }
-    ops::EnableBf16Amx(true);
-    ops::EnableBf16Dot(true);
+    });
   }
 }
 
