@@ -42,16 +42,10 @@ inline void Accumulate(const Step& s) {
   if (kRows2 && kCols2) _tile_dpbf16ps(3, 5, 7);
 }
 
-// Pairs per k block: the fewest equal blocks of at most 2048 pairs, in whole 16-pair steps. The
-// item's panels of a block (up to 128 columns x 2048 pairs, 1 MiB) stay in L2 while every 32-row
-// block of tokens passes over them; fewer blocks store and reload each C tile fewer times, which
-// won over 512-pair blocks (bench/results/amx.md, "k blocks of up to 2048 pairs"), as it did for
-// the dot product's panels. C goes to y and back between blocks as f32, which is exact: the
-// blocking does not change a bit.
-int64_t BlockPairs(int64_t pairs) {
-  const int64_t blocks = (pairs + 2047) / 2048;
-  return ((pairs + blocks - 1) / blocks + 15) / 16 * 16;
-}
+// k blocks (PairBlockPairs): the item's panels of a block (up to 128 columns x 2048 pairs, 1 MiB)
+// stay in L2 while every 32-row block of tokens passes over them. C goes to y and back between
+// blocks as f32, which is exact: the blocking does not change a bit.
+#include "ops/pair_blocks.inc"
 
 // Where one 32 x 32 block's C tiles come from and go: y itself (c_stride its row stride in
 // floats) when the block is whole, else the [32][32] scratch, copied from and to y's live part.
@@ -106,7 +100,7 @@ void Bf16AmxGemm(const uint32_t* x, int64_t x_stride, int64_t rows, const uint32
   alignas(64) uint32_t tail_b[2 * 16 * 16];  // the two panels' last pair rows, zero-padded
   alignas(64) float c[32 * 32];              // C of a partial block
   int configured = -1;                       // r0 * 32 + r1 of the loaded configuration
-  const int64_t block_pairs = BlockPairs(pairs);
+  const int64_t block_pairs = PairBlockPairs(pairs);
   for (int64_t p0 = 0; p0 < pairs; p0 += block_pairs) {
     const bool first = p0 == 0 && !accumulate, last = p0 + block_pairs >= pairs;
     const int64_t block_steps = (last ? steps * 16 - p0 : block_pairs) / 16;

@@ -249,14 +249,7 @@ void RunF32Blocks(const SimdKernels& simd, const WeightView& w, const float* x, 
 // two-byte activations (ops/quant_gemm.h) where those are wider: one scratch serves both.
 int64_t PairsStride(int64_t in) { return std::max(((in + 1) / 2 + 15) / 16 * 16, QuantGemmRowBytes(in) / 4); }
 
-// Pairs per k block on prepacked panels: all of them up to 2048 (4096 features), else the fewest
-// equal blocks of at most that many, in whole 64-byte lines: the x tile then streams from L2, but
-// each C tile is loaded and stored fewer times, which wins (bench/results/kernel_choices.md, "bf16
-// panel k blocks"). Depends on `in` only, so a token's result does not depend on n.
-int64_t PanelBlockPairs(int64_t in) {
-  const int64_t pairs = (in + 1) / 2, blocks = (pairs + 2047) / 2048;
-  return ((pairs + blocks - 1) / blocks + 15) / 16 * 16;
-}
+#include "ops/pair_blocks.inc"
 
 // bf16 dot products on pair panels, pv_tile over each 8-token tile (it adds to y: zeroed first).
 // The panels are the weight's prepacked ones (w.pairs, with xr) or packed here once per 512-deep
@@ -266,7 +259,7 @@ void RunBf16Dot(const Bf16DotKernels& dot, const WeightView& w, const float* x, 
   alignas(64) uint32_t bp[kKcDot / 2 * kNc];    // per-call pair panels, [nc / 16][kc / 2][16]
   alignas(64) uint32_t xp[kMrDot][kKcDot / 2];  // the tile's x rows as bf16 pairs (no xr)
   const bool prepacked = w.pairs != nullptr && xr != nullptr;
-  const int64_t pairs = (w.in + 1) / 2, block = prepacked ? PanelBlockPairs(w.in) : kKcDot / 2;
+  const int64_t pairs = (w.in + 1) / 2, block = prepacked ? PairBlockPairs(pairs) : kKcDot / 2;
   for (int64_t p0 = 0; p0 < pairs; p0 += block) {
     const int64_t bpairs = std::min(block, pairs - p0), k0 = 2 * p0, kc = std::min(2 * block, w.in - k0);
     const uint32_t* panels = bp;  // the item's first panel at this block; the next ones `stride` apart

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "io/mapped_file.h"
 #include "vision/weight_panels.h"
 
 namespace tessera::vision {
@@ -52,10 +51,7 @@ Status Gemma4WeightReader::Matrix(const std::string& name, int64_t out, int64_t 
   } else {
     *view = {v.data, v.dtype, out, in};
   }
-  // Once converted or packed, Linear reads the copies: the mapped pages are dropped (they are read
-  // back from the file if anything touches them again).
-  if (PackPanelsForEncode(precision_, view, &owned_) || view->data != v.data)
-    io::MappedFile::Release(v.data, static_cast<size_t>(out * in) * DTypeSize(v.dtype));
+  PackPanelsForEncode(precision_, view, &owned_, v.data, v.nbytes);
   return Status::Ok();
 }
 

@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "io/mapped_file.h"
 #include "vision/weight_panels.h"
 
 namespace tessera::vision {
@@ -48,11 +47,8 @@ class Binder {
     StatusOr<io::SafetensorsTensor> t = Tensor(name, shape);
     if (!t.ok()) return t.status();
     *view = {t.value().data, t.value().dtype, out, in};
-    // Once converted or packed, Linear reads the copies: the mapped pages are dropped (they are
-    // read back from the file if anything touches them again).
-    const bool converted = ToBf16IfNeeded(view);
-    if (PackPanelsForEncode(precision_, view, &w_.owned) || converted)
-      io::MappedFile::Release(t.value().data, t.value().nbytes);
+    ToBf16IfNeeded(view);
+    PackPanelsForEncode(precision_, view, &w_.owned, t.value().data, t.value().nbytes);
     return Status::Ok();
   }
 
@@ -83,16 +79,14 @@ class Binder {
 
  private:
   // Precision bf16 reads bf16 matrices (Linear's requirement); one stored otherwise gets a bf16
-  // copy, the weights a bf16 model of the same checkpoint has (rounded to nearest even). True when
-  // it made one.
-  bool ToBf16IfNeeded(ops::WeightView* view) {
-    if (precision_ != ops::MatmulPrecision::kBf16 || view->dtype == DType::kBF16) return false;
+  // copy, the weights a bf16 model of the same checkpoint has (rounded to nearest even).
+  void ToBf16IfNeeded(ops::WeightView* view) {
+    if (precision_ != ops::MatmulPrecision::kBf16 || view->dtype == DType::kBF16) return;
     const size_t n = static_cast<size_t>(view->out * view->in);
     w_.owned.emplace_back(n * DTypeSize(DType::kBF16));
     ConvertDType(view->dtype, view->data, DType::kBF16, w_.owned.back().data(), n);
     view->data = w_.owned.back().data();
     view->dtype = DType::kBF16;
-    return true;
   }
 
   const io::SafetensorsCheckpoint& ckpt_;
