@@ -11,7 +11,7 @@
 // The quant-stream section: one decode token through a stack of such weights far larger than the
 // caches, every row from memory as in a model's decode step, against the read bandwidth; the
 // quant-pages section runs it on 4 KiB and on 2 MiB pages, alternated; the quant-verify section at
-// n = 1..9 token rows computed as decode steps (a speculative verification), as the cost over one row.
+// n = 1..9, 12 and 16 token rows computed as decode steps (a speculative verification), as the cost over one row.
 // TESSERA_SIMD=avx2|generic picks the quantized dot kernels as it does the f32 ones.
 //
 // The amx section: Linear at precision bf16 on pair panels as a model runs it, the AMX tiles
@@ -206,14 +206,16 @@ void RunQuantStream(ThreadPool& pool, int reps, double bw, bool pages) {
   }
 }
 
-// The quant-verify section: a speculative verification's matrices, n = 1..9 token rows computed as
-// decode steps (rows_as_steps: the row dots at any n), every weight from memory (the quant-stream
-// stack on 2 MiB pages). Memory-bound, n rows cost about one row's time; the cost over n = 1 grows
-// once the per-token integer work outruns the stream, or where the weights are read more than once.
+// The quant-verify section: a speculative verification's matrices, n = 1..9, 12 and 16 token rows
+// computed as decode steps (rows_as_steps: the row dots at any n), every weight from memory (the
+// quant-stream stack on 2 MiB pages). Memory-bound, n rows cost about one row's time; the cost over
+// n = 1 grows once the per-token integer work outruns the stream, or where the weights are read or
+// unpacked more than once (more tokens than the kernel takes in one pass).
 void RunQuantVerify(ThreadPool& pool, int reps) {
-  constexpr int kMaxN = 9;
+  constexpr int kNs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16};
+  constexpr int kMaxN = 16, kCount = sizeof(kNs) / sizeof(kNs[0]);
   std::printf("\n%-24s %-5s %9s", "verify from memory", "type", "n=1 ms");
-  for (int n = 2; n <= kMaxN; ++n) std::printf("  x n=%d", n);
+  for (int j = 1; j < kCount; ++j) std::printf("  x n=%-2d", kNs[j]);
   std::printf("\n");
   std::mt19937 rng(7);
   std::vector<float> x(kMaxN * QuantStack::kInter), y(kMaxN * QuantStack::kInter);
@@ -231,13 +233,13 @@ void RunQuantVerify(ThreadPool& pool, int reps) {
         }
       });
     };
-    std::vector<double> ms[kMaxN];
+    std::vector<double> ms[kCount];
     step_ms(1);  // warm-up
-    for (int r = 0; r < reps; ++r)  // n = 1..9 take turns, one step each per rep
-      for (int n = 1; n <= kMaxN; ++n) ms[n - 1].push_back(step_ms(n));
+    for (int r = 0; r < reps; ++r)  // the token counts take turns, one step each per rep
+      for (int j = 0; j < kCount; ++j) ms[j].push_back(step_ms(kNs[j]));
     const double one = bench::Median(ms[0]);
     std::printf("%-24s %-5s %9.2f", "gemma4-12b mlp x 8", QuantTypeName(t), one);
-    for (int n = 2; n <= kMaxN; ++n) std::printf(" %7.2f", bench::Median(ms[n - 1]) / one);
+    for (int j = 1; j < kCount; ++j) std::printf(" %7.2f", bench::Median(ms[j]) / one);
     std::printf("\n");
   }
 }

@@ -331,7 +331,7 @@ void ExpectBatchIsDecodeAlone(const QuantProblem& p, int64_t n, const RowDotRefs
   }
 }
 
-// The row-dot for every small batch n = 1..17 (tokens go to the kernels kQuantDotTokens at a time,
+// The row-dot for every small batch n = 1..17 (tokens go to the kernels max_tokens at a time,
 // the last group partial): each kernel matches the references, and each token alone gives its
 // result in the batch bit for bit.
 TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
@@ -347,7 +347,7 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
       const RowDotRefs refs = MakeRowDotRefs(p);
       OnEveryKernel([&](const ops::QuantDotKernels& k) {
         ExpectBatchIsDecodeAlone(p, n, refs, &pool);
-        if (k.dot_rows_tokens == nullptr || n > ops::kQuantDotTokens) return;
+        if (k.dot_rows_tokens == nullptr || n > k.max_tokens) return;
         // The multi-token kernel is each token's dot_rows, bit for bit.
         const int64_t ab = ops::ActRowBytes(t, in), nb = in / QuantBlockElems(t);
         AlignedBuffer xq(n * ab);
@@ -556,7 +556,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot)
       const RowDotRefs refs = MakeRowDotRefs(p);
       for (int k = 0; k < n_kernels; ++k) {
         SCOPED_TRACE(kernels[k]->name);
-        const bool once = ops::UnpacksOnce(*kernels[k], t, ops::kQuantDotTokens);
+        const bool once = ops::UnpacksOnce(*kernels[k], t, kernels[k]->max_tokens);
         const std::string name = kernels[k]->name;
         if (name == "avx2" || name == "generic") {
           EXPECT_EQ(once, name == "avx2");
@@ -581,7 +581,7 @@ TEST(LinearQuant, Int8PrefillWithoutTheInt8GemmKeepsTheEightRowTypesOnTheRowDot)
 // Prefill on the row dots with Linear's scratch: every token quantized into it at once and the
 // weights walked once per block of tokens (ops/quant_rowdot.cc). Each token gets what it gets
 // alone, bit for bit, and what the stack's few-token groups give, across several token blocks,
-// a partial block and a last call of fewer than kQuantDotTokens tokens; at the widest input too.
+// a partial block and a last call of fewer than max_tokens tokens; at the widest input too.
 TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
   const ops::QuantDotKernels* kernels[4];
   const int n_kernels = ops::AvailableQuantDot(kernels, 4);
@@ -598,7 +598,7 @@ TEST(LinearQuant, RowDotTokenBlocksEqualDecode) {
       const RowDotRefs refs = MakeRowDotRefs(p);
       AlignedBuffer scratch(ops::GemmScratchWords(c.n, c.in) * sizeof(uint32_t));
       for (int k = 0; k < n_kernels; ++k) {
-        if (!ops::UnpacksOnce(*kernels[k], t, ops::kQuantDotTokens)) continue;
+        if (!ops::UnpacksOnce(*kernels[k], t, kernels[k]->max_tokens)) continue;
         SCOPED_TRACE(kernels[k]->name);
         ops::SetQuantDotForTesting(kernels[k]);
         std::vector<float> blocks(c.n * p.ys, kUnwritten), groups(c.n * p.ys, kUnwritten);

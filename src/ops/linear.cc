@@ -42,7 +42,8 @@ QuantActBytes QuantActBytesFor(MatmulPrecision precision) {
 bool TakesQuantRowDot(const WeightView& w, int64_t n, bool rows_as_steps, MatmulPrecision precision) {
   if (w.quant == QuantType::kNone) return false;
   if (rows_as_steps || n < kGemmMinTokensQuant) return true;
-  return precision == MatmulPrecision::kInt8 && !QuantGemmAvailable(w.quant) && UnpacksOnce(QuantDot(), w.quant, kQuantDotTokens);
+  const QuantDotKernels& k = QuantDot();
+  return precision == MatmulPrecision::kInt8 && !QuantGemmAvailable(w.quant) && UnpacksOnce(k, w.quant, k.max_tokens);
 }
 
 // Prefill of block-quantized weights (past the row dots): the int8 GEMM where the CPU has it (its

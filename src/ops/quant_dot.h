@@ -12,14 +12,17 @@
 
 namespace tessera::ops {
 
-constexpr int kQuantDotTokens = 8;  // tokens per dot_rows_tokens call, at most
+constexpr int kQuantDotTokens = 16;  // tokens per dot_rows_tokens call, at most, on any table
 
 struct QuantDotKernels {
   const char* name;
+  // Tokens per dot_rows_tokens call, at most (<= kQuantDotTokens): as many as the table's kernels
+  // keep in registers for one pass over the rows.
+  int max_tokens;
   // out[r] = sum over the nb blocks of weight row r (rows w_stride bytes apart, type t) times the
   // token's activation blocks xq (QuantizeActivations(t, ..., nb * QuantBlockElems(t), xq)), r < rows.
   void (*dot_rows)(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out);
-  // dot_rows for `tokens` (1..kQuantDotTokens) activation rows xq + i * xq_stride at once, token i's
+  // dot_rows for `tokens` (1..max_tokens) activation rows xq + i * xq_stride at once, token i's
   // outputs at out + i * out_stride: bit for bit dot_rows' per token, each weight block's codes
   // unpacked once for all of them where the table has such a kernel (a small batch then costs less
   // than tokens x one). Null: call dot_rows per token.
@@ -29,9 +32,9 @@ struct QuantDotKernels {
   void (*quantize_act)(QuantType t, const float* x, int64_t in, void* dst);
   // DequantizeRow (tessera/quant.h), the same values bit for bit (the same f32 operations per value).
   void (*dequantize)(QuantType t, const void* src, float* dst, int64_t n);
-  // Whether dot_rows_tokens for `tokens` (1..kQuantDotTokens) tokens of type t unpacks each block
+  // Whether dot_rows_tokens for `tokens` (1..max_tokens) tokens of type t unpacks each block
   // once per pass of its kernel for all of that pass's tokens, reading each weight from memory once
-  // for the whole call (else it runs dot_rows per token). AVX-512's K-quant kernels pass four
+  // for the whole call (else it runs dot_rows per token). AVX-512's Q5_K and Q6_K kernels pass four
   // tokens at a time and walk the rows in chunks for more. Null: for no type.
   bool (*unpacks_once)(QuantType t, int tokens);
 };

@@ -659,7 +659,7 @@ void DotRowsAvx2(QuantType t, const void* w, int64_t w_stride, int64_t rows, con
 template <typename G, int kMin = 1>
 void GroupTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                  int64_t nb, float* out, int64_t out_stride) {
-  WithTokens(tokens, [&](auto n) {
+  WithTokens<8>(tokens, [&](auto n) {
     if constexpr (decltype(n)::value >= kMin)
       Rows8T<G, decltype(n)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
   });
@@ -690,7 +690,7 @@ void DotRowsTokensAvx2(QuantType t, const void* w, int64_t w_stride, int64_t row
 }  // namespace
 
 const QuantDotKernels& QuantDotAvx2Kernels() {
-  static const QuantDotKernels k{"avx2", DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
+  static const QuantDotKernels k{"avx2", 8, DotRowsAvx2, DotRowsTokensAvx2, QuantizeAct, Dequantize,
                                  UnpacksOnceAvx2};
   return k;
 }

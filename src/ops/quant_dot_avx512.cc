@@ -27,7 +27,7 @@ inline __m256i Dot4ScaledPair(__m256i u, __m256i s, const int8_t* sc, __m256i, i
 #include "ops/quant_dot_x86.inc"
 #include "ops/quant_convert_x86.inc"
 
-// Q4_K / Q5_K a block per four 512-bit passes of 64 values, for T tokens (xb[i] token i's
+// Q5_K a block per four 512-bit passes of 64 values, for T tokens (xb[i] token i's
 // activation block): pass c is sub-blocks 2c and 2c + 1, the low and high nibbles of the 32 bytes
 // qs[32c, 32c + 32), so its codes in the activations' order are [low nibbles | high nibbles]. One
 // 64-byte load, masked and shifted once, gives two passes' codes by regrouping 256-bit halves.
@@ -35,8 +35,7 @@ inline __m256i Dot4ScaledPair(__m256i u, __m256i s, const int8_t* sc, __m256i, i
 // 6-bit scale into the lane sums, exactly. The codes and scales are unpacked once for all T tokens.
 // The block functions are forced inline: left to itself GCC kept them out of line (they are large),
 // so every block was a call that rebuilt its constants (bench/results/quant_kernels.md, "Inlined").
-template <bool kQh>
-[[gnu::always_inline]] inline void K45Codes(const uint8_t* qs, const uint8_t* qh, __m512i* codes) {
+[[gnu::always_inline]] inline void Q5KCodes(const uint8_t* qs, const uint8_t* qh, __m512i* codes) {
   const __m512i m4 = _mm512_set1_epi8(15);
   for (int h = 0; h < 2; ++h) {
     const __m512i v = _mm512_loadu_si512(qs + 64 * h);
@@ -44,7 +43,6 @@ template <bool kQh>
     codes[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
     codes[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
   }
-  if (!kQh) return;
   const __m512i hb = _mm512_broadcast_i64x4(Load32(qh));
   for (int c = 0; c < 4; ++c) {  // bit 2c of qh[l] for the low half's values, 2c + 1 for the high half's
     const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * c))),
@@ -53,8 +51,8 @@ template <bool kQh>
   }
 }
 
-template <int T, bool kQh>
-[[gnu::always_inline]] inline void BlockK45x512T(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs,
+template <int T>
+[[gnu::always_inline]] inline void BlockQ5Kx512T(uint16_t d, uint16_t dmin, const uint8_t* scales, const uint8_t* qs,
                                                 const uint8_t* qh, const ActBlock256* const* xb, __m512* acc) {
   uint32_t w[3], sc[2], mn[2];
   std::memcpy(w, scales, 12);
@@ -64,7 +62,7 @@ template <int T, bool kQh>
   const __m512i sc16 = _mm512_castsi128_si512(
       _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc[0] | uint64_t(sc[1]) << 32))));
   __m512i codes[4];
-  K45Codes<kQh>(qs, qh, codes);
+  Q5KCodes(qs, qh, codes);
   __m512i i1[T];
 #pragma GCC unroll 8
   for (int i = 0; i < T; ++i) i1[i] = _mm512_setzero_si512();
@@ -89,8 +87,8 @@ template <int T, bool kQh>
   }
 }
 
-// The K-quant rows for T tokens (T = 1 is the single-token row): each weight block's codes,
-// scales and minimums unpacked once and used by all T tokens (x_stride bytes apart, outputs
+// The Q5_K and Q6_K rows for T tokens (T = 1 is the single-token row): each weight block's codes,
+// scales (and Q5_K's minimums) unpacked once and used by all T tokens (x_stride bytes apart, outputs
 // out_stride floats apart). Per token every operation and its order are the same for every T, so
 // a token's result does not depend on how many tokens share the pass; only the unpacking is shared.
 
@@ -148,29 +146,26 @@ inline void StoreSums(const __m512* a0, const __m512* a1, float* out, int64_t ou
   for (int i = 0; i < T; ++i) out[i * out_stride] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
 }
 
-template <typename W, bool kQh>
-struct RowK45Tokens {
+struct RowQ5KTokens {
   static constexpr int kMaxTokens = 4;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
-    const W* w = static_cast<const W*>(wp);
+    const auto* w = static_cast<const BlockQ5_K*>(wp);
     const ActBlock256* x[T];
     const ActBlock256* xb[T];
     TokenRows<ActBlock256, T>(xp, x_stride, x);
     __m512 a0[T], a1[T];
     for (int i = 0; i < T; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
     const auto block = [&](int64_t b, __m512* acc) __attribute__((always_inline)) {
-      PrefetchAhead(w + b, sizeof(W));
+      PrefetchAhead(w + b, sizeof(BlockQ5_K));
       for (int i = 0; i < T; ++i) xb[i] = x[i] + b;
-      BlockK45x512T<T, kQh>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, QhOf(w[b]), xb, acc);
+      BlockQ5Kx512T<T>(w[b].d, w[b].dmin, w[b].scales, w[b].qs, w[b].qh, xb, acc);
     };
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) block(b, a0), block(b + 1, a1);
     if (b < nb) block(b, a0);
     StoreSums<T>(a0, a1, out, out_stride);
   }
-  static const uint8_t* QhOf(const BlockQ5_K& w) { return w.qh; }
-  static const uint8_t* QhOf(const BlockQ4_K&) { return nullptr; }
 };
 
 struct RowQ6KTokens {
@@ -295,6 +290,44 @@ struct L16 {
 
 #include "ops/quant_runs_x86.inc"
 
+// G::Group<T> over the rows sixteen at a time (the last group's lanes past the rows repeat row 0,
+// their outputs not stored), each group prefetching the next one's rows.
+template <typename G, int T>
+[[gnu::noinline]] void RowGroups16(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb,
+                 float* out, int64_t out_stride) {
+  const auto* w = static_cast<const uint8_t*>(wp);
+  const char* x = static_cast<const char*>(xq);
+  const __m512i full_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32(static_cast<int32_t>(w_stride)));
+  int64_t r = 0;
+  for (; r + 16 <= rows; r += 16) {
+    const int64_t next_rows = std::min<int64_t>(16, rows - r - 16);
+    G::template Group<T>(FullRows{w + r * w_stride, w_stride}, full_at, x, xq_stride, nb, out + r, out_stride, 0xffff,
+                         next_rows > 0 ? w + (r + 16) * w_stride : nullptr, next_rows * w_stride);
+  }
+  if (r == rows) return;
+  const int left = static_cast<int>(rows - r);
+  const uint8_t* p[16];
+  alignas(64) int32_t at[16];
+  for (int i = 0; i < 16; ++i) p[i] = w + (r + (i < left ? i : 0)) * w_stride, at[i] = static_cast<int32_t>(p[i] - p[0]);
+  G::template Group<T>(SomeRows{p}, _mm512_load_si512(at), x, xq_stride, nb, out + r, out_stride,
+                       static_cast<__mmask16>((1u << left) - 1));
+}
+
+// Bytes [from, to) of the next group's rows into L2, from the line holding byte `from` (none when
+// next is null).
+[[gnu::always_inline]] inline void PrefetchPart16(const uint8_t* next, int64_t from, int64_t to) {
+  if (next)
+    for (int64_t l = from & ~int64_t{63}; l < to; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+}
+
+// Block b's slice of the next group's rows (`slice` bytes per block), into L2 (why L2: Lanes16's
+// Group below); none when next is null.
+[[gnu::always_inline]] inline void PrefetchSlice16(const uint8_t* next, int64_t b, int64_t slice) {
+  if (next)
+    for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+}
+
 template <typename W>
 struct Lanes16 {
   // Token i's term of one block: sum s against its activation block xb, the rows' scales dw and
@@ -309,7 +342,7 @@ struct Lanes16 {
   template <int T>
   [[gnu::always_inline]] static void Tokens(__m512 dw, __m512 mw, const __m512i* c, const char* xb0, int64_t x_stride,
                                             __m512* acc) {
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < T; ++i) {
       const auto& xb = *reinterpret_cast<const ActBlock32*>(xb0 + i * x_stride);
       acc[i] = AddBlock(dw, mw, BlockSum16(c, xb.q, -kOffset16<W> * xb.sum), xb, acc[i]);
@@ -334,20 +367,16 @@ struct Lanes16 {
   // sixteen rows fill an L1 or more at Gemma's widths, so the next group's lines fetched into L1
   // compete with the current group's (T0 decoded slower: bench/results/quant_kernels.md).
   // Per token the sums and their order are the same on either path (runs, or one block), so results
-  // do not depend on which path a block took. Forced inline into RowsT, as GCC inlined it before the
-  // runs made it larger (tests/prefetch_emitted.sh looks for the prefetch in RowsT).
+  // do not depend on which path a block took. Forced inline into RowGroups16, as GCC inlined it before
+  // the runs made it larger (tests/prefetch_emitted.sh looks for the prefetch in RowGroups16).
   template <int T, typename Rows>
   [[gnu::always_inline]] static void Group(const Rows& p, __m512i at, const char* x, int64_t x_stride, int64_t nb,
                                            float* out, int64_t out_stride, __mmask16 keep,
                                            const uint8_t* next = nullptr, int64_t next_bytes = 0) {
     const int64_t slice = (next_bytes + nb - 1) / nb;
-    auto prefetch = [&](int64_t b) __attribute__((always_inline)) {  // block b's slice of the next group
-      if (next)
-        for (int64_t l = b * slice; l < (b + 1) * slice; l += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
-    };
+    auto prefetch = [&](int64_t b) __attribute__((always_inline)) { PrefetchSlice16(next, b, slice); };
     __m512 acc[T];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < T; ++i) acc[i] = _mm512_setzero_ps();
     auto xb = [&](int64_t b) { return x + b * int64_t(sizeof(ActBlock32)); };
     constexpr int kRun = Run<L16, W>::kBlocks;
@@ -369,36 +398,116 @@ struct Lanes16 {
     for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
   }
 
-  template <int T>
-  static void RowsT(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb,
-                    float* out, int64_t out_stride) {
-    const auto* w = static_cast<const uint8_t*>(wp);
-    const char* x = static_cast<const char*>(xq);
-    const __m512i full_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32(static_cast<int32_t>(w_stride)));
-    int64_t r = 0;
-    for (; r + 16 <= rows; r += 16) {
-      const int64_t next_rows = std::min<int64_t>(16, rows - r - 16);
-      Group<T>(FullRows{w + r * w_stride, w_stride}, full_at, x, xq_stride, nb, out + r, out_stride, 0xffff,
-               next_rows > 0 ? w + (r + 16) * w_stride : nullptr, next_rows * w_stride);
-    }
-    if (r == rows) return;
-    const int left = static_cast<int>(rows - r);
-    const uint8_t* p[16];
-    alignas(64) int32_t at[16];
-    for (int i = 0; i < 16; ++i) p[i] = w + (r + (i < left ? i : 0)) * w_stride, at[i] = static_cast<int32_t>(p[i] - p[0]);
-    Group<T>(SomeRows{p}, _mm512_load_si512(at), x, xq_stride, nb, out + r, out_stride,
-             static_cast<__mmask16>((1u << left) - 1));
-  }
-
-  // dot_rows_tokens' signature; tokens 1 .. kQuantDotTokens.
+  // dot_rows_tokens' signature; tokens 1 .. kQuantDotTokens. Sixteen tokens' accumulators and a
+  // block's eight code vectors fit the 32 registers, so a verification of up to 15 drafts reads and
+  // unpacks each block once (in two passes of 8 + n the second one unpacked every block again).
   static void Rows(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                    int64_t nb, float* out, int64_t out_stride) {
-    WithTokens(tokens, [&](auto t) { RowsT<decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride); });
+    WithTokens<16>(tokens, [&](auto t) {
+      RowGroups16<Lanes16, decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    });
   }
 };
 
-// K::Row<T> over the rows, T = tokens (1..kQuantDotTokens).
+// Q4_K sixteen rows at a time, the AVX2 eight-row kernel's steps (quant_dot_avx2.cc, GroupK45) on
+// sixteen lanes: each 64-value chunk of the sixteen rows transposed once (vector m: values 4m ..
+// 4m + 3 of a sub-block, row r in lane r), a token's 32-value sub-block eight vpdpbusd against its
+// broadcast activation dwords (|sum| <= 32 * 15 * 128: exact in 32 bits), times the rows' 6-bit
+// scale by vpmulld; the minimums one vpdpwssd per two sub-blocks. Each lane's integer sums and f32
+// steps are the AVX2 kernel's, so the two give the same bits, and a token's result does not depend
+// on the rows or tokens beside it. All of a call's tokens in one pass, up to sixteen: past eight
+// their integer and f32 sums no longer all fit the registers beside the codes, and the spills cost
+// less than a second pass unpacking every block again. (The one-row kernel before it spent a vpmaddubsw and a vpdpwssd per
+// 64 values of one row and token, then a reduction across lanes: a token cost more than the
+// unpacking it shared.) Q5_K keeps that kernel: on sixteen lanes, with its fifth bits, one token
+// streamed from memory more slowly (bench/results/small_batch.md, "Q4_K sixteen rows at a time").
+struct LanesQ4K16 {
+  static constexpr int kMaxTokens = 16;
+  // The sixteen rows' per-block values: sc[j] lane r = scale j of row r; mn[q] lane r = (minimum 2q,
+  // minimum 2q + 1) of row r as 16-bit halves; d and dmin in f32.
+  struct Header {
+    __m512i sc[8], mn[4];
+    __m512 d, dmin;
+  };
+  // pshufb mask: in each dword, byte b0 of the source dword into byte 0 and b1 into byte 2, zeros
+  // elsewhere (b1 < 0: only b0, zero-extended to the dword).
+  static __m512i PickBytes(int b0, int b1) {
+    const int v = b0 | 0x80 << 8 | (b1 < 0 ? 0x80 : b1) << 16 | 0x80 << 24;
+    return _mm512_add_epi8(_mm512_set1_epi32(v), _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0));
+  }
+  // The 16 header bytes of each row's block (d, dmin, the 12 packed scale bytes) transposed, then
+  // the 6-bit scales and minimums unpacked for all sixteen rows at once, as ggml packs them.
+  template <typename Rows>
+  [[gnu::always_inline]] static void Load(const Rows& p, int64_t off, Header& k) {
+    __m512i v[4];
+    Transpose16(p, off, v);
+    k.d = Halves16<false>(v[0]), k.dmin = Halves16<true>(v[0]);
+    const __m512i m6 = _mm512_set1_epi8(0x3f), m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x03);
+    auto top2 = [&](__m512i u) { return _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 6), m2), 4); };
+    const __m512i u0 = v[1], u1 = v[2], u2 = v[3];
+    const __m512i s0 = _mm512_and_si512(u0, m6), s1 = _mm512_or_si512(_mm512_and_si512(u2, m4), top2(u0));
+    const __m512i n0 = _mm512_and_si512(u1, m6);
+    const __m512i n1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4), top2(u1));
+    for (int j = 0; j < 8; ++j) k.sc[j] = _mm512_shuffle_epi8(j < 4 ? s0 : s1, PickBytes(j % 4, -1));
+    for (int q = 0; q < 4; ++q) k.mn[q] = _mm512_shuffle_epi8(q < 2 ? n0 : n1, PickBytes(2 * (q % 2), 2 * (q % 2) + 1));
+  }
+  // The minimums' integer sums of the sixteen rows against a token's block: sum_j mn_j (x sum of j).
+  [[gnu::always_inline]] static __m512i Mins(const Header& k, const ActBlock256& xb) {
+    const __m256i xs = _mm256_madd_epi16(Load32(xb.bsums), _mm256_set1_epi16(1));  // lane j: sub-block j's sum
+    const __m512i pairs = _mm512_castsi256_si512(_mm256_packs_epi32(xs, xs));  // exact: |sum| <= 32 * 127
+    __m512i s = _mm512_setzero_si512();
+    for (int q = 0; q < 4; ++q)  // dwords 0, 1, 4, 5 of pairs: sub-blocks (0, 1), (2, 3), (4, 5), (6, 7)
+      s = _mm512_dpwssd_epi32(s, k.mn[q], _mm512_permutexvar_epi32(_mm512_set1_epi32(q / 2 * 4 + q % 2), pairs));
+    return s;
+  }
+  template <int T, typename Rows>
+  [[gnu::always_inline]] static void Group(const Rows& p, __m512i, const char* x, int64_t x_stride, int64_t nb,
+                                           float* out, int64_t out_stride, __mmask16 keep,
+                                           const uint8_t* next = nullptr, int64_t next_bytes = 0) {
+    const int64_t slice = (next_bytes + nb - 1) / nb;
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[T];
+    for (int i = 0; i < T; ++i) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t off = b * int64_t(sizeof(BlockQ4_K));
+      const char* xb0 = x + b * int64_t(sizeof(ActBlock256));
+      Header k;
+      Load(p, off, k);
+      __m512i isum[T];
+      for (int i = 0; i < T; ++i) isum[i] = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {  // chunk c: bytes 32c .. of qs, sub-blocks 2c (low nibbles), 2c + 1
+        __m512i v[8];
+        for (int h = 0; h < 2; ++h) Transpose16(p, off + offsetof(BlockQ4_K, qs) + 32 * c + 16 * h, v + 4 * h);
+        for (int h = 0; h < 2; ++h) {
+          const int j = 2 * c + h;
+          PrefetchPart16(next, b * slice + j * slice / 8, b * slice + (j + 1) * slice / 8);
+          __m512i codes[8];
+          for (int m = 0; m < 8; ++m) codes[m] = _mm512_and_si512(h ? _mm512_srli_epi32(v[m], 4) : v[m], m4);
+          for (int i = 0; i < T; ++i) {
+            const int8_t* q = reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride)->q + 32 * j;
+            isum[i] = _mm512_add_epi32(isum[i], _mm512_mullo_epi32(BlockSum16(codes, q, 0), k.sc[j]));
+          }
+        }
+      }
+      for (int i = 0; i < T; ++i) {
+        const ActBlock256& xb = *reinterpret_cast<const ActBlock256*>(xb0 + i * x_stride);
+        const __m512 xd = _mm512_set1_ps(xb.d);
+        acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(k.d, xd), _mm512_cvtepi32_ps(isum[i]), acc[i]);
+        acc[i] = _mm512_fnmadd_ps(_mm512_mul_ps(k.dmin, xd), _mm512_cvtepi32_ps(Mins(k, xb)), acc[i]);
+      }
+    }
+    for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
+  }
+  // dot_rows_tokens' signature; tokens 1 .. kMaxTokens.
+  static void Rows(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
+                   int64_t nb, float* out, int64_t out_stride) {
+    WithTokens<kMaxTokens>(tokens, [&](auto t) {
+      RowGroups16<LanesQ4K16, decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+    });
+  }
+};
+
+// K::Row<T> over the rows, T = tokens (1..K::kMaxTokens).
 template <typename K, int T>
 void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb, float* out,
            int64_t out_stride) {
@@ -413,8 +522,8 @@ void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, cons
     case QuantType::kQ5_1: return Lanes16<BlockQ5_1>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
     case QuantType::kQ5_0: return Lanes16<BlockQ5_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
     case QuantType::kQ8_0: return Lanes16<BlockQ8_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ4_K: return RowsT<RowK45Tokens<BlockQ4_K, false>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
-    case QuantType::kQ5_K: return RowsT<RowK45Tokens<BlockQ5_K, true>, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
+    case QuantType::kQ4_K: return LanesQ4K16::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
+    case QuantType::kQ5_K: return RowsT<RowQ5KTokens, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
     case QuantType::kQ6_K: return RowsT<RowQ6KTokens, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
     default: return DotRows(t, w, w_stride, rows, xq, nb, out);
   }
@@ -433,7 +542,7 @@ void RowsUpTo(const void* w, int64_t w_stride, int64_t rows, const void* xq, int
   }
 }
 
-// K::kMaxTokens at a time: the K-quant kernels take 4 (at 8, the Q4_K/Q5_K kernel's 24 vectors of
+// K::kMaxTokens at a time: the Q5_K and Q6_K kernels take 4 (at 8, the Q5_K kernel's 24 vectors of
 // per-token state spill and it ran slower than 4 + 4). More tokens go over the rows in chunks of
 // about kChunkBytes, every group of tokens walking a chunk before the next, so that the weights
 // come from memory once per call (the second group finds them in L1/L2) and a caller may hand one
@@ -462,8 +571,8 @@ void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows
     case QuantType::kQ5_1: rows_tokens = Lanes16<BlockQ5_1>::Rows; break;
     case QuantType::kQ5_0: rows_tokens = Lanes16<BlockQ5_0>::Rows; break;
     case QuantType::kQ8_0: rows_tokens = Lanes16<BlockQ8_0>::Rows; break;
-    case QuantType::kQ4_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ4_K, false>>; break;
-    case QuantType::kQ5_K: rows_tokens = RowsTokens<RowK45Tokens<BlockQ5_K, true>>; break;
+    case QuantType::kQ4_K: rows_tokens = LanesQ4K16::Rows; break;
+    case QuantType::kQ5_K: rows_tokens = RowsTokens<RowQ5KTokens>; break;
     case QuantType::kQ6_K: rows_tokens = RowsTokens<RowQ6KTokens>; break;
     default:
       for (int i = 0; i < tokens; ++i)
@@ -476,7 +585,7 @@ void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows
 }  // namespace
 
 const QuantDotKernels& QuantDotAvx512Kernels() {
-  static const QuantDotKernels k{"avx512-vnni", DotRows512, DotRowsTokens512, QuantizeAct, Dequantize,
+  static const QuantDotKernels k{"avx512-vnni", kQuantDotTokens, DotRows512, DotRowsTokens512, QuantizeAct, Dequantize,
                                  [](QuantType t, int) { return t != QuantType::kNone; }};
   return k;
 }

@@ -146,7 +146,7 @@ void DotRows(QuantType t, const void* w, int64_t w_stride, int64_t rows, const v
 }  // namespace
 
 const QuantDotKernels& QuantDotGeneric() {
-  static const QuantDotKernels k{"generic", DotRows, nullptr, QuantizeActivations, DequantizeRow, nullptr};
+  static const QuantDotKernels k{"generic", 1, DotRows, nullptr, QuantizeActivations, DequantizeRow, nullptr};
   return k;
 }
 

@@ -18,10 +18,10 @@ constexpr int64_t kItemsPerThread = 8;  // prefill's equal items: enough to bala
 // Weight bytes per chunk of rows that every token of the call walks before the next chunk: small
 // enough to stay in L1/L2 between tokens, large enough that a chunk is many blocks.
 constexpr int64_t kChunkBytes = 32 * 1024;
-// The same for decode-sized calls of more tokens than one kernel call takes (9 or more; AVX2 Q6_K's
-// one or two, run per token): a kernel prefetches only within its call, so each chunk's first rows
-// come cold from memory, and at 32 KiB that was every row group (bench/results/small_batch.md,
-// "Nine tokens and more"). At most half a core's L2 on the CPUs measured.
+// The same for decode-sized calls of more tokens than one kernel call takes (past the table's
+// max_tokens; AVX2 Q6_K's one or two, run per token): a kernel prefetches only within its call, so
+// each chunk's first rows come cold from memory, and at 32 KiB that was every row group
+// (bench/results/small_batch.md, "Nine tokens and more"). At most half a core's L2 on the CPUs measured.
 constexpr int64_t kStepChunkBytes = 256 * 1024;
 // Room for the quantized activations of 3 tokens at kMaxQuantRowDotIn features in 32-blocks (the
 // larger form; 256-blocks take 292 bytes per 256 values): 12 tokens at 16384 features, so Linear's
@@ -42,7 +42,7 @@ int64_t RowsPerItem(int64_t rows, const ThreadPool* pool) {
 // memory once per 64 tokens (Q4_0: about 230 flop per byte read, compute-bound however many cores
 // share the memory) instead of once per stack buffer of tokens (12 at 15360 features, 3 at the
 // widest input); the tokens' rows come from L2 or L3 (bench/results/quant_prefill.md, "Token blocks").
-constexpr int64_t kTokenBlock = 8 * kQuantDotTokens;
+constexpr int64_t kTokenBlock = 64;
 
 // Whether one call takes all g tokens of a row range: one token, or a table whose dot_rows_tokens
 // unpacks the blocks for all of them and reads each weight from memory once (unpacks_once). Then
@@ -51,7 +51,7 @@ constexpr int64_t kTokenBlock = 8 * kQuantDotTokens;
 // from memory (at Gemma's widths a chunk is one or two groups). A kernel run per token needs the
 // chunks: the second token finds the rows in cache.
 bool OnePass(const QuantDotKernels& k, QuantType t, int64_t g) {
-  return g == 1 || (g <= kQuantDotTokens && UnpacksOnce(k, t, static_cast<int>(g)));
+  return g == 1 || (g <= k.max_tokens && UnpacksOnce(k, t, static_cast<int>(g)));
 }
 
 // Tokens whose quantized rows at `in` features fit QuantRowDot's stack buffer.
@@ -63,7 +63,7 @@ void RunParallel(ThreadPool* pool, int64_t items, ThreadPool::ItemFn run) {
 }
 
 // QuantRowDot for n tokens whose quantized rows all fit in `scratch`: one parallel loop; each item
-// walks its rows in chunks, each chunk dotted with a block of tokens, kQuantDotTokens per call.
+// walks its rows in chunks, each chunk dotted with a block of tokens, the table's max_tokens per call.
 void RowDotTokenBlocks(const WeightView& w, const float* x, int64_t n, int64_t x_stride, float* y, int64_t y_stride,
                        ThreadPool* pool, unsigned char* scratch) {
   const QuantType t = w.quant;
@@ -79,9 +79,9 @@ void RowDotTokenBlocks(const WeightView& w, const float* x, int64_t n, int64_t x
     for (int64_t b0 = 0; b0 < n; b0 += kTokenBlock)
       for (int64_t o = item * rows_per_item; o < o1; o += chunk_rows) {
         const int64_t rows = std::min(chunk_rows, o1 - o);
-        for (int64_t i = b0; i < std::min(n, b0 + kTokenBlock); i += kQuantDotTokens)
+        for (int64_t i = b0; i < std::min(n, b0 + kTokenBlock); i += k.max_tokens)
           k.dot_rows_tokens(t, base + o * row_bytes, row_bytes, rows, scratch + i * act_bytes, act_bytes,
-                            static_cast<int>(std::min<int64_t>(kQuantDotTokens, n - i)), nb, y + i * y_stride + o,
+                            static_cast<int>(std::min<int64_t>(k.max_tokens, n - i)), nb, y + i * y_stride + o,
                             y_stride);
       }
   });
@@ -99,7 +99,7 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
   const int64_t act_bytes = ActRowBytes(t, w.in), nb = w.in / be, row_bytes = QuantRowBytes(t, w.in);
   const int64_t group = StackTokens(t, w.in);
   const QuantDotKernels& k = QuantDot();
-  if (scratch && n > group && UnpacksOnce(k, t, kQuantDotTokens)) {
+  if (scratch && n > group && UnpacksOnce(k, t, k.max_tokens)) {
     TESSERA_CHECK(act_bytes <= GemmScratchWords(1, w.in) * 4, "QuantRowDot: scratch rows too short");
     return RowDotTokenBlocks(w, x, n, x_stride, y, y_stride, pool, reinterpret_cast<unsigned char*>(scratch));
   }
@@ -117,9 +117,9 @@ void QuantRowDot(const WeightView& w, const float* x, int64_t n, int64_t x_strid
       for (int64_t o = o0; o < o1; o += chunk) {
         const int64_t rows = std::min(chunk, o1 - o);
         if (k.dot_rows_tokens && g > 1) {  // one token: dot_rows, as decode always ran
-          for (int64_t i = 0; i < g; i += kQuantDotTokens)
+          for (int64_t i = 0; i < g; i += k.max_tokens)
             k.dot_rows_tokens(t, base + o * row_bytes, row_bytes, rows, xq + i * act_bytes, act_bytes,
-                              static_cast<int>(std::min<int64_t>(kQuantDotTokens, g - i)), nb,
+                              static_cast<int>(std::min<int64_t>(k.max_tokens, g - i)), nb,
                               y + (t0 + i) * y_stride + o, y_stride);
           continue;
         }
