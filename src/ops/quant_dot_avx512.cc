@@ -225,11 +225,14 @@ template <typename Rows>
   Transpose16(p, off, v);
   AlignedNibbles(v, c);
 }
+// Byte k of each 128-bit lane = 4 * (k / 4): added to a pshufb index in 0..3, it picks that byte of
+// the index's own dword.
+inline __m512i DwordStarts16() { return _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0); }
 // Adds 16 to the codes whose fifth bit is set; lane r of qh is row r's qh as a little-endian uint32.
 // Vector m holds values 4m .. 4m + 3, whose bits are nibble m & 1 of qh's byte m / 2: a byte shuffle
 // copies that byte to the lane's four bytes, and one bit test per byte picks each value's bit.
 [[gnu::always_inline]] inline void FifthBits16(__m512i qh, __m512i c[8]) {
-  const __m512i lane_bytes = _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0);
+  const __m512i lane_bytes = DwordStarts16();
   const __m512i low = _mm512_set1_epi32(0x08040201), high = _mm512_set1_epi32(static_cast<int>(0x80402010u));
   const __m512i sixteen = _mm512_set1_epi8(16);
   for (int k = 0; k < 4; ++k) {
@@ -293,8 +296,8 @@ struct L16 {
 // G::Group<T> over the rows sixteen at a time (the last group's lanes past the rows repeat row 0,
 // their outputs not stored), each group prefetching the next one's rows.
 template <typename G, int T>
-[[gnu::noinline]] void RowGroups16(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb,
-                 float* out, int64_t out_stride) {
+[[gnu::noinline]] void RowGroups16(const void* wp, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
+                                   int64_t nb, float* out, int64_t out_stride) {
   const auto* w = static_cast<const uint8_t*>(wp);
   const char* x = static_cast<const char*>(xq);
   const __m512i full_at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -314,18 +317,11 @@ template <typename G, int T>
                        static_cast<__mmask16>((1u << left) - 1));
 }
 
-// Bytes [from, to) of the next group's rows into L2, from the line holding byte `from` (none when
-// next is null).
+// Bytes [from, to) of the next group's rows into L2 (why L2: Lanes16's Group below), a line per 64
+// bytes from `from`; none when next is null.
 [[gnu::always_inline]] inline void PrefetchPart16(const uint8_t* next, int64_t from, int64_t to) {
   if (next)
-    for (int64_t l = from & ~int64_t{63}; l < to; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
-}
-
-// Block b's slice of the next group's rows (`slice` bytes per block), into L2 (why L2: Lanes16's
-// Group below); none when next is null.
-[[gnu::always_inline]] inline void PrefetchSlice16(const uint8_t* next, int64_t b, int64_t slice) {
-  if (next)
-    for (int64_t l = b * slice; l < (b + 1) * slice; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+    for (int64_t l = from; l < to; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
 }
 
 template <typename W>
@@ -374,7 +370,7 @@ struct Lanes16 {
                                            float* out, int64_t out_stride, __mmask16 keep,
                                            const uint8_t* next = nullptr, int64_t next_bytes = 0) {
     const int64_t slice = (next_bytes + nb - 1) / nb;
-    auto prefetch = [&](int64_t b) __attribute__((always_inline)) { PrefetchSlice16(next, b, slice); };
+    auto prefetch = [&](int64_t b) __attribute__((always_inline)) { PrefetchPart16(next, b * slice, (b + 1) * slice); };
     __m512 acc[T];
 #pragma GCC unroll 16
     for (int i = 0; i < T; ++i) acc[i] = _mm512_setzero_ps();
@@ -417,10 +413,11 @@ struct Lanes16 {
 // steps are the AVX2 kernel's, so the two give the same bits, and a token's result does not depend
 // on the rows or tokens beside it. All of a call's tokens in one pass, up to sixteen: past eight
 // their integer and f32 sums no longer all fit the registers beside the codes, and the spills cost
-// less than a second pass unpacking every block again. (The one-row kernel before it spent a vpmaddubsw and a vpdpwssd per
-// 64 values of one row and token, then a reduction across lanes: a token cost more than the
-// unpacking it shared.) Q5_K keeps that kernel: on sixteen lanes, with its fifth bits, one token
-// streamed from memory more slowly (bench/results/small_batch.md, "Q4_K sixteen rows at a time").
+// less than a second pass unpacking every block again. (The one-row kernel before it spent a
+// vpmaddubsw and a vpdpwssd per 64 values of one row and token, then a reduction across lanes: a
+// token cost more than the unpacking it shared.) Q5_K keeps that kernel: on sixteen lanes, with its
+// fifth bits, one token streamed from memory more slowly (bench/results/small_batch.md, "Q4_K
+// sixteen rows at a time").
 struct LanesQ4K16 {
   static constexpr int kMaxTokens = 16;
   // The sixteen rows' per-block values: sc[j] lane r = scale j of row r; mn[q] lane r = (minimum 2q,
@@ -433,7 +430,7 @@ struct LanesQ4K16 {
   // elsewhere (b1 < 0: only b0, zero-extended to the dword).
   static __m512i PickBytes(int b0, int b1) {
     const int v = b0 | 0x80 << 8 | (b1 < 0 ? 0x80 : b1) << 16 | 0x80 << 24;
-    return _mm512_add_epi8(_mm512_set1_epi32(v), _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0));
+    return _mm512_add_epi8(_mm512_set1_epi32(v), DwordStarts16());
   }
   // The 16 header bytes of each row's block (d, dmin, the 12 packed scale bytes) transposed, then
   // the 6-bit scales and minimums unpacked for all sixteen rows at once, as ggml packs them.
