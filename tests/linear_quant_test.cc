@@ -364,16 +364,15 @@ TEST(LinearQuant, RowDotEverySmallBatchMatchesDecode) {
   }
 }
 
-// Decode-sized calls over many rows, where the row dots walk chunks: the AVX-512 K-quant kernels'
-// passes of four tokens (5..8 tokens: 32 KiB chunks inside the kernel) and QuantRowDot's calls of
-// more tokens than one kernel call takes (9, 10: 256 KiB chunks of an item). Across every chunk edge
-// each token's row is its decode alone, bit for bit, and within the row-dot's bounds.
+// Decode-sized calls over many rows, where the row dots walk chunks: QuantRowDot's calls of more
+// tokens than one kernel call takes (AVX2 9, 10; AVX-512 17: 256 KiB chunks of an item). Across
+// every chunk edge each token's row is its decode alone, bit for bit, and within the row-dot's bounds.
 TEST(LinearQuant, RowDotAcrossChunksMatchesDecode) {
   std::mt19937 rng(22);
   ThreadPool pool(2);
   for (QuantType t : kTypes) {
     const int64_t in = 5 * 256, out = 2 * 256 * 1024 / QuantRowBytes(t, in) + 37;  // two chunks and a part
-    for (int64_t n : {5, 8, 9, 10}) {
+    for (int64_t n : {5, 8, 9, 10, 17}) {
       SCOPED_TRACE(std::string(QuantTypeName(t)) + " n=" + std::to_string(n));
       const QuantProblem p = MakeQuantProblem(rng, t, n, in, out);
       const RowDotRefs refs = MakeRowDotRefs(p);
@@ -382,8 +381,8 @@ TEST(LinearQuant, RowDotAcrossChunksMatchesDecode) {
   }
 }
 
-// A serving batch of up to 11 streams: Linear keeps Q4_0 and Q8_0 on the AVX-512 row-dot (passes
-// of 8 tokens), so each token's result equals its decode alone, bit for bit, and is within the
+// A serving batch of up to 11 streams: Linear keeps Q4_0 and Q8_0 on the AVX-512 row-dot (one pass
+// for up to 16 tokens), so each token's result equals its decode alone, bit for bit, and is within the
 // row-dot's bounds; from 12 tokens on it is the int8 GEMM's (two-byte activations: prefill accuracy).
 TEST(LinearQuant, LinearKeepsElevenTokensOnTheRowDot) {
   if (ops::QuantDotAvx512() == nullptr) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";

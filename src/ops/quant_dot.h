@@ -34,8 +34,7 @@ struct QuantDotKernels {
   void (*dequantize)(QuantType t, const void* src, float* dst, int64_t n);
   // Whether dot_rows_tokens for `tokens` (1..max_tokens) tokens of type t unpacks each block
   // once per pass of its kernel for all of that pass's tokens, reading each weight from memory once
-  // for the whole call (else it runs dot_rows per token). AVX-512's Q5_K and Q6_K kernels pass four
-  // tokens at a time and walk the rows in chunks for more. Null: for no type.
+  // for the whole call (else it runs dot_rows per token). Null: for no type.
   bool (*unpacks_once)(QuantType t, int tokens);
 };
 

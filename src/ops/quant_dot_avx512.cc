@@ -61,28 +61,23 @@ template <int T>
   // The eight scales as int16 in a vector; permutes hand each pass its two.
   const __m512i sc16 = _mm512_castsi128_si512(
       _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(sc[0] | uint64_t(sc[1]) << 32))));
-  __m512i codes[4];
+  __m512i codes[4], scale[4];
   Q5KCodes(qs, qh, codes);
-  __m512i i1[T];
-#pragma GCC unroll 8
-  for (int i = 0; i < T; ++i) i1[i] = _mm512_setzero_si512();
   for (int c = 0; c < 4; ++c) {
     const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * c)),
                                             _mm256_set1_epi16(static_cast<int16_t>(2 * c + 1)), 1);
-    const __m512i scale = _mm512_permutexvar_epi16(pick, sc16);
-#pragma GCC unroll 8
-    for (int i = 0; i < T; ++i) {
-      const __m512i pairs = _mm512_maddubs_epi16(codes[c], _mm512_loadu_si512(xb[i]->q + 64 * c));
-      i1[i] = _mm512_dpwssd_epi32(i1[i], pairs, scale);
-    }
+    scale[c] = _mm512_permutexvar_epi16(pick, sc16);
   }
   const __m128i m8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(mn[0] | uint64_t(mn[1]) << 32)));
   const __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m8, m8), _mm_unpacklo_epi16(m8, m8));
   const float hd = Half(d), hmin = Half(dmin);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < T; ++i) {
+    __m512i i1 = _mm512_setzero_si512();
+    for (int c = 0; c < 4; ++c)
+      i1 = _mm512_dpwssd_epi32(i1, _mm512_maddubs_epi16(codes[c], _mm512_loadu_si512(xb[i]->q + 64 * c)), scale[c]);
     const __m256i i2 = _mm256_madd_epi16(Load32(xb[i]->bsums), mins);
-    const __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(i1[i]), acc[i]);
+    const __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(i1), acc[i]);
     acc[i] = _mm512_fnmadd_ps(_mm512_set1_ps(xb[i]->d * hmin), _mm512_zextps256_ps512(_mm256_cvtepi32_ps(i2)), a);
   }
 }
@@ -91,6 +86,8 @@ template <int T>
 // scales (and Q5_K's minimums) unpacked once and used by all T tokens (x_stride bytes apart, outputs
 // out_stride floats apart). Per token every operation and its order are the same for every T, so
 // a token's result does not depend on how many tokens share the pass; only the unpacking is shared.
+// A block unpacks first, then runs each token's chain in turn: a token's state is then one integer
+// vector beside its accumulators, and all sixteen tokens fit one pass without spilling the codes.
 
 // Q6_K a block per two 512-bit passes of 128 values, for T tokens: the half's 64 low-nibble bytes are values
 // 0-63 (low nibbles) and 64-127 (high nibbles) in the activations' order; the 32 high-bit bytes,
@@ -107,31 +104,26 @@ template <int T>
   const __m512i s46 = _mm512_add_epi16(s02, _mm512_set1_epi16(4));
   const __m512i quarter = _mm512_setr_epi32(0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001, 0x00020002, 0x00020002,
                                             0x00020002, 0x00020002, 0x00030003, 0x00030003, 0x00030003, 0x00030003);
-  __m512i isum[T];
-#pragma GCC unroll 8
-  for (int i = 0; i < T; ++i) isum[i] = _mm512_setzero_si512();
+  __m512i codes[4], scale[4];  // index 2h + k: half h, its low (k = 0) or high nibbles
   for (int h = 0; h < 2; ++h) {
     const __m512i l = _mm512_loadu_si512(w.ql + 64 * h);
     const __m512i q = _mm512_broadcast_i64x4(Load32(w.qh + 32 * h));
-    const __m512i codes[2] = {
-        _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s02), m3), 4)),
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                        _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s46), m3), 4))};
-    for (int k = 0; k < 2; ++k) {
-      const __m512i scale = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4 * k))), sc16);
-#pragma GCC unroll 8
-      for (int i = 0; i < T; ++i) {
-        const __m512i pairs = _mm512_maddubs_epi16(codes[k], _mm512_loadu_si512(xb[i]->q + 128 * h + 64 * k));
-        isum[i] = _mm512_dpwssd_epi32(isum[i], pairs, scale);
-      }
-    }
+    codes[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s02), m3), 4));
+    codes[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(q, s46), m3), 4));
+    for (int k = 0; k < 2; ++k)
+      scale[2 * h + k] = _mm512_permutexvar_epi16(_mm512_add_epi16(quarter, _mm512_set1_epi16(static_cast<int16_t>(8 * h + 4 * k))), sc16);
   }
+  // -32 * scale per sub-block (at most 4096 in magnitude): one vpdpwssd with the token's 16-value
+  // sums takes the offset off lanes 0-7, exactly.
+  const __m512i offset = _mm512_zextsi256_si512(_mm256_mullo_epi16(_mm512_castsi512_si256(sc16), _mm256_set1_epi16(-32)));
   const float hd = Half(w.d);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int i = 0; i < T; ++i) {
-    const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(Load32(xb[i]->bsums), _mm512_castsi512_si256(sc16)), 5);
-    const __m512i s = _mm512_sub_epi32(isum[i], _mm512_zextsi256_si512(off));
-    acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(s), acc[i]);
+    __m512i isum = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(Load32(xb[i]->bsums)), offset);
+    for (int c = 0; c < 4; ++c)
+      isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(codes[c], _mm512_loadu_si512(xb[i]->q + 64 * c)), scale[c]);
+    acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xb[i]->d * hd), _mm512_cvtepi32_ps(isum), acc[i]);
   }
 }
 
@@ -147,7 +139,7 @@ inline void StoreSums(const __m512* a0, const __m512* a1, float* out, int64_t ou
 }
 
 struct RowQ5KTokens {
-  static constexpr int kMaxTokens = 4;
+  static constexpr int kMaxTokens = 16;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ5_K*>(wp);
@@ -169,7 +161,7 @@ struct RowQ5KTokens {
 };
 
 struct RowQ6KTokens {
-  static constexpr int kMaxTokens = 4;
+  static constexpr int kMaxTokens = 16;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ6_K*>(wp);
@@ -526,35 +518,13 @@ void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, cons
   }
 }
 
-// K::Row<T> for `tokens` tokens (at most K::kMaxTokens) over the rows.
-template <typename K>
-void RowsUpTo(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
-              int64_t nb, float* out, int64_t out_stride) {
-  static_assert(K::kMaxTokens == 4);
-  switch (tokens) {
-    case 1: return RowsT<K, 1>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 2: return RowsT<K, 2>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    case 3: return RowsT<K, 3>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    default: return RowsT<K, 4>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-  }
-}
-
-// K::kMaxTokens at a time: the Q5_K and Q6_K kernels take 4 (at 8, the Q5_K kernel's 24 vectors of
-// per-token state spill and it ran slower than 4 + 4). More tokens go over the rows in chunks of
-// about kChunkBytes, every group of tokens walking a chunk before the next, so that the weights
-// come from memory once per call (the second group finds them in L1/L2) and a caller may hand one
-// call a whole item of rows.
+// K::Row<T> over the rows for `tokens` tokens (1..K::kMaxTokens) in one pass.
 template <typename K>
 void RowsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                 int64_t nb, float* out, int64_t out_stride) {
-  constexpr int64_t kChunkBytes = 32 * 1024;
-  if (tokens <= K::kMaxTokens) return RowsUpTo<K>(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
-  const int64_t chunk = std::max<int64_t>(1, kChunkBytes / w_stride);
-  for (int64_t r = 0; r < rows; r += chunk)
-    for (int t0 = 0; t0 < tokens; t0 += K::kMaxTokens)
-      RowsUpTo<K>(static_cast<const char*>(w) + r * w_stride, w_stride, std::min(chunk, rows - r),
-                  static_cast<const char*>(xq) + t0 * xq_stride, xq_stride, std::min(tokens - t0, K::kMaxTokens), nb,
-                  out + t0 * out_stride + r, out_stride);
+  WithTokens<K::kMaxTokens>(tokens, [&](auto t) {
+    RowsT<K, decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+  });
 }
 
 // Each weight block unpacked once for all tokens (the other types have no row-dot kernel here:
