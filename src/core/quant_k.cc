@@ -1,6 +1,7 @@
 // The K-quants (256-value super-blocks): Q4_K, Q5_K, Q6_K. Dequantization and the scale search of
 // llama.cpp's reference quantizers without an importance matrix, each product and sum in ggml's
 // order (built with -ffp-contract=off) so the bytes match its quantizer's.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -38,93 +39,110 @@ void PackScaleMinK4(int j, uint8_t ls, uint8_t lm, uint8_t* q) {
   }
 }
 
-inline int Clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+inline int Clamp(int v, int lo, int hi) { return std::min(std::max(v, lo), hi); }
 
-// Weighted squared error of levels L under x ~ scale * L + min.
-float LevelError(int n, const float* x, const float* w, const uint8_t* L, float scale, float min) {
-  float err = 0;
-  for (int i = 0; i < n; ++i) {
-    float diff = scale * static_cast<float>(L[i]) + min - x[i];
-    diff = diff * diff;
-    err += w[i] * diff;
-  }
-  return err;
-}
-
-// ggml's make_qkx2_quants (squared error): an asymmetric fit x ~ scale * L + min with L in
+// ggml's make_qkx2_quants (squared error) for the eight 32-value sub-blocks j of a K-quant block
+// (values x[32j..], weights w[32j..]) at once: an asymmetric fit x ~ scale * L + min with L in
 // [0, nmax] and min <= 0. Starts from the min/max grid, then tries nstep + 1 widened grids, each
-// refit by weighted least squares, and keeps the best. Returns scale; *neg_min = -min.
-float FitScaleMin(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
-                  float rdelta, int nstep) {
-  float min = x[0], max = x[0];
-  float sum_w = w[0];
-  float sum_x = sum_w * x[0];
-  for (int i = 1; i < n; ++i) {
-    if (x[i] < min) min = x[i];
-    if (x[i] > max) max = x[i];
-    sum_w += w[i];
-    sum_x += w[i] * x[i];
-  }
-  if (min > 0) min = 0;
-  if (max == min) {
-    for (int i = 0; i < n; ++i) L[i] = 0;
-    *neg_min = -min;
-    return 0.f;
-  }
-  float iscale = static_cast<float>(nmax) / (max - min);
-  float scale = 1 / iscale;
-  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(Clamp(NearestInt(iscale * (x[i] - min)), 0, nmax));
-  float best_error = LevelError(n, x, w, L, scale, min);
-  uint8_t aux[32];
-  for (int is = 0; is <= nstep; ++is) {
-    iscale = (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max - min);
-    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = Clamp(NearestInt(iscale * (x[i] - min)), 0, nmax);
-      aux[i] = static_cast<uint8_t>(l);
-      const float fl = static_cast<float>(l);
-      sum_l += w[i] * fl;
-      sum_l2 += w[i] * fl * fl;
-      sum_xl += w[i] * fl * x[i];
-    }
-    const float D = sum_w * sum_l2 - sum_l * sum_l;
-    if (!(D > 0)) continue;
-    float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-    float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-    if (this_min > 0) {
-      this_min = 0;
-      this_scale = sum_xl / sum_l2;
-    }
-    const float cur_error = LevelError(n, x, w, aux, this_scale, this_min);
-    if (cur_error < best_error) {
-      std::memcpy(L, aux, static_cast<size_t>(n));
-      best_error = cur_error;
-      scale = this_scale;
-      min = this_min;
-    }
-  }
-  *neg_min = -min;
-  return scale;
-}
+// refit by weighted least squares, and keeps the best; a grid taken moves the offset the later
+// grids use. Every sum and error is a serial chain over 32 values, so the sub-blocks go side by
+// side (i outer, j inner), each lane doing ggml's operations in ggml's order: the same bits as one
+// sub-block at a time, without waiting on each addition. scales[j] = scale, neg_mins[j] = -min.
+struct ScaleMinFit {
+  static constexpr int kSub = 8, kN = 32;
+  int nmax;
+  float x[kN][kSub] = {}, w[kN][kSub] = {};  // value i of sub-block j at [i][j]: the lanes' loops run over j
+  float min[kSub] = {}, max[kSub] = {}, sum_w[kSub] = {}, sum_x[kSub] = {}, scale[kSub] = {}, best[kSub] = {};
+  bool live[kSub] = {};  // max > min (else the levels are 0 and the scale 0)
 
-// sum(w x l) and sum(w l^2) for the symmetric levels round(iscale * x) in [-nmax, nmax - 1], with
-// the weight w = x^2 (ggml's make_qx_quants, rmse_type 1). Levels go to L (offset by nmax) if given.
-void SymmetricSums(int n, int nmax, const float* x, float iscale, int8_t* L, float* sumlx, float* suml2) {
-  float slx = 0, sl2 = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = Clamp(NearestInt(iscale * x[i]), -nmax, nmax - 1);
-    if (L != nullptr) L[i] = static_cast<int8_t>(l + nmax);
-    const float w = x[i] * x[i];
-    const float fl = static_cast<float>(l);
-    slx += w * x[i] * fl;
-    sl2 += w * fl * fl;
+  int Level(int j, int i, float iscale) const { return Clamp(NearestInt(iscale * (x[i][j] - min[j])), 0, nmax); }
+
+  void Start(uint8_t* L) {
+    for (int j = 0; j < kSub; ++j) min[j] = max[j] = x[0][j], sum_w[j] = w[0][j], sum_x[j] = sum_w[j] * x[0][j];
+    for (int i = 1; i < kN; ++i) {
+      for (int j = 0; j < kSub; ++j) {
+        const float xi = x[i][j], wi = w[i][j];
+        if (xi < min[j]) min[j] = xi;
+        if (xi > max[j]) max[j] = xi;
+        sum_w[j] += wi;
+        sum_x[j] += wi * xi;
+      }
+    }
+    float iscale[kSub];
+    for (int j = 0; j < kSub; ++j) {
+      if (min[j] > 0) min[j] = 0;
+      live[j] = max[j] != min[j];
+      iscale[j] = live[j] ? static_cast<float>(nmax) / (max[j] - min[j]) : 0.f;
+      scale[j] = live[j] ? 1 / iscale[j] : 0.f;
+      best[j] = 0;
+    }
+    for (int i = 0; i < kN; ++i) {
+      for (int j = 0; j < kSub; ++j) {
+        const int l = live[j] ? Level(j, i, iscale[j]) : 0;
+        L[kN * j + i] = static_cast<uint8_t>(l);
+        float diff = scale[j] * static_cast<float>(l) + min[j] - x[i][j];
+        diff = diff * diff;
+        best[j] += w[i][j] * diff;
+      }
+    }
   }
-  *sumlx = slx;
-  *suml2 = sl2;
+
+  // Widened grid `is`: each live sub-block takes it where its refit exists and errs less.
+  void Grid(int is, float rmin, float rdelta, uint8_t* L) {
+    float iscale[kSub], sum_l[kSub] = {}, sum_l2[kSub] = {}, sum_xl[kSub] = {}, err[kSub] = {};
+    float this_scale[kSub], this_min[kSub];
+    float aux[kN][kSub];  // the levels, exact as floats
+    for (int j = 0; j < kSub; ++j)
+      iscale[j] = live[j] ? (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max[j] - min[j]) : 0.f;
+    for (int i = 0; i < kN; ++i) {
+      for (int j = 0; j < kSub; ++j) {
+        const float fl = static_cast<float>(Level(j, i, iscale[j])), wi = w[i][j];
+        aux[i][j] = fl;
+        sum_l[j] += wi * fl;
+        sum_l2[j] += wi * fl * fl;
+        sum_xl[j] += wi * fl * x[i][j];
+      }
+    }
+    bool fits[kSub];
+    for (int j = 0; j < kSub; ++j) {
+      const float D = sum_w[j] * sum_l2[j] - sum_l[j] * sum_l[j];
+      fits[j] = live[j] && D > 0;
+      this_scale[j] = this_min[j] = 0;
+      if (!fits[j]) continue;
+      this_scale[j] = (sum_w[j] * sum_xl[j] - sum_x[j] * sum_l[j]) / D;
+      this_min[j] = (sum_l2[j] * sum_x[j] - sum_l[j] * sum_xl[j]) / D;
+      if (this_min[j] > 0) this_min[j] = 0, this_scale[j] = sum_xl[j] / sum_l2[j];
+    }
+    for (int i = 0; i < kN; ++i) {
+      for (int j = 0; j < kSub; ++j) {
+        float diff = this_scale[j] * aux[i][j] + this_min[j] - x[i][j];
+        diff = diff * diff;
+        err[j] += w[i][j] * diff;
+      }
+    }
+    for (int j = 0; j < kSub; ++j) {
+      if (!fits[j] || !(err[j] < best[j])) continue;
+      for (int i = 0; i < kN; ++i) L[kN * j + i] = static_cast<uint8_t>(aux[i][j]);
+      best[j] = err[j], scale[j] = this_scale[j], min[j] = this_min[j];
+    }
+  }
+};
+
+void FitScaleMins(const float* x, const float* w, int nmax, float rmin, float rdelta, int nstep, uint8_t* L,
+                  float* scales, float* neg_mins) {
+  ScaleMinFit fit{nmax};
+  for (int j = 0; j < ScaleMinFit::kSub; ++j)
+    for (int i = 0; i < ScaleMinFit::kN; ++i) fit.x[i][j] = x[ScaleMinFit::kN * j + i], fit.w[i][j] = w[ScaleMinFit::kN * j + i];
+  fit.Start(L);
+  for (int is = 0; is <= nstep; ++is) fit.Grid(is, rmin, rdelta, L);
+  for (int j = 0; j < ScaleMinFit::kSub; ++j) scales[j] = fit.scale[j], neg_mins[j] = -fit.min[j];
 }
 
 // ggml's make_qx_quants with rmse_type 1 and no importance weights: a symmetric scale for levels
-// in [-nmax, nmax - 1], the best of 19 grids around -nmax / max by the weighted fit's gain.
+// in [-nmax, nmax - 1], the best of 19 grids around -nmax / max by the weighted fit's gain (weight
+// w = x^2). Each grid's sums sum(w x l) and sum(w l^2) are serial chains, so the grids run side by
+// side, each summed in ggml's order (the same bits as one at a time); the choice then goes through
+// them in ggml's order.
 float FitSymmetricScale(int n, int nmax, const float* x, int8_t* L) {
   float max = 0, amax = 0;
   for (int i = 0; i < n; ++i) {
@@ -138,20 +156,30 @@ float FitSymmetricScale(int n, int nmax, const float* x, int8_t* L) {
     for (int i = 0; i < n; ++i) L[i] = 0;
     return 0.f;
   }
-  float sumlx, suml2;
-  SymmetricSums(n, nmax, x, static_cast<float>(-nmax) / max, L, &sumlx, &suml2);
-  float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
-  float best = scale * sumlx;
-  for (int is = -9; is <= 9; ++is) {
-    if (is == 0) continue;
-    const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
-    SymmetricSums(n, nmax, x, iscale, nullptr, &sumlx, &suml2);
-    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      SymmetricSums(n, nmax, x, iscale, L, &sumlx, &suml2);
-      scale = sumlx / suml2;
-      best = scale * sumlx;
+  constexpr int kGrids = 19;  // -nmax / max, then -(nmax + 0.1 is) / max for is = -9..9 but 0
+  float iscale[kGrids], sumlx[kGrids] = {}, suml2[kGrids] = {};
+  iscale[0] = static_cast<float>(-nmax) / max;
+  for (int g = 1, is = -9; is <= 9; ++is)
+    if (is != 0) iscale[g++] = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
+  for (int i = 0; i < n; ++i) {
+    const float w = x[i] * x[i], wx = w * x[i];
+    for (int g = 0; g < kGrids; ++g) {
+      const float fl = static_cast<float>(Clamp(NearestInt(iscale[g] * x[i]), -nmax, nmax - 1));
+      sumlx[g] += wx * fl;
+      suml2[g] += w * fl * fl;
     }
   }
+  float scale = suml2[0] != 0 ? sumlx[0] / suml2[0] : 0.0f;
+  float best = scale * sumlx[0];
+  int chosen = 0;
+  for (int g = 1; g < kGrids; ++g) {
+    if (suml2[g] > 0 && sumlx[g] * sumlx[g] > best * suml2[g]) {
+      scale = sumlx[g] / suml2[g];
+      best = scale * sumlx[g];
+      chosen = g;
+    }
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(Clamp(NearestInt(iscale[chosen] * x[i]), -nmax, nmax - 1) + nmax);
   return scale;
 }
 
@@ -160,15 +188,17 @@ float FitSymmetricScale(int n, int nmax, const float* x, int8_t* L) {
 // scales, then requantize every value against its sub-block's final scale and min.
 void QuantizeKBlock(const float* x, int nmax, float rmin, int nstep, uint16_t* d_out, uint16_t* dmin_out,
                     uint8_t* packed, uint8_t* L) {
-  float scales[8], mins[8], weights[32];
-  float max_scale = 0, max_min = 0;
+  float scales[8], mins[8], weights[256];
   for (int j = 0; j < 8; ++j) {
     const float* xs = x + 32 * j;
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += xs[l] * xs[l];
     const float av_x = std::sqrt(sum_x2 / 32);
-    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(xs[l]);
-    scales[j] = FitScaleMin(32, nmax, xs, weights, L + 32 * j, &mins[j], rmin, 0.1f, nstep);
+    for (int l = 0; l < 32; ++l) weights[32 * j + l] = av_x + std::fabs(xs[l]);
+  }
+  FitScaleMins(x, weights, nmax, rmin, 0.1f, nstep, L, scales, mins);
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j) {
     if (scales[j] > max_scale) max_scale = scales[j];
     if (mins[j] > max_min) max_min = mins[j];
   }
