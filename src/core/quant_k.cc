@@ -74,7 +74,6 @@ struct ScaleMinFit {
       live[j] = max[j] != min[j];
       iscale[j] = live[j] ? static_cast<float>(nmax) / (max[j] - min[j]) : 0.f;
       scale[j] = live[j] ? 1 / iscale[j] : 0.f;
-      best[j] = 0;
     }
     for (int i = 0; i < kN; ++i) {
       for (int j = 0; j < kSub; ++j) {
@@ -92,8 +91,8 @@ struct ScaleMinFit {
     float iscale[kSub], sum_l[kSub] = {}, sum_l2[kSub] = {}, sum_xl[kSub] = {}, err[kSub] = {};
     float this_scale[kSub], this_min[kSub];
     float aux[kN][kSub];  // the levels, exact as floats
-    for (int j = 0; j < kSub; ++j)
-      iscale[j] = live[j] ? (rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax)) / (max[j] - min[j]) : 0.f;
+    const float top = rmin + rdelta * static_cast<float>(is) + static_cast<float>(nmax);
+    for (int j = 0; j < kSub; ++j) iscale[j] = live[j] ? top / (max[j] - min[j]) : 0.f;
     for (int i = 0; i < kN; ++i) {
       for (int j = 0; j < kSub; ++j) {
         const float fl = static_cast<float>(Level(j, i, iscale[j])), wi = w[i][j];
@@ -130,12 +129,13 @@ struct ScaleMinFit {
 
 void FitScaleMins(const float* x, const float* w, int nmax, float rmin, float rdelta, int nstep, uint8_t* L,
                   float* scales, float* neg_mins) {
+  constexpr int kSub = ScaleMinFit::kSub, kN = ScaleMinFit::kN;
   ScaleMinFit fit{nmax};
-  for (int j = 0; j < ScaleMinFit::kSub; ++j)
-    for (int i = 0; i < ScaleMinFit::kN; ++i) fit.x[i][j] = x[ScaleMinFit::kN * j + i], fit.w[i][j] = w[ScaleMinFit::kN * j + i];
+  for (int j = 0; j < kSub; ++j)
+    for (int i = 0; i < kN; ++i) fit.x[i][j] = x[kN * j + i], fit.w[i][j] = w[kN * j + i];
   fit.Start(L);
   for (int is = 0; is <= nstep; ++is) fit.Grid(is, rmin, rdelta, L);
-  for (int j = 0; j < ScaleMinFit::kSub; ++j) scales[j] = fit.scale[j], neg_mins[j] = -fit.min[j];
+  for (int j = 0; j < kSub; ++j) scales[j] = fit.scale[j], neg_mins[j] = -fit.min[j];
 }
 
 // ggml's make_qx_quants with rmse_type 1 and no importance weights: a symmetric scale for levels
@@ -179,7 +179,8 @@ float FitSymmetricScale(int n, int nmax, const float* x, int8_t* L) {
       chosen = g;
     }
   }
-  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(Clamp(NearestInt(iscale[chosen] * x[i]), -nmax, nmax - 1) + nmax);
+  for (int i = 0; i < n; ++i)
+    L[i] = static_cast<int8_t>(Clamp(NearestInt(iscale[chosen] * x[i]), -nmax, nmax - 1) + nmax);
   return scale;
 }
 

@@ -139,7 +139,6 @@ inline void StoreSums(const __m512* a0, const __m512* a1, float* out, int64_t ou
 }
 
 struct RowQ5KTokens {
-  static constexpr int kMaxTokens = 16;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ5_K*>(wp);
@@ -161,7 +160,6 @@ struct RowQ5KTokens {
 };
 
 struct RowQ6KTokens {
-  static constexpr int kMaxTokens = 16;
   template <int T>
   static void Row(const void* wp, const void* xp, int64_t x_stride, int64_t nb, float* out, int64_t out_stride) {
     const auto* w = static_cast<const BlockQ6_K*>(wp);
@@ -385,16 +383,6 @@ struct Lanes16 {
     }
     for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
   }
-
-  // dot_rows_tokens' signature; tokens 1 .. kQuantDotTokens. Sixteen tokens' accumulators and a
-  // block's eight code vectors fit the 32 registers, so a verification of up to 15 drafts reads and
-  // unpacks each block once (in two passes of 8 + n the second one unpacked every block again).
-  static void Rows(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
-                   int64_t nb, float* out, int64_t out_stride) {
-    WithTokens<16>(tokens, [&](auto t) {
-      RowGroups16<Lanes16, decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    });
-  }
 };
 
 // Q4_K sixteen rows at a time, the AVX2 eight-row kernel's steps (quant_dot_avx2.cc, GroupK45) on
@@ -411,7 +399,6 @@ struct Lanes16 {
 // fifth bits, one token streamed from memory more slowly (bench/results/small_batch.md, "Q4_K
 // sixteen rows at a time").
 struct LanesQ4K16 {
-  static constexpr int kMaxTokens = 16;
   // The sixteen rows' per-block values: sc[j] lane r = scale j of row r; mn[q] lane r = (minimum 2q,
   // minimum 2q + 1) of row r as 16-bit halves; d and dmin in f32.
   struct Header {
@@ -487,16 +474,9 @@ struct LanesQ4K16 {
     }
     for (int i = 0; i < T; ++i) _mm512_mask_storeu_ps(out + i * out_stride, keep, acc[i]);
   }
-  // dot_rows_tokens' signature; tokens 1 .. kMaxTokens.
-  static void Rows(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
-                   int64_t nb, float* out, int64_t out_stride) {
-    WithTokens<kMaxTokens>(tokens, [&](auto t) {
-      RowGroups16<LanesQ4K16, decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
-    });
-  }
 };
 
-// K::Row<T> over the rows, T = tokens (1..K::kMaxTokens).
+// K::Row<T> over the rows, T = tokens.
 template <typename K, int T>
 void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int64_t nb, float* out,
            int64_t out_stride) {
@@ -504,49 +484,55 @@ void RowsT(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_
     K::template Row<T>(static_cast<const char*>(w) + r * w_stride, xq, xq_stride, nb, out + r, out_stride);
 }
 
-void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
-  switch (t) {
-    case QuantType::kQ4_0: return Lanes16<BlockQ4_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ4_1: return Lanes16<BlockQ4_1>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ5_1: return Lanes16<BlockQ5_1>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ5_0: return Lanes16<BlockQ5_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ8_0: return Lanes16<BlockQ8_0>::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ4_K: return LanesQ4K16::Rows(w, w_stride, rows, xq, 0, 1, nb, out, 0);
-    case QuantType::kQ5_K: return RowsT<RowQ5KTokens, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
-    case QuantType::kQ6_K: return RowsT<RowQ6KTokens, 1>(w, w_stride, rows, xq, 0, nb, out, 0);
-    default: return DotRows(t, w, w_stride, rows, xq, nb, out);
-  }
+// Every kernel here takes all of a call's tokens (1 .. kQuantDotTokens) in one pass, each block
+// read and unpacked once: the 32-value formats' sixteen accumulators and a block's eight code
+// vectors fit the 32 registers; the K-quants' per-token sums spill past eight tokens, which costs
+// less than a second pass unpacking every block again. Groups: G's sixteen-row groups; Rows: K's
+// one-row kernel.
+template <typename G>
+void GroupsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
+                  int64_t nb, float* out, int64_t out_stride) {
+  WithTokens<kQuantDotTokens>(tokens, [&](auto t) {
+    RowGroups16<G, decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
+  });
 }
-
-// K::Row<T> over the rows for `tokens` tokens (1..K::kMaxTokens) in one pass.
 template <typename K>
 void RowsTokens(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride, int tokens,
                 int64_t nb, float* out, int64_t out_stride) {
-  WithTokens<K::kMaxTokens>(tokens, [&](auto t) {
+  WithTokens<kQuantDotTokens>(tokens, [&](auto t) {
     RowsT<K, decltype(t)::value>(w, w_stride, rows, xq, xq_stride, nb, out, out_stride);
   });
 }
 
-// Each weight block unpacked once for all tokens (the other types have no row-dot kernel here:
-// DotRows512 per token).
+using RowsTokensFn = void (*)(const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
+                              int tokens, int64_t nb, float* out, int64_t out_stride);
+
+// Type t's kernel, in dot_rows_tokens' signature: every block type has one (null for kNone, which
+// falls to quant_dot_x86.inc's DotRows as before: no blocks, nothing written).
+RowsTokensFn Kernel512(QuantType t) {
+  switch (t) {
+    case QuantType::kQ4_0: return GroupsTokens<Lanes16<BlockQ4_0>>;
+    case QuantType::kQ4_1: return GroupsTokens<Lanes16<BlockQ4_1>>;
+    case QuantType::kQ5_1: return GroupsTokens<Lanes16<BlockQ5_1>>;
+    case QuantType::kQ5_0: return GroupsTokens<Lanes16<BlockQ5_0>>;
+    case QuantType::kQ8_0: return GroupsTokens<Lanes16<BlockQ8_0>>;
+    case QuantType::kQ4_K: return GroupsTokens<LanesQ4K16>;
+    case QuantType::kQ5_K: return RowsTokens<RowQ5KTokens>;
+    case QuantType::kQ6_K: return RowsTokens<RowQ6KTokens>;
+    default: return nullptr;
+  }
+}
+
+void DotRows512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t nb, float* out) {
+  if (const RowsTokensFn k = Kernel512(t)) return k(w, w_stride, rows, xq, 0, 1, nb, out, 0);
+  DotRows(t, w, w_stride, rows, xq, nb, out);
+}
+
 void DotRowsTokens512(QuantType t, const void* w, int64_t w_stride, int64_t rows, const void* xq, int64_t xq_stride,
                       int tokens, int64_t nb, float* out, int64_t out_stride) {
-  void (*rows_tokens)(const void*, int64_t, int64_t, const void*, int64_t, int, int64_t, float*, int64_t) = nullptr;
-  switch (t) {
-    case QuantType::kQ4_0: rows_tokens = Lanes16<BlockQ4_0>::Rows; break;
-    case QuantType::kQ4_1: rows_tokens = Lanes16<BlockQ4_1>::Rows; break;
-    case QuantType::kQ5_1: rows_tokens = Lanes16<BlockQ5_1>::Rows; break;
-    case QuantType::kQ5_0: rows_tokens = Lanes16<BlockQ5_0>::Rows; break;
-    case QuantType::kQ8_0: rows_tokens = Lanes16<BlockQ8_0>::Rows; break;
-    case QuantType::kQ4_K: rows_tokens = LanesQ4K16::Rows; break;
-    case QuantType::kQ5_K: rows_tokens = RowsTokens<RowQ5KTokens>; break;
-    case QuantType::kQ6_K: rows_tokens = RowsTokens<RowQ6KTokens>; break;
-    default:
-      for (int i = 0; i < tokens; ++i)
-        DotRows512(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
-      return;
-  }
-  rows_tokens(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+  if (const RowsTokensFn k = Kernel512(t)) return k(w, w_stride, rows, xq, xq_stride, tokens, nb, out, out_stride);
+  for (int i = 0; i < tokens; ++i)
+    DotRows(t, w, w_stride, rows, static_cast<const char*>(xq) + i * xq_stride, nb, out + i * out_stride);
 }
 
 }  // namespace
